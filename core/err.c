@@ -1,0 +1,59 @@
+/* err.c — formatting of em_err messages and the code table. */
+#include "core/err.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+int em_err_set(em_err *err, int code, const char *fmt, ...)
+{
+    if (!err)
+        return code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    va_end(ap);
+    err->code = code;
+    return code;
+}
+
+int em_err_prefix(em_err *err, int code, const char *fmt, ...)
+{
+    if (!err)
+        return code;
+    char head[256], old[sizeof err->msg];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(head, sizeof head, fmt, ap);
+    va_end(ap);
+    memcpy(old, err->msg, sizeof old);
+    snprintf(err->msg, sizeof err->msg, "%s: %s", head, old);
+    if (err->code == EM_OK)
+        err->code = code;
+    return err->code;
+}
+
+const char *em_err_str(int code)
+{
+    switch (code) {
+    case EM_OK:           return "ok";
+    case EM_EINVAL:       return "invalid argument";
+    case EM_ENOENT:       return "not found";
+    case EM_EFORMAT:      return "malformed data";
+    case EM_EUNSUPPORTED: return "not supported";
+    case EM_ERANGE:       return "out of range";
+    case EM_ENOMEM:       return "out of memory";
+    case EM_EIO:          return "input/output error";
+    case EM_EDEVICE:      return "device error";
+    case EM_EBUSY:        return "busy";
+    case EM_ESTATE:       return "invalid state";
+    case EM_ECANCELED:    return "cancelled";
+    default:              return "unknown error";
+    }
+}
+
+int em_err_is_input(int code)
+{
+    return code == EM_EINVAL || code == EM_ENOENT || code == EM_EFORMAT ||
+           code == EM_EUNSUPPORTED || code == EM_ERANGE;
+}

@@ -1,0 +1,270 @@
+/* cli.c — option parsing and error reporting shared by the ember subcommands. */
+#include "firmware/cli.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+int em_cli_fail(int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("ember: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return status;
+}
+
+int em_cli_fail_err(const em_err *err)
+{
+    int status = em_err_is_input(err->code) ? 2 : 1;
+    return em_cli_fail(status, "%s", err->msg[0] ? err->msg : em_err_str(err->code));
+}
+
+static const em_cli_opt *find_opt(const em_cli_opt *opts, const char *name, size_t len)
+{
+    for (const em_cli_opt *o = opts; o && o->name; o++) {
+        if (strlen(o->name) == len && strncmp(o->name, name, len) == 0)
+            return o;
+        if (o->alias && strlen(o->alias) == len && strncmp(o->alias, name, len) == 0)
+            return o;
+    }
+    return NULL;
+}
+
+static int set_value(const char *cmd, const em_cli_opt *o, const char *val)
+{
+    char *end;
+    int bounded = !(o->min == 0 && o->max == 0);
+    switch (o->kind) {
+    case EM_OPT_STR:
+        *(const char **)o->dst = val;
+        return 0;
+    case EM_OPT_MULTI: {
+        em_cli_list *l = o->dst;
+        if (l->n >= (int)(sizeof l->vals / sizeof l->vals[0]))
+            return em_cli_fail(2, "%s: %s: given too many times", cmd, o->name);
+        l->vals[l->n++] = val;
+        return 0;
+    }
+    case EM_OPT_INT: {
+        errno = 0;
+        long v = strtol(val, &end, 10);
+        if (!*val || *end || errno)
+            return em_cli_fail(2, "%s: %s: '%s' is not an integer", cmd, o->name, val);
+        if (bounded && (v < o->min || v > o->max))
+            return em_cli_fail(2, "%s: %s: %ld is out of range [%.0f, %.0f]", cmd, o->name, v,
+                               o->min, o->max);
+        *(long *)o->dst = v;
+        return 0;
+    }
+    case EM_OPT_FLOAT: {
+        errno = 0;
+        double v = strtod(val, &end);
+        if (!*val || *end || errno || !isfinite(v))
+            return em_cli_fail(2, "%s: %s: '%s' is not a number", cmd, o->name, val);
+        if (bounded && (v < o->min || v > o->max))
+            return em_cli_fail(2, "%s: %s: %g is out of range [%g, %g]", cmd, o->name, v,
+                               o->min, o->max);
+        *(double *)o->dst = v;
+        return 0;
+    }
+    case EM_OPT_FLAG:
+        break;
+    }
+    return em_cli_fail(2, "%s: %s: takes no value", cmd, o->name);
+}
+
+int em_cli_parse(const char *cmd, int argc, char **argv, const em_cli_opt *opts,
+                 const char **pos, int max_pos, int *n_pos, const char *usage)
+{
+    int np = 0, only_pos = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (only_pos || a[0] != '-' || a[1] == 0) {
+            if (np >= max_pos)
+                return em_cli_fail(2, "%s: unexpected argument '%s'", cmd, a);
+            pos[np++] = a;
+            continue;
+        }
+        if (strcmp(a, "--") == 0) {
+            only_pos = 1;
+            continue;
+        }
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            if (usage)
+                fputs(usage, stdout);
+            return -1;
+        }
+        const char *eq = strchr(a, '=');
+        size_t len = eq && a[1] == '-' ? (size_t)(eq - a) : strlen(a);
+        const em_cli_opt *o = find_opt(opts, a, len);
+        if (!o)
+            return em_cli_fail(2, "%s: unknown option '%.*s' (see ember %s --help)", cmd,
+                               (int)len, a, cmd);
+        if (o->kind == EM_OPT_FLAG) {
+            if (eq && a[1] == '-')
+                return em_cli_fail(2, "%s: %s: takes no value", cmd, o->name);
+            *(int *)o->dst = 1;
+            continue;
+        }
+        const char *val;
+        if (eq && a[1] == '-')
+            val = eq + 1;
+        else if (i + 1 < argc)
+            val = argv[++i];
+        else
+            return em_cli_fail(2, "%s: %s: missing value", cmd, o->name);
+        int rc = set_value(cmd, o, val);
+        if (rc)
+            return rc;
+    }
+    if (n_pos)
+        *n_pos = np;
+    return 0;
+}
+
+int em_cli_read_file(const char *path, char **data, size_t *len, em_err *err)
+{
+    *data = NULL;
+    *len = 0;
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return em_err_set(err, errno == ENOENT ? EM_ENOENT : EM_EIO, "%s: %s", path,
+                          strerror(errno));
+    if (S_ISDIR(st.st_mode))
+        return em_err_set(err, EM_EINVAL, "%s: is a directory", path);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return em_err_set(err, EM_EIO, "%s: %s", path, strerror(errno));
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    int rc = 0;
+    while (buf) {
+        if (n + 1 >= cap) {
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        size_t got = fread(buf + n, 1, cap - 1 - n, f);
+        n += got;
+        if (got == 0)
+            break;
+    }
+    if (!buf)
+        rc = em_err_set(err, EM_ENOMEM, "%s: out of memory", path);
+    else if (ferror(f))
+        rc = em_err_set(err, EM_EIO, "%s: read error", path);
+    fclose(f);
+    if (rc) {
+        free(buf);
+        return rc;
+    }
+    buf[n] = 0;
+    *data = buf;
+    *len = n;
+    return 0;
+}
+
+int em_cli_parse_ids(const char *text, const char *what, int32_t **ids, size_t *n, em_err *err)
+{
+    size_t cap = 64, cnt = 0;
+    int32_t *v = malloc(cap * sizeof *v);
+    if (!v)
+        return em_err_set(err, EM_ENOMEM, "%s: out of memory", what);
+    const char *p = text;
+    for (;;) {
+        while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+            p++;
+        if (!*p)
+            break;
+        char *end;
+        errno = 0;
+        long long x = strtoll(p, &end, 10);
+        if (end == p || errno || x < 0 || x > INT32_MAX ||
+            (*end && *end != ' ' && *end != '\t' && *end != '\n' && *end != '\r')) {
+            free(v);
+            return em_err_set(err, EM_EFORMAT, "%s: token %zu is not a non-negative integer",
+                              what, cnt + 1);
+        }
+        if (cnt == cap) {
+            int32_t *nv = realloc(v, cap * 2 * sizeof *v);
+            if (!nv) {
+                free(v);
+                return em_err_set(err, EM_ENOMEM, "%s: out of memory", what);
+            }
+            v = nv;
+            cap *= 2;
+        }
+        v[cnt++] = (int32_t)x;
+        p = end;
+    }
+    *ids = v;
+    *n = cnt;
+    return 0;
+}
+
+static int is_gguf_name(const char *s)
+{
+    size_t n = strlen(s);
+    return n > 5 && strcmp(s + n - 5, ".gguf") == 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int em_cli_default_model(char *buf, size_t cap, em_err *err)
+{
+    DIR *d = opendir("models");
+    if (d) {
+        char *names[256];
+        int n = 0;
+        struct dirent *e;
+        while ((e = readdir(d)) && n < 256)
+            if (is_gguf_name(e->d_name) && (names[n] = strdup(e->d_name)))
+                n++;
+        closedir(d);
+        qsort(names, (size_t)n, sizeof names[0], cmp_str);
+        int found = n > 0;
+        if (found)
+            snprintf(buf, cap, "models/%s", names[0]);
+        for (int i = 0; i < n; i++)
+            free(names[i]);
+        if (found)
+            return 0;
+    }
+    static const char *demo[] = {
+        "../shared/models/TinyStories-656K-Q8_0.gguf",
+        EMBER_SOURCE_DIR "/../shared/models/TinyStories-656K-Q8_0.gguf",
+    };
+    for (size_t i = 0; i < sizeof demo / sizeof demo[0]; i++) {
+        struct stat st;
+        if (stat(demo[i], &st) == 0 && S_ISREG(st.st_mode)) {
+            snprintf(buf, cap, "%s", demo[i]);
+            return 0;
+        }
+    }
+    return em_err_set(err, EM_ENOENT,
+                      "no model: pass --model PATH, or put a .gguf file in ./models");
+}
+
+double em_cli_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}

@@ -1,0 +1,63 @@
+/* cli.h — what every `ember` subcommand shares: the option table parser and
+ * the one-line error convention ("ember: <what>: <why>" on stderr, exit
+ * status 2 for bad input, 1 for other failures).
+ *
+ * Each subcommand lives in its own firmware/cmd_<name>.c and exports
+ * int em_cmd_<name>(int argc, char **argv) returning the process exit status
+ * (argv[0] is the subcommand name). firmware/main.c dispatches. */
+#ifndef EM_CLI_H
+#define EM_CLI_H
+
+#include <stdint.h>
+
+#include "core/err.h"
+
+typedef enum {
+    EM_OPT_FLAG,    /* int*: set to 1 when present, takes no value */
+    EM_OPT_STR,     /* const char**: points into argv */
+    EM_OPT_INT,     /* long*: decimal integer, range-checked by min/max */
+    EM_OPT_FLOAT,   /* double*: finite number, range-checked by min/max */
+    EM_OPT_MULTI,   /* em_cli_list*: may repeat; each value appended */
+} em_opt_kind;
+
+typedef struct {
+    const char *vals[16];
+    int         n;
+} em_cli_list;
+
+typedef struct {
+    const char  *name;     /* "--model"; NULL ends the table */
+    const char  *alias;    /* "-n" or NULL */
+    em_opt_kind  kind;
+    void        *dst;
+    double       min, max; /* INT/FLOAT bounds (inclusive); ignored when min == max == 0 */
+} em_cli_opt;
+
+/* Parse argv[1..argc) against opts. Positional arguments are collected into
+ * pos (borrowed pointers into argv, at most max_pos). On a bad flag prints
+ * the error line and returns 2; returns 0 on success. "--help" prints usage
+ * (when non-NULL) and returns -1: the caller then exits 0. */
+int em_cli_parse(const char *cmd, int argc, char **argv, const em_cli_opt *opts,
+                 const char **pos, int max_pos, int *n_pos, const char *usage);
+
+/* Print "ember: <what>: <why>" built from fmt, return the status to exit with. */
+int em_cli_fail(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Print "ember: <err->msg>" and return 2 if the code is a user-input error, else 1. */
+int em_cli_fail_err(const em_err *err);
+
+/* Read a whole file into a malloc'd NUL-terminated buffer (caller frees). */
+int em_cli_read_file(const char *path, char **data, size_t *len, em_err *err);
+
+/* Parse whitespace-separated token ids from text into a malloc'd array. */
+int em_cli_parse_ids(const char *text, const char *what, int32_t **ids, size_t *n, em_err *err);
+
+/* The model to use when --model is absent: the first *.gguf in ./models
+ * (sorted by name), else the demo model under ../shared. Writes a path into
+ * buf and returns 0, or EM_ENOENT. */
+int em_cli_default_model(char *buf, size_t cap, em_err *err);
+
+/* Monotonic clock in seconds. */
+double em_cli_now(void);
+
+#endif

@@ -1,0 +1,31 @@
+#!/bin/sh
+# setup.sh — install the Debian 12 packages ember needs to build and test,
+# skipping those already present. Run as root (or with sudo available).
+set -eu
+
+PKGS="meson ninja-build gcc pkg-config python3
+libvulkan-dev mesa-vulkan-drivers vulkan-tools vulkan-validationlayers
+glslc glslang-tools spirv-tools
+libsqlite3-dev sqlite3 libwebsockets-dev libjansson-dev libinih-dev
+libsodium-dev libxxhash-dev"
+
+missing=""
+for p in $PKGS; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+        missing="$missing $p"
+    fi
+done
+
+if [ -z "$missing" ]; then
+    echo "setup: all packages present"
+    exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then
+    SUDO="sudo"
+fi
+echo "setup: installing$missing"
+$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q
+# shellcheck disable=SC2086
+$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $missing
