@@ -14,6 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <stdio.h>
+
 #include "core/err.h"
 
 /* Metadata value types (the GGUF numbering). */
@@ -143,5 +145,39 @@ const char *em_gguf_type_name(em_gguf_type t);
  * [0] end of header, [1] end of metadata, [2] end of tensor infos,
  * [3] start of data section, [4] end of file. */
 void em_gguf_sections(const em_gguf *g, uint64_t out[5]);
+
+/* ---- writer ----------------------------------------------------------------
+ * Builds a GGUF v3 file: add metadata and tensor infos first, then stream
+ * each tensor's bytes in the order the tensors were added. Strings and keys
+ * passed in are copied. */
+typedef struct em_gguf_writer em_gguf_writer;
+
+int  em_gguf_writer_create(uint32_t alignment, em_gguf_writer **out, em_err *err);
+void em_gguf_writer_destroy(em_gguf_writer *w);   /* accepts NULL */
+
+int em_gguf_w_u32(em_gguf_writer *w, const char *key, uint32_t v);
+int em_gguf_w_i32(em_gguf_writer *w, const char *key, int32_t v);
+int em_gguf_w_f32(em_gguf_writer *w, const char *key, float v);
+int em_gguf_w_bool(em_gguf_writer *w, const char *key, int v);
+int em_gguf_w_str(em_gguf_writer *w, const char *key, const char *v);
+/* Arrays of scalars: n elements of type elem (packed little-endian data, copied). */
+int em_gguf_w_arr(em_gguf_writer *w, const char *key, em_gguf_type elem, const void *data, uint64_t n);
+int em_gguf_w_arr_str(em_gguf_writer *w, const char *key, const char *const *v, uint64_t n);
+/* Copy a metadata entry from a file being read (any type, nested arrays too). */
+int em_gguf_w_kv_copy(em_gguf_writer *w, const em_gguf_kv *kv);
+/* Replace or add a u32 entry (e.g. general.file_type when copying). */
+int em_gguf_w_set_u32(em_gguf_writer *w, const char *key, uint32_t v);
+
+/* Declare a tensor: ne[0..n_dims) with ne[0] the row length. Returns its byte size in *nbytes. */
+int em_gguf_w_tensor(em_gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
+                     const uint64_t *ne, uint64_t *nbytes);
+
+/* Write the header (metadata + tensor infos + padding) to f (borrowed). */
+int em_gguf_w_header(em_gguf_writer *w, FILE *f, em_err *err);
+/* Write the next tensor's data (exactly its nbytes, possibly over several
+ * calls) and the padding after it. */
+int em_gguf_w_data(em_gguf_writer *w, FILE *f, const void *data, uint64_t n, em_err *err);
+/* Check that every tensor's data was written. */
+int em_gguf_w_finish(em_gguf_writer *w, em_err *err);
 
 #endif

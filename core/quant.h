@@ -1,0 +1,30 @@
+/* quant.h — scalar conversion of GGUF tensor blocks to float, and back.
+ *
+ * Block layouts are the GGUF/ggml ones (see core/quant.c for each). These
+ * routines are the reference every GPU kernel is checked against; they are
+ * plain and not optimized. All pointers are borrowed. */
+#ifndef EM_QUANT_H
+#define EM_QUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+float    em_f16_to_f32(uint16_t h);
+uint16_t em_f32_to_f16(float f);          /* round to nearest even */
+float    em_bf16_to_f32(uint16_t h);
+
+/* 1 if em_dequant_row handles this tensor type. */
+int em_quant_supported(uint32_t type);
+
+/* Convert n elements (a multiple of the type's block size) starting at the
+ * block at src into dst[n]. */
+void em_dequant_row(uint32_t type, const void *src, float *dst, int64_t n);
+
+/* Quantize n floats (multiple of 32) to Q8_0 blocks in dst, the way the
+ * reference quantizer does (d = max|x| / 127, round to nearest). Used by
+ * tests and tools to build quantized tensors. */
+void em_quant_q8_0(const float *src, void *dst, int64_t n);
+/* Same for Q4_0 (d = signed max / -8). */
+void em_quant_q4_0(const float *src, void *dst, int64_t n);
+
+#endif

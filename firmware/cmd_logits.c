@@ -1,0 +1,99 @@
+/* cmd_logits.c — `ember logits`: feed a token sequence and write the logits
+ * after every position as raw little-endian float32 [n_tokens][n_vocab]
+ * (the layout of ../shared/golden/logits). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/model.h"
+#include "core/ref.h"
+#include "firmware/cli.h"
+
+static const char usage[] =
+    "usage: ember logits --model PATH --tokens-file F --output OUT [--backend cpu]\n"
+    "  Reads whitespace-separated token ids from F and writes float32\n"
+    "  [n_tokens][n_vocab] logits (row i: after feeding tokens 0..i) to OUT.\n";
+
+int em_cmd_logits(int argc, char **argv)
+{
+    const char *model_path = NULL, *tokens_path = NULL, *out_path = NULL, *backend = "cpu";
+    em_cli_opt opts[] = {
+        { "--model", "-m", EM_OPT_STR, &model_path, 0, 0 },
+        { "--tokens-file", NULL, EM_OPT_STR, &tokens_path, 0, 0 },
+        { "--output", "-o", EM_OPT_STR, &out_path, 0, 0 },
+        { "--backend", NULL, EM_OPT_STR, &backend, 0, 0 },
+        { NULL, NULL, 0, NULL, 0, 0 },
+    };
+    int rc = em_cli_parse("logits", argc, argv, opts, NULL, 0, NULL, usage);
+    if (rc)
+        return rc;
+    if (!model_path || !tokens_path || !out_path)
+        return em_cli_fail(2, "logits: --model, --tokens-file and --output are required");
+    if (strcmp(backend, "cpu") != 0)
+        return em_cli_fail(2, "logits: --backend: '%s' is not available (cpu)", backend);
+
+    em_err err = { 0 };
+    em_model *m = NULL;
+    em_ref *ref = NULL;
+    char *text = NULL;
+    int32_t *ids = NULL;
+    float *logits = NULL;
+    FILE *f = NULL;
+    size_t n_ids = 0, len;
+    int status = 0;
+
+    if ((rc = em_cli_read_file(tokens_path, &text, &len, &err)) ||
+        (rc = em_cli_parse_ids(text, tokens_path, &ids, &n_ids, &err)) ||
+        (rc = em_model_open(model_path, &m, &err))) {
+        status = em_cli_fail_err(&err);
+        goto done;
+    }
+    if (n_ids == 0) {
+        status = em_cli_fail(2, "logits: %s: no token ids", tokens_path);
+        goto done;
+    }
+    const em_hparams *hp = em_model_hparams(m);
+    for (size_t i = 0; i < n_ids; i++) {
+        if ((uint32_t)ids[i] >= hp->n_vocab) {
+            status = em_cli_fail(2, "logits: %s: token %zu (id %d) is out of range: the vocabulary has %u tokens",
+                                 tokens_path, i + 1, ids[i], hp->n_vocab);
+            goto done;
+        }
+    }
+    if ((rc = em_ref_create(m, (uint32_t)n_ids, &ref, &err))) {
+        status = em_cli_fail_err(&err);
+        goto done;
+    }
+    logits = malloc((size_t)hp->n_vocab * sizeof *logits);
+    f = fopen(out_path, "wb");
+    if (!logits || !f) {
+        status = em_cli_fail(1, "logits: %s: %s", out_path, logits ? strerror(errno) : "out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < n_ids; i++) {
+        if ((rc = em_ref_forward(ref, ids[i], (uint32_t)i, logits, &err))) {
+            status = em_cli_fail_err(&err);
+            goto done;
+        }
+        if (fwrite(logits, sizeof(float), hp->n_vocab, f) != hp->n_vocab) {
+            status = em_cli_fail(1, "logits: %s: write failed: %s", out_path, strerror(errno));
+            goto done;
+        }
+    }
+    if (fclose(f) != 0) {
+        f = NULL;
+        status = em_cli_fail(1, "logits: %s: write failed: %s", out_path, strerror(errno));
+        goto done;
+    }
+    f = NULL;
+done:
+    if (f)
+        fclose(f);
+    free(logits);
+    em_ref_destroy(ref);
+    em_model_close(m);
+    free(ids);
+    free(text);
+    return status;
+}

@@ -1,0 +1,55 @@
+/* testutil.h — tiny assertion and fixture helpers shared by ember's C tests.
+ * A failing CHECK prints file:line and the condition and counts a failure;
+ * tests end with `return test_summary("name")` (exit 0, 1, or 77 = skip). */
+#ifndef EM_TESTUTIL_H
+#define EM_TESTUTIL_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern int test_failures;
+extern int test_checks;
+
+#define CHECK(cond)                                                                   \
+    do {                                                                              \
+        test_checks++;                                                                \
+        if (!(cond)) {                                                                \
+            test_failures++;                                                          \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);  \
+        }                                                                             \
+    } while (0)
+
+#define CHECKF(cond, ...)                                                             \
+    do {                                                                              \
+        test_checks++;                                                                \
+        if (!(cond)) {                                                                \
+            test_failures++;                                                          \
+            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond);  \
+            fprintf(stderr, __VA_ARGS__);                                             \
+            fputc('\n', stderr);                                                      \
+        }                                                                             \
+    } while (0)
+
+/* The shared data folder ($EMBER_SHARED), or NULL when it does not exist. */
+const char *test_shared_dir(void);
+/* "$EMBER_SHARED/<rel>" in a static buffer (one at a time). */
+const char *test_shared(const char *rel);
+/* A fresh temporary directory (mkdtemp), removed with its files by test_rmtree. */
+char *test_tmpdir(void);
+void  test_rmtree(const char *dir);
+/* Read a whole file (malloc'd, NUL-terminated); NULL on failure. */
+char *test_read_file(const char *path, size_t *len);
+int   test_write_file(const char *path, const void *data, size_t len);
+
+/* Run argv (argv[0] a path) with stdin from /dev/null; capture stdout/stderr
+ * into malloc'd strings (either may be NULL to discard). Returns the exit
+ * status, 128+signal if killed, -1 if it could not run. */
+int test_run(char *const argv[], char **out, char **err);
+
+/* Deterministic PRNG for tests. */
+unsigned long long test_rand(unsigned long long *state);
+
+int test_summary(const char *name);
+
+#endif
