@@ -7,22 +7,22 @@
 #include <string.h>
 
 #include "core/model.h"
-#include "core/ref.h"
+#include "core/engine.h"
 #include "firmware/cli.h"
 
 static const char usage[] =
-    "usage: ember logits --model PATH --tokens-file F --output OUT [--backend cpu]\n"
+    "usage: ember logits --model PATH --tokens-file F --output OUT [--backend vulkan|cpu]\n"
     "  Reads whitespace-separated token ids from F and writes float32\n"
     "  [n_tokens][n_vocab] logits (row i: after feeding tokens 0..i) to OUT.\n";
 
 int em_cmd_logits(int argc, char **argv)
 {
-    const char *model_path = NULL, *tokens_path = NULL, *out_path = NULL, *backend = "cpu";
+    const char *model_path = NULL, *tokens_path = NULL, *out_path = NULL, *backend_name = "cpu";
     em_cli_opt opts[] = {
         { "--model", "-m", EM_OPT_STR, &model_path, 0, 0 },
         { "--tokens-file", NULL, EM_OPT_STR, &tokens_path, 0, 0 },
         { "--output", "-o", EM_OPT_STR, &out_path, 0, 0 },
-        { "--backend", NULL, EM_OPT_STR, &backend, 0, 0 },
+        { "--backend", NULL, EM_OPT_STR, &backend_name, 0, 0 },
         { NULL, NULL, 0, NULL, 0, 0 },
     };
     int rc = em_cli_parse("logits", argc, argv, opts, NULL, 0, NULL, usage);
@@ -30,12 +30,13 @@ int em_cmd_logits(int argc, char **argv)
         return rc;
     if (!model_path || !tokens_path || !out_path)
         return em_cli_fail(2, "logits: --model, --tokens-file and --output are required");
-    if (strcmp(backend, "cpu") != 0)
-        return em_cli_fail(2, "logits: --backend: '%s' is not available (cpu)", backend);
-
     em_err err = { 0 };
+    em_backend backend;
+    if (em_backend_parse(backend_name, &backend, &err))
+        return em_cli_fail(2, "logits: %s", err.msg);
+
     em_model *m = NULL;
-    em_ref *ref = NULL;
+    em_engine *eng = NULL;
     char *text = NULL;
     int32_t *ids = NULL;
     float *logits = NULL;
@@ -61,22 +62,24 @@ int em_cmd_logits(int argc, char **argv)
             goto done;
         }
     }
-    if ((rc = em_ref_create(m, (uint32_t)n_ids, &ref, &err))) {
+    if ((rc = em_engine_create(m, backend, (uint32_t)n_ids, &eng, &err))) {
         status = em_cli_fail_err(&err);
         goto done;
     }
-    logits = malloc((size_t)hp->n_vocab * sizeof *logits);
+    enum { CHUNK = 64 };   /* positions per evaluation: bounds the logits buffer */
+    logits = malloc((size_t)CHUNK * hp->n_vocab * sizeof *logits);
     f = fopen(out_path, "wb");
     if (!logits || !f) {
         status = em_cli_fail(1, "logits: %s: %s", out_path, logits ? strerror(errno) : "out of memory");
         goto done;
     }
-    for (size_t i = 0; i < n_ids; i++) {
-        if ((rc = em_ref_forward(ref, ids[i], (uint32_t)i, logits, &err))) {
+    for (size_t i = 0; i < n_ids; i += CHUNK) {
+        size_t n = n_ids - i < CHUNK ? n_ids - i : CHUNK;
+        if ((rc = em_engine_eval(eng, ids + i, (uint32_t)n, (uint32_t)i, logits, 1, &err))) {
             status = em_cli_fail_err(&err);
             goto done;
         }
-        if (fwrite(logits, sizeof(float), hp->n_vocab, f) != hp->n_vocab) {
+        if (fwrite(logits, sizeof(float) * hp->n_vocab, n, f) != n) {
             status = em_cli_fail(1, "logits: %s: write failed: %s", out_path, strerror(errno));
             goto done;
         }
@@ -91,7 +94,7 @@ done:
     if (f)
         fclose(f);
     free(logits);
-    em_ref_destroy(ref);
+    em_engine_destroy(eng);
     em_model_close(m);
     free(ids);
     free(text);
