@@ -7,7 +7,7 @@ PKGS="meson ninja-build gcc pkg-config python3
 libvulkan-dev mesa-vulkan-drivers vulkan-tools vulkan-validationlayers
 glslc glslang-tools spirv-tools
 libsqlite3-dev sqlite3 libwebsockets-dev libjansson-dev libinih-dev
-libsodium-dev libxxhash-dev"
+libsodium-dev libxxhash-dev libpcre2-dev"
 
 missing=""
 for p in $PKGS; do
