@@ -1,0 +1,329 @@
+/* storage.h — everything ember persists: one SQLite database holding the
+ * usage ledger (`requests`), API keys and conversation history. No other
+ * layer runs SQL. The schema, migration policy and the writer's behaviour are
+ * described in docs/storage.md.
+ *
+ * Threads. em_storage_submit() only copies a record into a bounded queue and
+ * returns; a writer thread owns the write connection and commits the queue in
+ * batches. Every other em_storage_* call on an open em_storage is safe from
+ * any thread: key and conversation calls share one mutex-guarded connection,
+ * usage queries open their own read-only connection.
+ *
+ * Ownership. Every pointer parameter is borrowed for the duration of the call
+ * unless its comment says otherwise; the library keeps no pointer to caller
+ * memory after a call returns. Arrays returned through `**out` parameters are
+ * allocated by the library and released with the free function named next to
+ * them. Errors follow core/err.h: 0 or a negative EM_E* code, with an
+ * optional caller-owned em_err. */
+#ifndef EM_STORAGE_H
+#define EM_STORAGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "core/err.h"
+
+/* The schema version this build writes (PRAGMA user_version). */
+#define EM_STORAGE_SCHEMA_VERSION 3
+
+typedef struct em_storage em_storage;
+
+/* ---- options --------------------------------------------------------------- */
+
+typedef struct em_usage_record em_usage_record;
+
+/* Called on the writer thread right after a batch's COMMIT succeeded; rows
+ * (n of them) are borrowed for the duration of the call. Must not call back
+ * into em_storage_flush() or em_storage_close(). */
+typedef void (*em_storage_commit_fn)(void *ctx, const em_usage_record *const *rows, size_t n);
+
+typedef struct {
+    const char *path;        /* database file; copied by em_storage_open */
+    int  create;             /* 1: create the file when missing (default 1) */
+    int  store_content;      /* 1: keep conversation text; 0: refuse to (default 1) */
+    int  retention_days;     /* delete conversations not updated for this many
+                                days, checked at open and hourly; 0 = keep (default 0) */
+    int  queue_cap;          /* records the queue holds before dropping (default 4096) */
+    int  batch_rows;         /* commit when this many rows wait (default 256) */
+    int  batch_ms;           /* ... or when the oldest waited this long (default 200) */
+    int  retry_ms;           /* degraded: wait between retries (default 1000) */
+    int  busy_ms;            /* SQLite busy timeout of every connection (default 2000) */
+    int64_t max_pages;       /* cap the file at this many 4 KiB pages (PRAGMA
+                                max_page_count); 0 = no cap (default 0) */
+    int  quick_check;        /* 1: PRAGMA quick_check at open (default 1) */
+    em_storage_commit_fn on_commit;   /* optional */
+    void *on_commit_ctx;              /* passed to on_commit, never dereferenced */
+} em_storage_opts;
+
+/* Fill o with the defaults above (path = "ember.db"). */
+void em_storage_opts_init(em_storage_opts *o);
+
+/* ---- lifecycle ----------------------------------------------------------------- */
+
+/* Open (and create, when opts->create) the database, apply forward
+ * migrations, check it, and start the writer thread. A file that is not an
+ * SQLite database, fails the quick check, or has a schema newer than this
+ * build is an error whose message names the file. A database that opens but
+ * cannot be written (read-only file, locked) opens fine in degraded mode.
+ * *out receives the handle, released with em_storage_close. */
+int em_storage_open(const em_storage_opts *opts, em_storage **out, em_err *err);
+
+/* Commit what is queued (one attempt when degraded; what cannot be written is
+ * counted as dropped), stop the writer thread and close every connection.
+ * Accepts NULL. */
+void em_storage_close(em_storage *st);
+
+/* The database path (owned by st, valid until em_storage_close). */
+const char *em_storage_path(const em_storage *st);
+
+/* ---- the usage ledger ---------------------------------------------------------- */
+
+typedef enum {
+    EM_USAGE_INTERACTIVE = 0,
+    EM_USAGE_BACKGROUND  = 1,
+} em_usage_class;
+
+typedef enum {
+    EM_USAGE_ADMITTED = 0,          /* admitted, not ended yet */
+    EM_USAGE_COMPLETED,
+    EM_USAGE_PREEMPTED_COMPLETED,   /* completed after one or more preemptions */
+    EM_USAGE_CANCELLED,             /* client went away / stop */
+    EM_USAGE_FAILED,                /* error text says why */
+    EM_USAGE_REJECTED,              /* refused by admission control (busy) */
+    EM_USAGE_INTERRUPTED,           /* was running when ember stopped */
+} em_usage_status;
+
+#define EM_USAGE_ID_MAX     64
+#define EM_USAGE_ADDR_MAX   64
+#define EM_USAGE_MODEL_MAX  128
+#define EM_USAGE_REASON_MAX 32
+#define EM_USAGE_ERROR_MAX  256
+
+/* One row of `requests`. The scheduler submits it when a request is admitted
+ * and again, with the same request_id, when it ends: the second replaces the
+ * first (columns left unknown keep their earlier value). Strings are
+ * NUL-terminated inside their arrays. Timestamps are Unix epoch ms (UTC),
+ * 0 = unknown; durations are ms, negative = unknown. */
+struct em_usage_record {
+    char     request_id[EM_USAGE_ID_MAX];    /* required, unique per request */
+    int64_t  key_id;                         /* api_keys.id, 0 = no key */
+    char     client_addr[EM_USAGE_ADDR_MAX];
+    em_usage_class  cls;
+    char     model[EM_USAGE_MODEL_MAX];
+    int64_t  received_ms, started_ms, first_token_ms, finished_ms;
+    em_usage_status status;
+    int64_t  prompt_tokens;
+    int64_t  cached_tokens;                  /* prompt tokens served from the prefix cache */
+    int64_t  completion_tokens;
+    double   queue_ms, ttft_ms, tpot_mean_ms, tpot_p99_ms;
+    int32_t  preemptions;
+    char     finish_reason[EM_USAGE_REASON_MAX];  /* "stop", "length", ... or "" */
+    char     error[EM_USAGE_ERROR_MAX];           /* "" unless failed */
+};
+
+/* Zero rec, mark every duration unknown (-1), class interactive, admitted. */
+void em_usage_record_init(em_usage_record *rec);
+
+/* Copy rec into the writer's queue and return at once; never waits on disk.
+ * 0: queued. EM_EBUSY: the queue is full, the record was dropped (counted).
+ * EM_EINVAL: empty request_id (dropped, counted). */
+int em_storage_submit(em_storage *st, const em_usage_record *rec);
+
+/* Ask the writer to commit now and wait up to timeout_ms until everything
+ * queued before the call is committed. 0: committed. EM_EIO: a write failed
+ * meanwhile (err says why; the rows stay queued for retry). EM_EBUSY: timed out. */
+int em_storage_flush(em_storage *st, int timeout_ms, em_err *err);
+
+/* Health for /healthz: ok, or degraded with the reason of the last failure.
+ * Degraded clears when a later write succeeds. */
+typedef struct {
+    int     degraded;       /* 0 = ok */
+    char    reason[256];    /* "" when ok */
+    int64_t since_ms;       /* when it became degraded (epoch ms), 0 when ok */
+} em_storage_health;
+
+void em_storage_health_get(em_storage *st, em_storage_health *out);
+
+/* Counters for /metrics. Monotonic except queue_depth and degraded. */
+typedef struct {
+    uint64_t rows_written;    /* records committed */
+    uint64_t rows_dropped;    /* queue full, rejected by the database, or unwritten at close */
+    uint64_t batches;         /* committed transactions */
+    uint64_t write_errors;    /* failed batch attempts */
+    size_t   queue_depth;     /* records waiting (queued + in the current batch) */
+    size_t   queue_cap;
+    int      degraded;
+    char     last_error[256]; /* "" if none yet */
+    int64_t  last_error_ms;   /* epoch ms, 0 if none */
+} em_storage_counters;
+
+void em_storage_counters_get(em_storage *st, em_storage_counters *out);
+
+/* Daemon start: mark rows still 'admitted' (left by a previous run that
+ * stopped before they ended) as 'interrupted'. *n (optional) gets the count.
+ * Call only from the process that owns the ledger, before serving. */
+int em_storage_mark_interrupted(em_storage *st, int64_t *n, em_err *err);
+
+/* Delete conversations (and their messages) not updated since
+ * now_ms - retention_days. No-op when retention_days is 0. *deleted
+ * (optional) gets the number of conversations removed. */
+int em_storage_retention_run(em_storage *st, int64_t now_ms, int64_t *deleted, em_err *err);
+
+/* Names as stored in the database ("interactive", "completed", ...). Static. */
+const char *em_storage_class_name(em_usage_class c);
+const char *em_storage_status_name(em_usage_status s);
+/* "interactive" / "background" -> *out; EM_EINVAL otherwise. */
+int em_storage_class_parse(const char *s, em_usage_class *out);
+
+/* ---- API keys ------------------------------------------------------------------- */
+
+#define EM_STORAGE_KEY_MAX    64   /* buffer for a full key, NUL included */
+#define EM_STORAGE_PREFIX_LEN 9    /* "em_" + 6 characters */
+#define EM_STORAGE_NAME_MAX   64
+
+typedef struct {
+    int64_t id;
+    char    name[EM_STORAGE_NAME_MAX];
+    char    prefix[EM_STORAGE_PREFIX_LEN + 1];   /* for display, e.g. "em_Xk3q9Z" */
+    em_usage_class default_class;
+    int32_t rate_limit_per_min;                  /* 0 = unlimited */
+    int64_t created_ms;
+    int64_t revoked_ms;                          /* 0 = active */
+} em_key_info;
+
+/* Create a key: 32 random bytes, written as "em_" + 43 base64url characters
+ * into key_out (cap >= EM_STORAGE_KEY_MAX). Only its BLAKE2b hash and display
+ * prefix are stored; the caller shows key_out once and should wipe it
+ * (sodium_memzero). name: 1..63 printable characters. info (optional) gets
+ * the new row. */
+int em_storage_key_add(em_storage *st, const char *name, em_usage_class default_class,
+                       int32_t rate_limit_per_min, char *key_out, size_t cap,
+                       em_key_info *info, em_err *err);
+
+/* Every key, active and revoked, by id. *out (free() it) gets *n entries. */
+int em_storage_key_list(em_storage *st, em_key_info **out, size_t *n, em_err *err);
+
+/* Revoke key id. EM_ENOENT: no such key; EM_ESTATE: already revoked. */
+int em_storage_key_revoke(em_storage *st, int64_t id, em_err *err);
+
+/* Check a presented key (e.g. from "Authorization: Bearer ..."). The hash is
+ * compared in constant time. 0 and *out filled: valid and active.
+ * EM_ENOENT: unknown key. EM_ESTATE: revoked. EM_EIO etc.: the database
+ * failed. Messages never contain the key. */
+int em_storage_key_verify(em_storage *st, const char *key, em_key_info *out, em_err *err);
+
+/* ---- conversations ----------------------------------------------------------------- */
+/* Per key: key_id 0 means "no key" (a UI served without authentication).
+ * A conversation is visible to and deletable by its own key only. With
+ * store_content = 0, create and message_add fail with EM_ESTATE and the lists
+ * return what was stored before. */
+
+typedef struct {
+    int64_t id;
+    int64_t key_id;
+    char    title[128];          /* truncated copy */
+    int64_t created_ms, updated_ms;
+    int64_t n_messages;
+} em_conv_info;
+
+typedef struct {
+    int64_t id;
+    char    role[16];            /* "system", "user" or "assistant" */
+    char   *content;             /* owned by the array, see em_storage_messages_free */
+    int64_t tokens;
+    int64_t created_ms;
+} em_message;
+
+/* title may be NULL. *conv_id gets the new id. */
+int em_storage_conv_create(em_storage *st, int64_t key_id, const char *title,
+                           int64_t *conv_id, em_err *err);
+/* Newest first. *out (free() it) gets *n entries. */
+int em_storage_conv_list(em_storage *st, int64_t key_id, em_conv_info **out, size_t *n,
+                         em_err *err);
+/* Delete a conversation and its messages. EM_ENOENT: not this key's. */
+int em_storage_conv_delete(em_storage *st, int64_t key_id, int64_t conv_id, em_err *err);
+/* Append a message; touches the conversation's updated_ms. msg_id optional. */
+int em_storage_message_add(em_storage *st, int64_t key_id, int64_t conv_id, const char *role,
+                           const char *content, int64_t tokens, int64_t *msg_id, em_err *err);
+/* Oldest first; release with em_storage_messages_free. */
+int em_storage_message_list(em_storage *st, int64_t key_id, int64_t conv_id, em_message **out,
+                            size_t *n, em_err *err);
+void em_storage_messages_free(em_message *msgs, size_t n);   /* accepts NULL */
+
+/* ---- usage queries and export ------------------------------------------------------- */
+
+typedef enum {
+    EM_USAGE_BY_NONE = 0,   /* just the total */
+    EM_USAGE_BY_KEY,        /* key name ("-" for requests without a key) */
+    EM_USAGE_BY_DAY,        /* UTC day of received_ms, YYYY-MM-DD */
+    EM_USAGE_BY_CLASS,
+    EM_USAGE_BY_MODEL,
+} em_usage_group_by;
+
+typedef enum {
+    EM_USAGE_TABLE = 0,
+    EM_USAGE_CSV,
+    EM_USAGE_JSON,
+} em_usage_format;
+
+typedef struct {
+    int64_t since_ms;            /* received_ms >= since_ms; 0 = from the start */
+    int64_t until_ms;            /* received_ms <  until_ms; 0 = to the end */
+    em_usage_group_by group_by;
+    double  gpu_cost_per_hour;   /* price of one box's GPU per hour; < 0 = none */
+} em_usage_query;
+
+/* One group (or the total). Values that do not exist are NAN. */
+typedef struct {
+    char    label[EM_USAGE_MODEL_MAX];
+    int64_t requests;
+    int64_t prompt_tokens, cached_tokens, completion_tokens;
+    double  cached_share;                 /* cached / prompt tokens */
+    double  ttft_p50_ms, ttft_p99_ms;     /* over requests with a first token */
+    double  tpot_p50_ms, tpot_p99_ms;     /* over requests' mean TPOT */
+    double  gpu_hours;                    /* see docs/storage.md, "Cost" */
+    double  cost;                         /* gpu_hours * price */
+    double  cost_per_1m;                  /* cost / completion tokens * 1e6 */
+} em_usage_row;
+
+typedef struct {
+    em_usage_query query;
+    size_t        n_dbs;
+    em_usage_row *rows;          /* sorted by label */
+    size_t        n_rows;
+    em_usage_row  total;         /* label "total" */
+} em_usage_report;
+
+/* Defaults: everything, no grouping, no price. */
+void em_storage_usage_query_init(em_usage_query *q);
+
+/* Aggregate the ledgers in paths[0..n) (merged: several boxes) into *out
+ * (release with em_storage_usage_free). Each file gets its own query-only
+ * connection (PRAGMA query_only) and is never modified or migrated; older
+ * schema versions are read as they are. */
+int em_storage_usage_query(const char *const *paths, size_t n, const em_usage_query *q,
+                           em_usage_report **out, em_err *err);
+/* The same over an open storage's database. */
+int em_storage_usage(em_storage *st, const em_usage_query *q, em_usage_report **out,
+                     em_err *err);
+void em_storage_usage_free(em_usage_report *rep);   /* accepts NULL */
+
+/* Write rep to f as an aligned table, CSV (RFC 4180, header line) or JSON. */
+int em_storage_usage_write(const em_usage_report *rep, em_usage_format fmt, FILE *f,
+                           em_err *err);
+/* The JSON form as a malloc'd NUL-terminated string (*out, free() it). */
+int em_storage_usage_json(const em_usage_report *rep, char **out, em_err *err);
+
+/* Parse "YYYY-MM-DD" or "YYYY-MM-DDTHH:MM[:SS][Z]" (UTC) into epoch ms. With
+ * end_of_day and a date alone, the result is the following midnight (so an
+ * --until date includes that day). */
+int em_storage_parse_time(const char *s, int end_of_day, int64_t *ms, em_err *err);
+/* "key" "day" "class" "model" "none"; "table" "csv" "json". EM_EINVAL otherwise. */
+int em_storage_group_by_parse(const char *s, em_usage_group_by *out);
+int em_storage_format_parse(const char *s, em_usage_format *out);
+
+/* Epoch milliseconds now (CLOCK_REALTIME). */
+int64_t em_storage_now_ms(void);
+
+#endif

@@ -1,0 +1,140 @@
+/* storage_int.h — private structs and helpers shared by the storage/ sources
+ * files (never included outside storage/ except by its unit tests). */
+#ifndef EM_STORAGE_INT_H
+#define EM_STORAGE_INT_H
+
+#include <pthread.h>
+#include <sqlite3.h>
+
+#include "storage/storage.h"
+
+/* Statement slots of a connection. Each statement is prepared on first use
+ * and kept (SQLITE_PREPARE_PERSISTENT) until the connection closes; SQL text
+ * is always a constant next to its use, values are always bound. */
+enum {
+    /* writer connection */
+    EM_STMT_W_UPSERT,
+    EM_STMT_W_BEGIN,
+    EM_STMT_W_COMMIT,
+    EM_STMT_W_ROLLBACK,
+    /* ops connection: keys */
+    EM_STMT_KEY_INSERT,
+    EM_STMT_KEY_LIST,
+    EM_STMT_KEY_BY_PREFIX,
+    EM_STMT_KEY_GET,
+    EM_STMT_KEY_REVOKE,
+    /* ops connection: conversations */
+    EM_STMT_CONV_INSERT,
+    EM_STMT_CONV_LIST,
+    EM_STMT_CONV_DELETE,
+    EM_STMT_CONV_OWNED,
+    EM_STMT_CONV_TOUCH,
+    EM_STMT_MSG_INSERT,
+    EM_STMT_MSG_LIST,
+    /* ops connection: maintenance */
+    EM_STMT_RETENTION,
+    EM_STMT_MARK_INTERRUPTED,
+    EM_STMT_OPS_BEGIN,
+    EM_STMT_OPS_COMMIT,
+    EM_STMT_OPS_ROLLBACK,
+    EM_STMT_COUNT
+};
+
+/* One SQLite connection and its prepared statements. */
+typedef struct {
+    sqlite3      *db;
+    sqlite3_stmt *stmt[EM_STMT_COUNT];
+    int           readonly;   /* the file could only be opened read-only */
+    int           broken;     /* a connection-level failure: reopen before reuse */
+} em_sto_conn;
+
+/* How to open a connection. */
+typedef struct {
+    const char *path;
+    int      readonly;       /* SQLITE_OPEN_READONLY */
+    int      create;         /* create the file when missing */
+    int      migrate;        /* the ledger's own connection: WAL, synchronous,
+                                max_pages, forward migrations */
+    int      query_only;     /* PRAGMA query_only (usage queries) */
+    int      quick_check;    /* PRAGMA quick_check before migrating */
+    int      busy_ms;
+    int64_t  max_pages;      /* 0 = none */
+} em_sto_conn_params;
+
+struct em_storage {
+    char            *path;
+    em_storage_opts  opts;          /* opts.path points at path */
+
+    /* keys, conversations, maintenance */
+    pthread_mutex_t  ops_lock;
+    em_sto_conn      ops;
+    uint64_t         ct_compares;   /* constant-time hash comparisons (tests) */
+
+    /* the queue and writer status: all under lock */
+    pthread_mutex_t  lock;
+    pthread_cond_t   wake;          /* signals the writer */
+    pthread_cond_t   done;          /* signals flushers: a batch attempt finished */
+    em_usage_record *ring;          /* [cap] */
+    int64_t         *ring_ns;       /* [cap] monotonic enqueue time */
+    size_t           cap, head, count;
+    size_t           inflight;      /* records in the writer's current batch */
+    uint64_t         enq_seq;       /* records accepted so far */
+    uint64_t         done_seq;      /* records resolved (committed, rejected, dropped) */
+    uint64_t         fail_gen;      /* failed attempts so far */
+    int              stop;
+    int              flush_waiters;
+    em_storage_health   health;
+    em_storage_counters ctr;        /* queue_depth/cap/degraded filled on read */
+
+    /* writer thread only */
+    em_sto_conn      w;
+    int              w_failed;      /* the last connect attempt failed */
+    em_usage_record *batch;         /* [batch_rows] */
+    const em_usage_record **batch_ok;   /* [batch_rows] rows that committed */
+    pthread_t        thread;
+    int              thread_started;
+};
+
+/* ---- schema.c ---- */
+
+/* Open a connection per p (pragmas, version check, quick check, migrations).
+ * On failure c is left closed and err names the file. */
+int  em_sto_conn_open(const em_sto_conn_params *p, em_sto_conn *c, em_err *err);
+void em_sto_conn_close(em_sto_conn *c);   /* accepts a closed one */
+
+/* The statement in slot, prepared on first use. NULL on failure (err set). */
+sqlite3_stmt *em_sto_stmt(em_sto_conn *c, int slot, const char *sql, const char *path,
+                          em_err *err);
+
+/* Apply migrations on db until PRAGMA user_version == target (each step in
+ * its own transaction). Exposed for tests, which build older versions. */
+int em_sto_migrate(sqlite3 *db, int target, const char *path, em_err *err);
+
+/* PRAGMA user_version of db into *v. */
+int em_sto_user_version(sqlite3 *db, int *v, const char *path, em_err *err);
+
+/* Map an SQLite result code to an EM_E* code and set err to
+ * "<path>: <what>: <sqlite message>" (what may be NULL). */
+int em_sto_fail(sqlite3 *db, int rc, const char *path, const char *what, em_err *err);
+int em_sto_code(int sqlite_rc);
+
+/* 1 when an SQLite error means the connection should be reopened. */
+int em_sto_conn_fault(int sqlite_rc);
+
+/* ---- writer.c ---- */
+int  em_sto_writer_start(em_storage *st, em_err *err);
+void em_sto_writer_stop(em_storage *st);   /* commits what it can, joins */
+void em_sto_set_degraded(em_storage *st, const char *reason);   /* takes st->lock */
+
+/* ---- storage.c ---- */
+/* Lock the ops connection, reopening it first if needed; on success the
+ * caller owns ops_lock and must call em_sto_ops_end. */
+int  em_sto_ops_begin(em_storage *st, em_err *err);
+/* Release ops_lock; rc is the SQLite code of the last failure (0 = none). */
+void em_sto_ops_end(em_storage *st, int sqlite_rc);
+
+/* ---- keys.c ---- */
+/* Constant-time comparison of two 32-byte hashes (sodium_memcmp). */
+int em_sto_hash_equal(em_storage *st, const unsigned char *a, const unsigned char *b);
+
+#endif

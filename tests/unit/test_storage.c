@@ -1,0 +1,780 @@
+/* test_storage.c — unit tests of storage/: schema creation and migration from
+ * every earlier version, refusal of newer and corrupt files, the writer's
+ * upsert/batching/queue-full behaviour, API keys (hashing, constant-time
+ * comparison, revocation, no key in the file), conversations (per key,
+ * deletion, retention, the content switch) and usage reports. Real SQLite
+ * files in a temporary directory. */
+#include <jansson.h>
+#include <math.h>
+
+#include "tests/unit/storage_test.h"
+
+#define D1 1714521600000LL   /* 2024-05-01T00:00:00Z */
+#define HOUR 3600000LL
+
+static em_storage *open_at(const char *path, em_storage_opts *o_in)
+{
+    em_storage_opts o;
+    if (o_in)
+        o = *o_in;
+    else
+        em_storage_opts_init(&o);
+    o.path = path;
+    em_err err = { 0 };
+    em_storage *st = NULL;
+    if (em_storage_open(&o, &st, &err)) {
+        fprintf(stderr, "open %s: %s\n", path, err.msg);
+        return NULL;
+    }
+    return st;
+}
+
+/* ---- schema and migrations ---- */
+
+/* A database at schema version v (0 = an empty file) with rows that each
+ * version can hold. */
+static int make_db_at(const char *path, int v)
+{
+    sqlite3 *db = NULL;
+    em_err err = { 0 };
+    int ret = 0;
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) != SQLITE_OK)
+        ret = -1;
+    if (!ret && v > 0 && em_sto_migrate(db, v, path, &err)) {
+        fprintf(stderr, "migrate to %d: %s\n", v, err.msg);
+        ret = -1;
+    }
+    if (!ret && v >= 1)
+        ret = t_exec(db,
+                     "PRAGMA journal_mode = WAL;"
+                     "INSERT INTO api_keys (id, name, prefix, hash, default_class,"
+                     " rate_limit_per_min, created_ms) VALUES"
+                     " (1, 'old', 'em_oldkey', zeroblob(32), 'background', 5, 1000);"
+                     "INSERT INTO requests (request_id, key_id, class, model, received_ms,"
+                     " finished_ms, status, prompt_tokens, completion_tokens, ttft_ms,"
+                     " tpot_mean_ms) VALUES ('old-1', 1, 'background', 'm', 1714557600000,"
+                     " 1714557601000, 'completed', 7, 3, 12.5, 4.5);");
+    if (!ret && v >= 2)
+        ret = t_exec(db,
+                     "INSERT INTO requests (request_id, class, received_ms, status,"
+                     " prompt_tokens, cached_tokens, completion_tokens, preemptions, tpot_p99_ms)"
+                     " VALUES ('old-2', 'interactive', 1714557700000, 'preempted_completed',"
+                     " 8, 4, 2, 2, 9.5);");
+    if (!ret && v >= 3)
+        ret = t_exec(db,
+                     "INSERT INTO conversations (id, key_id, title, created_ms, updated_ms)"
+                     " VALUES (1, 1, 'old chat', 1000, 2000);"
+                     "INSERT INTO messages (conversation_id, role, content, created_ms)"
+                     " VALUES (1, 'user', 'hello', 1500);");
+    sqlite3_close(db);
+    return ret;
+}
+
+static void schema_text(const char *path, char *buf, size_t cap)
+{
+    sqlite3 *db = t_db_open(path);
+    if (!db) {
+        buf[0] = 0;
+        return;
+    }
+    t_text(db,
+           "SELECT group_concat(type || ' ' || name || ' ' || coalesce(sql, ''), char(10))"
+           " FROM (SELECT * FROM sqlite_schema ORDER BY name)",
+           buf, cap);
+    sqlite3_close(db);
+}
+
+static int test_migrations(void)
+{
+    char fresh[512], path[512];
+    static char want[16384], got[16384];
+    t_path(fresh, sizeof fresh, "fresh.db");
+    em_storage *st = open_at(fresh, NULL);
+    REQUIRE(st);
+    em_storage_close(st);
+    schema_text(fresh, want, sizeof want);
+    REQUIRE(want[0]);
+
+    for (int v = 0; v < EM_STORAGE_SCHEMA_VERSION; v++) {
+        char name[32];
+        snprintf(name, sizeof name, "v%d.db", v);
+        t_path(path, sizeof path, name);
+        REQUIRE(make_db_at(path, v) == 0);
+        st = open_at(path, NULL);
+        CHECK(st != NULL);
+        if (!st)
+            continue;
+        /* The new tables work on a migrated file. */
+        int64_t conv = 0;
+        em_err err = { 0 };
+        CHECK_RC(em_storage_conv_create(st, 0, "new", &conv, &err), 0);
+        em_storage_close(st);
+
+        sqlite3 *db = t_db_open(path);
+        REQUIRE(db);
+        CHECK(t_int(db, "PRAGMA user_version") == EM_STORAGE_SCHEMA_VERSION);
+        char mode[32];
+        t_text(db, "PRAGMA journal_mode", mode, sizeof mode);
+        CHECK(strcmp(mode, "wal") == 0);
+        CHECK(t_int(db, "SELECT count(*) FROM pragma_foreign_key_check") == 0);
+        if (v >= 1) {
+            /* Rows survive; columns added later take their defaults. */
+            CHECK(t_int(db, "SELECT count(*) FROM requests WHERE request_id = 'old-1'"
+                            " AND key_id = 1 AND prompt_tokens = 7 AND completion_tokens = 3"
+                            " AND ttft_ms = 12.5 AND cached_tokens = 0 AND preemptions = 0"
+                            " AND tpot_p99_ms IS NULL AND status = 'completed'") == 1);
+            CHECK(t_int(db, "SELECT count(*) FROM api_keys WHERE name = 'old'") == 1);
+        }
+        if (v >= 2)
+            CHECK(t_int(db, "SELECT count(*) FROM requests WHERE request_id = 'old-2'"
+                            " AND cached_tokens = 4 AND preemptions = 2") == 1);
+        sqlite3_close(db);
+        CHECK(t_integrity_ok(path));
+        schema_text(path, got, sizeof got);
+        if (strcmp(want, got) != 0) {
+            fprintf(stderr, "schema after migrating from v%d differs:\n%s\n--- fresh:\n%s\n", v,
+                    got, want);
+            t_failures++;
+        }
+    }
+    return 0;
+}
+
+static int test_usage_reads_old_ledger(void)
+{
+    char path[512];
+    t_path(path, sizeof path, "old-ledger.db");
+    REQUIRE(make_db_at(path, 1) == 0);
+    em_usage_query q;
+    em_storage_usage_query_init(&q);
+    em_usage_report *rep = NULL;
+    em_err err = { 0 };
+    const char *paths[1] = { path };
+    CHECK_RC(em_storage_usage_query(paths, 1, &q, &rep, &err), 0);
+    if (rep) {
+        CHECK(rep->total.requests == 1);
+        CHECK(rep->total.prompt_tokens == 7);
+        CHECK(rep->total.cached_tokens == 0);
+    }
+    em_storage_usage_free(rep);
+    sqlite3 *db = t_db_open(path);
+    REQUIRE(db);
+    CHECK(t_int(db, "PRAGMA user_version") == 1);   /* read, not migrated */
+    sqlite3_close(db);
+    return 0;
+}
+
+static int test_refusals(void)
+{
+    char path[512];
+    em_err err = { 0 };
+    em_storage_opts o;
+    em_storage *st = NULL;
+    em_storage_opts_init(&o);
+
+    /* Newer schema than this build. */
+    t_path(path, sizeof path, "newer.db");
+    REQUIRE(make_db_at(path, EM_STORAGE_SCHEMA_VERSION) == 0);
+    sqlite3 *db = t_db_open(path);
+    REQUIRE(db);
+    t_exec(db, "PRAGMA user_version = 99");
+    sqlite3_close(db);
+    o.path = path;
+    CHECK_RC(em_storage_open(&o, &st, &err), EM_EUNSUPPORTED);
+    CHECK(st == NULL);
+    CHECK(strstr(err.msg, path) != NULL);
+
+    /* Not a database at all. */
+    t_path(path, sizeof path, "garbage.db");
+    FILE *f = fopen(path, "wb");
+    REQUIRE(f);
+    for (int i = 0; i < 8192; i++)
+        fputc((i * 7919) & 0xff, f);
+    fclose(f);
+    o.path = path;
+    memset(&err, 0, sizeof err);
+    CHECK_RC(em_storage_open(&o, &st, &err), EM_EFORMAT);
+    CHECK(strstr(err.msg, path) != NULL);
+    fprintf(stderr, "  (expected) %s\n", err.msg);
+
+    /* A real database whose pages after the first are destroyed. */
+    t_path(path, sizeof path, "broken.db");
+    st = open_at(path, NULL);
+    REQUIRE(st);
+    for (int i = 0; i < 50; i++) {
+        em_usage_record r;
+        char id[32];
+        snprintf(id, sizeof id, "r%d", i);
+        t_record(&r, id, EM_USAGE_COMPLETED);
+        em_storage_submit(st, &r);
+    }
+    CHECK_RC(em_storage_flush(st, -1, NULL), 0);
+    em_storage_close(st);
+    st = NULL;
+    struct stat sb;
+    REQUIRE(stat(path, &sb) == 0 && sb.st_size > 4096);
+    int fd = open(path, O_WRONLY);
+    REQUIRE(fd >= 0);
+    static unsigned char junk[4096];
+    memset(junk, 0xA5, sizeof junk);
+    for (off_t off = 4096; off < sb.st_size; off += 4096)
+        CHECK(pwrite(fd, junk, sizeof junk, off) == (ssize_t)sizeof junk);
+    close(fd);
+    o.path = path;
+    memset(&err, 0, sizeof err);
+    CHECK_RC(em_storage_open(&o, &st, &err), EM_EFORMAT);
+    CHECK(strstr(err.msg, path) != NULL);
+    fprintf(stderr, "  (expected) %s\n", err.msg);
+
+    /* Missing file without create. */
+    t_path(path, sizeof path, "missing.db");
+    o.path = path;
+    o.create = 0;
+    memset(&err, 0, sizeof err);
+    CHECK_RC(em_storage_open(&o, &st, &err), EM_ENOENT);
+    CHECK(strstr(err.msg, path) != NULL);
+    return 0;
+}
+
+/* ---- the writer ---- */
+
+typedef struct {
+    size_t rows, calls;
+} commit_seen;
+
+static void on_commit(void *ctx, const em_usage_record *const *rows, size_t n)
+{
+    commit_seen *c = ctx;
+    c->calls++;
+    c->rows += n;
+    (void)rows;
+}
+
+static int test_writer(void)
+{
+    char path[512];
+    t_path(path, sizeof path, "writer.db");
+    commit_seen seen = { 0, 0 };
+    em_storage_opts o;
+    em_storage_opts_init(&o);
+    o.on_commit = on_commit;
+    o.on_commit_ctx = &seen;
+    em_storage *st = open_at(path, &o);
+    REQUIRE(st);
+
+    /* Admission, then the end of the same request: one row, merged. */
+    em_usage_record a;
+    t_record(&a, "req-1", EM_USAGE_ADMITTED);
+    a.started_ms = a.received_ms + 5;
+    a.queue_ms = 5;
+    CHECK_RC(em_storage_submit(st, &a), 0);
+    em_usage_record e = a;
+    e.client_addr[0] = 0;   /* unknown now: keeps the admitted value */
+    e.queue_ms = -1;
+    e.status = EM_USAGE_PREEMPTED_COMPLETED;
+    e.first_token_ms = a.received_ms + 40;
+    e.finished_ms = a.received_ms + 400;
+    e.prompt_tokens = 100;
+    e.cached_tokens = 64;
+    e.completion_tokens = 20;
+    e.ttft_ms = 35;
+    e.tpot_mean_ms = 18;
+    e.tpot_p99_ms = 30;
+    e.preemptions = 1;
+    snprintf(e.finish_reason, sizeof e.finish_reason, "stop");
+    CHECK_RC(em_storage_submit(st, &e), 0);
+    /* A row the database refuses on its own (no such key) is dropped, the
+     * rest of the batch commits. */
+    em_usage_record bad;
+    t_record(&bad, "req-bad", EM_USAGE_COMPLETED);
+    bad.key_id = 999;
+    CHECK_RC(em_storage_submit(st, &bad), 0);
+    em_usage_record noid;
+    em_usage_record_init(&noid);
+    CHECK_RC(em_storage_submit(st, &noid), EM_EINVAL);
+    CHECK_RC(em_storage_flush(st, -1, NULL), 0);
+
+    em_storage_counters c;
+    em_storage_counters_get(st, &c);
+    CHECK(c.rows_written == 2);
+    CHECK(c.rows_dropped == 2);
+    CHECK(c.queue_depth == 0);
+    CHECK(strstr(c.last_error, "req-bad") != NULL);
+    CHECK(seen.rows == 2);
+
+    sqlite3 *db = t_db_open(path);
+    REQUIRE(db);
+    CHECK(t_int(db, "SELECT count(*) FROM requests") == 1);
+    CHECK(t_int(db, "SELECT count(*) FROM requests WHERE request_id = 'req-1'"
+                    " AND client_addr = '192.0.2.1' AND queue_ms = 5 AND ttft_ms = 35"
+                    " AND status = 'preempted_completed' AND cached_tokens = 64"
+                    " AND preemptions = 1 AND finish_reason = 'stop' AND error IS NULL"
+                    " AND started_ms IS NOT NULL AND first_token_ms IS NOT NULL"
+                    " AND tpot_p99_ms = 30 AND key_id IS NULL") == 1);
+    sqlite3_close(db);
+
+    /* Interrupted requests: admitted, never ended. */
+    em_usage_record lone;
+    t_record(&lone, "req-lone", EM_USAGE_ADMITTED);
+    CHECK_RC(em_storage_submit(st, &lone), 0);
+    CHECK_RC(em_storage_flush(st, -1, NULL), 0);
+    int64_t n = 0;
+    CHECK_RC(em_storage_mark_interrupted(st, &n, NULL), 0);
+    CHECK(n == 1);
+    em_storage_close(st);
+    db = t_db_open(path);
+    REQUIRE(db);
+    CHECK(t_int(db, "SELECT count(*) FROM requests WHERE status = 'interrupted'") == 1);
+    sqlite3_close(db);
+    return 0;
+}
+
+static int test_queue_full(void)
+{
+    char path[512];
+    t_path(path, sizeof path, "queue.db");
+    em_storage_opts o;
+    em_storage_opts_init(&o);
+    o.queue_cap = 4;
+    o.batch_rows = 100;      /* never reached ... */
+    o.batch_ms = 600000;     /* ... nor this: the writer waits for a flush */
+    em_storage *st = open_at(path, &o);
+    REQUIRE(st);
+    int busy = 0;
+    for (int i = 0; i < 10; i++) {
+        em_usage_record r;
+        char id[32];
+        snprintf(id, sizeof id, "q%d", i);
+        t_record(&r, id, EM_USAGE_COMPLETED);
+        int rc = em_storage_submit(st, &r);
+        CHECK(rc == 0 || rc == EM_EBUSY);
+        busy += rc == EM_EBUSY;
+    }
+    CHECK(busy == 6);
+    em_storage_counters c;
+    em_storage_counters_get(st, &c);
+    CHECK(c.rows_dropped == 6);
+    CHECK(c.queue_depth == 4);
+    CHECK(c.queue_cap == 4);
+    CHECK_RC(em_storage_flush(st, -1, NULL), 0);
+    em_storage_counters_get(st, &c);
+    CHECK(c.rows_written == 4);
+    CHECK(c.batches == 1);
+    em_storage_close(st);
+    return 0;
+}
+
+/* ---- keys ---- */
+
+static int test_keys(void)
+{
+    char path[512], wal[600];
+    t_path(path, sizeof path, "keys.db");
+    snprintf(wal, sizeof wal, "%s-wal", path);
+    em_storage *st = open_at(path, NULL);
+    REQUIRE(st);
+    em_err err = { 0 };
+    char key[EM_STORAGE_KEY_MAX], key2[EM_STORAGE_KEY_MAX];
+    em_key_info info, got;
+
+    CHECK_RC(em_storage_key_add(st, "alice", EM_USAGE_BACKGROUND, 60, key, sizeof key, &info,
+                                &err), 0);
+    CHECK(strncmp(key, "em_", 3) == 0 && strlen(key) == 46);
+    CHECK(strncmp(info.prefix, key, EM_STORAGE_PREFIX_LEN) == 0);
+    CHECK(strlen(info.prefix) == EM_STORAGE_PREFIX_LEN);
+    CHECK_RC(em_storage_key_add(st, "bob", EM_USAGE_INTERACTIVE, 0, key2, sizeof key2, NULL,
+                                &err), 0);
+    CHECK(strcmp(key, key2) != 0);
+
+    CHECK_RC(em_storage_key_verify(st, key, &got, &err), 0);
+    CHECK(got.id == info.id && strcmp(got.name, "alice") == 0);
+    CHECK(got.default_class == EM_USAGE_BACKGROUND && got.rate_limit_per_min == 60);
+
+    /* Same prefix, one character different: found by prefix, rejected by
+     * the constant-time hash comparison. */
+    char forged[EM_STORAGE_KEY_MAX];
+    snprintf(forged, sizeof forged, "%s", key);
+    forged[45] = forged[45] == 'A' ? 'B' : 'A';
+    uint64_t before = st->ct_compares;
+    memset(&err, 0, sizeof err);
+    CHECK_RC(em_storage_key_verify(st, forged, &got, &err), EM_ENOENT);
+    CHECK(st->ct_compares == before + 1);
+    CHECK(strstr(err.msg, forged) == NULL && strstr(err.msg, forged + 3) == NULL);
+    CHECK_RC(em_storage_key_verify(st, "em_short", &got, NULL), EM_ENOENT);
+    CHECK_RC(em_storage_key_verify(st, "", &got, NULL), EM_ENOENT);
+    CHECK_RC(em_storage_key_verify(st, NULL, &got, NULL), EM_ENOENT);
+
+    /* Revocation. */
+    CHECK_RC(em_storage_key_revoke(st, info.id, &err), 0);
+    memset(&err, 0, sizeof err);
+    CHECK_RC(em_storage_key_verify(st, key, &got, &err), EM_ESTATE);
+    CHECK(strstr(err.msg, "revoked") != NULL);
+    CHECK(strstr(err.msg, key + 3) == NULL);   /* never the key itself */
+    CHECK_RC(em_storage_key_revoke(st, info.id, NULL), EM_ESTATE);
+    CHECK_RC(em_storage_key_revoke(st, 12345, NULL), EM_ENOENT);
+    CHECK_RC(em_storage_key_verify(st, key2, &got, NULL), 0);
+
+    em_key_info *list = NULL;
+    size_t n = 0;
+    CHECK_RC(em_storage_key_list(st, &list, &n, &err), 0);
+    CHECK(n == 2);
+    if (n == 2) {
+        CHECK(list[0].revoked_ms > 0 && list[1].revoked_ms == 0);
+        CHECK(strcmp(list[1].name, "bob") == 0);
+    }
+    free(list);
+
+    /* Bad input. */
+    char k3[EM_STORAGE_KEY_MAX];
+    CHECK_RC(em_storage_key_add(st, "", EM_USAGE_INTERACTIVE, 0, k3, sizeof k3, NULL, NULL),
+             EM_EINVAL);
+    CHECK_RC(em_storage_key_add(st, "tab\there", EM_USAGE_INTERACTIVE, 0, k3, sizeof k3, NULL,
+                                NULL), EM_EINVAL);
+    CHECK_RC(em_storage_key_add(st, "x", EM_USAGE_INTERACTIVE, -1, k3, sizeof k3, NULL, NULL),
+             EM_EINVAL);
+    CHECK_RC(em_storage_key_add(st, "x", EM_USAGE_INTERACTIVE, 0, k3, 10, NULL, NULL), EM_EINVAL);
+    /* A name is bound, never spliced into SQL. */
+    CHECK_RC(em_storage_key_add(st, "x'); DROP TABLE api_keys; --", EM_USAGE_INTERACTIVE, 0, k3,
+                                sizeof k3, &info, NULL), 0);
+    CHECK_RC(em_storage_key_verify(st, k3, &got, NULL), 0);
+    CHECK(strcmp(got.name, "x'); DROP TABLE api_keys; --") == 0);
+
+    /* The keys are nowhere in the files, neither whole nor their secret part. */
+    CHECK(!t_file_contains(path, key + 3) && !t_file_contains(wal, key + 3));
+    CHECK(!t_file_contains(path, key2 + 3) && !t_file_contains(wal, key2 + 3));
+    em_storage_close(st);
+    CHECK(!t_file_contains(path, key + 3) && !t_file_contains(path, key2 + 3));
+    CHECK(!t_file_contains(path, k3 + 3));
+    return 0;
+}
+
+/* ---- conversations ---- */
+
+static int test_conversations(void)
+{
+    char path[512];
+    t_path(path, sizeof path, "conv.db");
+    em_storage_opts o;
+    em_storage_opts_init(&o);
+    em_storage *st = open_at(path, &o);
+    REQUIRE(st);
+    em_err err = { 0 };
+    char ka[EM_STORAGE_KEY_MAX], kb[EM_STORAGE_KEY_MAX];
+    em_key_info a, b;
+    REQUIRE(em_storage_key_add(st, "a", EM_USAGE_INTERACTIVE, 0, ka, sizeof ka, &a, &err) == 0);
+    REQUIRE(em_storage_key_add(st, "b", EM_USAGE_INTERACTIVE, 0, kb, sizeof kb, &b, &err) == 0);
+
+    int64_t c1 = 0, c2 = 0, c3 = 0, m = 0;
+    CHECK_RC(em_storage_conv_create(st, a.id, "first", &c1, &err), 0);
+    CHECK_RC(em_storage_conv_create(st, a.id, NULL, &c2, &err), 0);
+    CHECK_RC(em_storage_conv_create(st, 0, "anonymous", &c3, &err), 0);
+    /* Fixed, old times (no reliance on the clock): c2 looks newer than c1
+     * until a message arrives in c1. */
+    sqlite3 *db = t_db_open(path);
+    REQUIRE(db);
+    CHECK(t_exec(db, "UPDATE conversations SET updated_ms = 1000 + id WHERE key_id IS NOT NULL") ==
+          SQLITE_OK);
+    CHECK_RC(em_storage_message_add(st, a.id, c1, "user", "hello", 1, &m, &err), 0);
+    CHECK(m > 0);
+    CHECK_RC(em_storage_message_add(st, a.id, c1, "assistant", "hi there", 2, NULL, &err), 0);
+    CHECK_RC(em_storage_message_add(st, a.id, c1, "robot", "x", 0, NULL, NULL), EM_EINVAL);
+    /* Another key can neither write to, read, nor delete a's conversation. */
+    CHECK_RC(em_storage_message_add(st, b.id, c1, "user", "intruder", 1, NULL, NULL), EM_ENOENT);
+    em_message *msgs = NULL;
+    size_t n = 0;
+    CHECK_RC(em_storage_message_list(st, b.id, c1, &msgs, &n, NULL), EM_ENOENT);
+    CHECK_RC(em_storage_conv_delete(st, b.id, c1, NULL), EM_ENOENT);
+    CHECK_RC(em_storage_conv_delete(st, 0, c1, NULL), EM_ENOENT);
+
+    em_conv_info *convs = NULL;
+    CHECK_RC(em_storage_conv_list(st, a.id, &convs, &n, &err), 0);
+    CHECK(n == 2);
+    if (n == 2) {
+        CHECK(convs[0].id == c1);   /* most recently updated first: a message touches it */
+        CHECK(convs[1].id == c2 && convs[1].updated_ms == 1000 + c2);
+        CHECK(convs[0].n_messages == 2 && strcmp(convs[0].title, "first") == 0);
+    }
+    free(convs);
+    CHECK_RC(em_storage_conv_list(st, b.id, &convs, &n, &err), 0);
+    CHECK(n == 0);
+    free(convs);
+    CHECK_RC(em_storage_conv_list(st, 0, &convs, &n, &err), 0);
+    CHECK(n == 1);
+    free(convs);
+
+    CHECK_RC(em_storage_message_list(st, a.id, c1, &msgs, &n, &err), 0);
+    CHECK(n == 2);
+    if (n == 2) {
+        CHECK(strcmp(msgs[0].role, "user") == 0 && strcmp(msgs[0].content, "hello") == 0);
+        CHECK(strcmp(msgs[1].content, "hi there") == 0 && msgs[1].tokens == 2);
+    }
+    em_storage_messages_free(msgs, n);
+
+    /* Deletion takes the messages along. */
+    CHECK_RC(em_storage_conv_delete(st, a.id, c1, &err), 0);
+    CHECK_RC(em_storage_conv_delete(st, a.id, c1, NULL), EM_ENOENT);
+    CHECK(t_int(db, "SELECT count(*) FROM messages") == 0);
+
+    /* Retention, with fixed times so that neither the clock nor the pass the
+     * writer makes at open matters: c2 updated at now + 10 days, c3 at
+     * now + 40 days; a pass "at" now + 50 days with 30 days kept removes c2. */
+    CHECK_RC(em_storage_message_add(st, a.id, c2, "user", "old", 1, NULL, &err), 0);
+    em_storage_close(st);
+    int64_t now = em_storage_now_ms(), day = 86400000LL;
+    char sql[160];
+    snprintf(sql, sizeof sql, "UPDATE conversations SET updated_ms = %lld WHERE id = %lld",
+             (long long)(now + 10 * day), (long long)c2);
+    CHECK(t_exec(db, sql) == SQLITE_OK);
+    snprintf(sql, sizeof sql, "UPDATE conversations SET updated_ms = %lld WHERE id = %lld",
+             (long long)(now + 40 * day), (long long)c3);
+    CHECK(t_exec(db, sql) == SQLITE_OK);
+    o.retention_days = 30;
+    st = open_at(path, &o);
+    REQUIRE(st);
+    int64_t deleted = 0;
+    CHECK_RC(em_storage_retention_run(st, now + 50 * day, &deleted, &err), 0);
+    CHECK(deleted == 1);
+    CHECK(t_int(db, "SELECT count(*) FROM conversations") == 1);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM conversations WHERE id = %lld", (long long)c3);
+    CHECK(t_int(db, sql) == 1);
+    CHECK(t_int(db, "SELECT count(*) FROM messages") == 0);
+    sqlite3_close(db);
+    em_storage_close(st);
+
+    /* Content switched off: nothing new is stored. */
+    o.store_content = 0;
+    st = open_at(path, &o);
+    REQUIRE(st);
+    CHECK_RC(em_storage_conv_create(st, a.id, "no", &c1, NULL), EM_ESTATE);
+    CHECK_RC(em_storage_message_add(st, 0, c3, "user", "secret text", 1, NULL, NULL), EM_ESTATE);
+    em_storage_close(st);
+    CHECK(!t_file_contains(path, "secret text"));
+    return 0;
+}
+
+/* ---- usage ---- */
+
+static void add_req(em_storage *st, const char *id, int64_t key, em_usage_class cls,
+                    const char *model, int64_t recv, int64_t prompt, int64_t cached,
+                    int64_t compl, double ttft, double tpot, em_usage_status status)
+{
+    em_usage_record r;
+    em_usage_record_init(&r);
+    snprintf(r.request_id, sizeof r.request_id, "%s", id);
+    snprintf(r.model, sizeof r.model, "%s", model);
+    r.key_id = key;
+    r.cls = cls;
+    r.received_ms = recv;
+    r.finished_ms = recv + 2000;
+    r.prompt_tokens = prompt;
+    r.cached_tokens = cached;
+    r.completion_tokens = compl;
+    r.ttft_ms = ttft;
+    r.tpot_mean_ms = tpot;
+    r.status = status;
+    em_storage_submit(st, &r);
+}
+
+static int fill_ledger(const char *path)
+{
+    em_storage *st = open_at(path, NULL);
+    REQUIRE(st);
+    char k[EM_STORAGE_KEY_MAX];
+    REQUIRE(em_storage_key_add(st, "alice", EM_USAGE_INTERACTIVE, 0, k, sizeof k, NULL, NULL) == 0);
+    REQUIRE(em_storage_key_add(st, "bob", EM_USAGE_BACKGROUND, 0, k, sizeof k, NULL, NULL) == 0);
+    add_req(st, "r1", 1, EM_USAGE_INTERACTIVE, "m1", D1 + 10 * HOUR, 100, 25, 10, 10, 2,
+            EM_USAGE_COMPLETED);
+    add_req(st, "r2", 1, EM_USAGE_INTERACTIVE, "m1", D1 + 11 * HOUR, 100, 75, 30, 30, 4,
+            EM_USAGE_COMPLETED);
+    add_req(st, "r3", 2, EM_USAGE_BACKGROUND, "m2", D1 + 34 * HOUR, 200, 0, 60, 20, 6,
+            EM_USAGE_COMPLETED);
+    add_req(st, "r4", 0, EM_USAGE_INTERACTIVE, "m2", D1 + 36 * HOUR, 50, 0, 0, -1, -1,
+            EM_USAGE_FAILED);
+    int rc = em_storage_flush(st, -1, NULL);
+    em_storage_close(st);
+    return rc;
+}
+
+static int near(double a, double b)
+{
+    return fabs(a - b) <= 1e-9 * (fabs(b) > 1 ? fabs(b) : 1);
+}
+
+static const em_usage_row *find_row(const em_usage_report *rep, const char *label)
+{
+    for (size_t i = 0; i < rep->n_rows; i++)
+        if (strcmp(rep->rows[i].label, label) == 0)
+            return &rep->rows[i];
+    fprintf(stderr, "no group '%s'\n", label);
+    return NULL;
+}
+
+static int test_usage(void)
+{
+    char p1[512], p2[512];
+    t_path(p1, sizeof p1, "usage1.db");
+    t_path(p2, sizeof p2, "usage2.db");
+    REQUIRE(fill_ledger(p1) == 0);
+    REQUIRE(fill_ledger(p2) == 0);
+    const char *one[1] = { p1 }, *two[2] = { p1, p2 };
+    em_usage_query q;
+    em_usage_report *rep = NULL;
+    em_err err = { 0 };
+
+    /* Totals over the two full days, $3 per GPU-hour. */
+    em_storage_usage_query_init(&q);
+    q.since_ms = D1;
+    q.until_ms = D1 + 48 * HOUR;
+    q.gpu_cost_per_hour = 3;
+    CHECK_RC(em_storage_usage_query(one, 1, &q, &rep, &err), 0);
+    REQUIRE(rep);
+    const em_usage_row *t = &rep->total;
+    CHECK(t->requests == 4 && t->prompt_tokens == 450 && t->cached_tokens == 100);
+    CHECK(t->completion_tokens == 100);
+    CHECK(near(t->cached_share, 100.0 / 450.0));
+    CHECK(t->ttft_p50_ms == 20 && t->ttft_p99_ms == 30);   /* of {10, 20, 30} */
+    CHECK(t->tpot_p50_ms == 4 && t->tpot_p99_ms == 6);
+    CHECK(near(t->gpu_hours, 48) && near(t->cost, 144) && near(t->cost_per_1m, 1.44e6));
+    CHECK(rep->n_rows == 0);
+    em_storage_usage_free(rep);
+
+    /* By key: GPU hours shared by completion tokens. */
+    q.group_by = EM_USAGE_BY_KEY;
+    CHECK_RC(em_storage_usage_query(one, 1, &q, &rep, &err), 0);
+    REQUIRE(rep);
+    CHECK(rep->n_rows == 3);
+    const em_usage_row *r = find_row(rep, "alice");
+    CHECK(r && r->requests == 2 && near(r->gpu_hours, 19.2) && near(r->cost_per_1m, 1.44e6));
+    CHECK(r && near(r->cached_share, 0.5) && r->ttft_p50_ms == 10 && r->ttft_p99_ms == 30);
+    r = find_row(rep, "-");
+    CHECK(r && r->requests == 1 && r->gpu_hours == 0 && isnan(r->cost_per_1m) &&
+          isnan(r->ttft_p50_ms));
+    em_storage_usage_free(rep);
+
+    /* By day: each day its own hours. */
+    q.group_by = EM_USAGE_BY_DAY;
+    CHECK_RC(em_storage_usage_query(one, 1, &q, &rep, &err), 0);
+    REQUIRE(rep);
+    CHECK(rep->n_rows == 2);
+    r = find_row(rep, "2024-05-01");
+    CHECK(r && r->completion_tokens == 40 && near(r->gpu_hours, 24) && near(r->cost_per_1m, 1.8e6));
+    r = find_row(rep, "2024-05-02");
+    CHECK(r && r->completion_tokens == 60 && near(r->cost_per_1m, 1.2e6));
+
+    /* The three formats. */
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    REQUIRE(f);
+    CHECK_RC(em_storage_usage_write(rep, EM_USAGE_TABLE, f, &err), 0);
+    CHECK_RC(em_storage_usage_write(rep, EM_USAGE_CSV, f, &err), 0);
+    fclose(f);
+    CHECK(strstr(buf, "2024-05-02") && strstr(buf, "cost_per_1m") && strstr(buf, "total"));
+    CHECK(strstr(buf, "2024-05-01,2,200,100,0.5000,40,10.0,30.0,2.0,4.0,24.00,72.0000,1800000.0000\r\n"));
+    free(buf);
+    char *js = NULL;
+    CHECK_RC(em_storage_usage_json(rep, &js, &err), 0);
+    json_error_t jerr;
+    json_t *root = js ? json_loads(js, 0, &jerr) : NULL;
+    CHECK(root != NULL);
+    if (root) {
+        CHECK(json_array_size(json_object_get(root, "groups")) == 2);
+        json_t *tot = json_object_get(root, "total");
+        CHECK(json_integer_value(json_object_get(tot, "requests")) == 4);
+        CHECK(near(json_real_value(json_object_get(tot, "cost_per_1m")), 1.44e6));
+        CHECK(json_is_null(json_object_get(root, "until_ms")) == 0);
+        CHECK(strcmp(json_string_value(json_object_get(root, "group_by")), "day") == 0);
+    }
+    json_decref(root);
+    free(js);
+    em_storage_usage_free(rep);
+
+    /* Two boxes merged: twice the requests, twice the GPU hours. */
+    q.group_by = EM_USAGE_BY_CLASS;
+    CHECK_RC(em_storage_usage_query(two, 2, &q, &rep, &err), 0);
+    REQUIRE(rep);
+    CHECK(rep->total.requests == 8 && near(rep->total.gpu_hours, 96));
+    CHECK(near(rep->total.cost_per_1m, 1.44e6));
+    r = find_row(rep, "background");
+    CHECK(r && r->requests == 2);
+    r = find_row(rep, "interactive");
+    CHECK(r && r->requests == 6);
+    em_storage_usage_free(rep);
+
+    /* Open window: from the first request to the last event. */
+    em_storage_usage_query_init(&q);
+    q.group_by = EM_USAGE_BY_MODEL;
+    CHECK_RC(em_storage_usage_query(one, 1, &q, &rep, &err), 0);
+    REQUIRE(rep);
+    CHECK(near(rep->total.gpu_hours, 26.0 + 2.0 / 3600.0));
+    CHECK(isnan(rep->total.cost));
+    CHECK(rep->n_rows == 2 && find_row(rep, "m1") && find_row(rep, "m2"));
+    em_storage_usage_free(rep);
+
+    /* Bad queries. */
+    const char *missing[1] = { "/nonexistent/ember.db" };
+    em_storage_usage_query_init(&q);
+    memset(&err, 0, sizeof err);
+    CHECK_RC(em_storage_usage_query(missing, 1, &q, &rep, &err), EM_ENOENT);
+    CHECK(strstr(err.msg, "/nonexistent/ember.db") != NULL);
+    q.since_ms = D1 + HOUR;
+    q.until_ms = D1;
+    CHECK_RC(em_storage_usage_query(one, 1, &q, &rep, NULL), EM_EINVAL);
+    return 0;
+}
+
+static int test_parse(void)
+{
+    int64_t ms = 0;
+    CHECK_RC(em_storage_parse_time("2024-05-01", 0, &ms, NULL), 0);
+    CHECK(ms == D1);
+    CHECK_RC(em_storage_parse_time("2024-05-01", 1, &ms, NULL), 0);
+    CHECK(ms == D1 + 24 * HOUR);
+    CHECK_RC(em_storage_parse_time("2024-05-01T10:00", 1, &ms, NULL), 0);
+    CHECK(ms == D1 + 10 * HOUR);
+    CHECK_RC(em_storage_parse_time("2024-05-01 10:00:30Z", 0, &ms, NULL), 0);
+    CHECK(ms == D1 + 10 * HOUR + 30000);
+    CHECK_RC(em_storage_parse_time("2024-02-30", 0, &ms, NULL), EM_EINVAL);
+    CHECK_RC(em_storage_parse_time("2024-5-1", 0, &ms, NULL), EM_EINVAL);
+    CHECK_RC(em_storage_parse_time("yesterday", 0, &ms, NULL), EM_EINVAL);
+    CHECK_RC(em_storage_parse_time("2024-05-01T10:00x", 0, &ms, NULL), EM_EINVAL);
+    em_usage_group_by g;
+    CHECK_RC(em_storage_group_by_parse("model", &g), 0);
+    CHECK(g == EM_USAGE_BY_MODEL);
+    CHECK_RC(em_storage_group_by_parse("user", &g), EM_EINVAL);
+    em_usage_format fmt;
+    CHECK_RC(em_storage_format_parse("csv", &fmt), 0);
+    CHECK(fmt == EM_USAGE_CSV);
+    CHECK_RC(em_storage_format_parse("xml", &fmt), EM_EINVAL);
+    em_storage_close(NULL);
+    em_storage_usage_free(NULL);
+    em_storage_messages_free(NULL, 0);
+    return 0;
+}
+
+int main(void)
+{
+    if (t_mkdtemp("storage"))
+        return 1;
+    struct {
+        const char *name;
+        int (*fn)(void);
+    } tests[] = {
+        { "migrations", test_migrations },
+        { "usage_reads_old_ledger", test_usage_reads_old_ledger },
+        { "refusals", test_refusals },
+        { "writer", test_writer },
+        { "queue_full", test_queue_full },
+        { "keys", test_keys },
+        { "conversations", test_conversations },
+        { "usage", test_usage },
+        { "parse", test_parse },
+    };
+    for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
+        int before = t_failures;
+        if (tests[i].fn())
+            t_failures++;
+        printf("%s %s\n", t_failures == before ? "ok  " : "FAIL", tests[i].name);
+    }
+    return t_failures ? 1 : 0;
+}
