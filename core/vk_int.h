@@ -1,0 +1,150 @@
+/* vk_int.h — private structures shared by core/vk.c (instance, device),
+ * core/vk_mem.c (allocator, transfers) and core/vk_pipe.c (pipelines,
+ * descriptor sets, command buffers). Not for use outside core/vk*.c. */
+#ifndef EM_VK_INT_H
+#define EM_VK_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "core/vk.h"
+
+#define EM_VK_MIB (1024ull * 1024)
+#define EM_VK_MAX_BINDINGS 32   /* storage buffers per kernel */
+
+/* One VkDeviceMemory with one VkBuffer over all of it. Free space is a sorted
+ * array of [off, off+size) ranges, coalesced on free. */
+typedef struct em_vk_range {
+    VkDeviceSize off, size;
+} em_vk_range;
+
+typedef struct em_vk_block {
+    struct em_vk_block *next;
+    em_vk_mem_kind      kind;
+    VkDeviceMemory      mem;
+    VkBuffer            buf;
+    VkDeviceSize        size;
+    VkDeviceSize        used;       /* bytes reserved by live suballocations */
+    uint32_t            n_allocs;
+    bool                dedicated;  /* one allocation, freed with it */
+    void               *map;        /* mapped base, or NULL */
+    em_vk_range        *free;       /* sorted by off */
+    uint32_t            n_free, cap_free;
+} em_vk_block;
+
+/* Pipeline and set layouts are shared by every pipeline with the same binding
+ * count (and push size), so descriptor sets are interchangeable between them
+ * and outlive the pipelines. */
+typedef struct em_vk_layout {
+    struct em_vk_layout  *next;
+    uint32_t              n_bindings;
+    uint32_t              push_size;
+    VkDescriptorSetLayout dsl;
+    VkPipelineLayout      pl;
+} em_vk_layout;
+
+struct em_vk_pipe {
+    struct em_vk_pipe  *next, *prev;
+    const em_vk_kernel *kernel;
+    VkPipeline          pipeline;
+    const em_vk_layout *layout;
+};
+
+struct em_vk_dset {
+    struct em_vk_dset *next, *prev;
+    VkDescriptorSet    set;
+    VkDescriptorPool   pool;
+    uint32_t           n_bindings;
+};
+
+typedef enum { EM_VK_CMD_INITIAL, EM_VK_CMD_RECORDING, EM_VK_CMD_EXECUTABLE,
+               EM_VK_CMD_PENDING } em_vk_cmd_state;
+
+struct em_vk_cmd {
+    struct em_vk_cmd *next, *prev;
+    em_vk            *vk;
+    VkCommandPool     pool;
+    VkCommandBuffer   cb;
+    VkFence           fence;
+    VkQueryPool       qpool;
+    uint32_t          n_ts;
+    em_vk_cmd_state   state;
+    int               rec_err;          /* first recording error */
+    char              rec_msg[256];
+    VkPipeline        bound_pipe;
+    VkPipelineLayout  bound_layout;
+    VkDescriptorSet   bound_set;
+    uint32_t          n_dispatch, n_barrier;
+};
+
+/* Deduplication of validation messages: ids seen so far. */
+#define EM_VK_SEEN_MAX 512
+
+struct em_vk {
+    em_vk_opts         opts;
+    em_vk_dev_info     info;
+    VkInstance         instance;
+    VkDebugUtilsMessengerEXT messenger;
+    PFN_vkDestroyDebugUtilsMessengerEXT destroy_messenger;
+    VkPhysicalDevice   phys;
+    VkDevice           dev;
+    VkQueue            queue;
+    uint32_t           qfamily;
+    VkPhysicalDeviceMemoryProperties memprops;
+    atomic_bool        lost;           /* VK_ERROR_DEVICE_LOST seen */
+    bool               map_device;     /* DEVICE kind is mapped (unified, not no_unified) */
+    bool               validate;
+
+    /* validation messenger state */
+    atomic_uint        val_errors, val_warnings;
+    pthread_mutex_t    val_lock;
+    int32_t            seen[EM_VK_SEEN_MAX];
+    uint32_t           n_seen;
+
+    pthread_mutex_t    lock;           /* allocator, layouts, pools, object lists */
+    pthread_mutex_t    qlock;          /* vkQueueSubmit */
+    pthread_mutex_t    xfer_lock;      /* staging buffers (one transfer at a time) */
+
+    /* memory */
+    VkDeviceSize       block_size;
+    VkDeviceSize       align;          /* suballocation alignment */
+    int                memtype[EM_VK_MEM_KINDS]; /* chosen memory type per kind, -1 unknown */
+    em_vk_block       *blocks[EM_VK_MEM_KINDS];
+    em_vk_mem_stats    stats[EM_VK_MEM_KINDS];
+    em_vk_buf          stage_up, stage_down;
+    em_vk_cmd         *xfer[2];
+
+    /* pipelines and descriptors */
+    VkPipelineCache    cache;
+    uint8_t            cache_uuid[VK_UUID_SIZE];
+    em_vk_layout      *layouts;        /* list */
+    VkDescriptorSetLayout dsls[EM_VK_MAX_BINDINGS + 1]; /* by binding count */
+    VkDescriptorPool  *pools;
+    uint32_t           n_pools, cap_pools;
+    em_vk_pipe        *pipes;
+    em_vk_dset        *dsets;
+    em_vk_cmd         *cmds;
+};
+
+/* Map a VkResult to an EM_E* code and write "vulkan: <what>: <VK_...>" into
+ * err; marks the device lost on VK_ERROR_DEVICE_LOST. vk may be NULL. */
+int em_vk_fail(em_vk *vk, em_err *err, VkResult r, const char *what);
+
+/* Name of a VkResult ("VK_ERROR_DEVICE_LOST"). Static. */
+const char *em_vk_result_str(VkResult r);
+
+/* EM_EDEVICE with a message when the device was lost earlier, else 0. */
+int em_vk_check_lost(const em_vk *vk, em_err *err);
+
+/* vk_mem.c: free blocks and staging at destroy (device idle). */
+void em_vk_mem_destroy_all(em_vk *vk);
+
+/* vk_pipe.c: free pipelines, sets, pools, layouts, cmds, cache at destroy. */
+void em_vk_pipe_destroy_all(em_vk *vk);
+/* vk_pipe.c: create the pipeline cache (loaded from opts.cache_path). */
+int  em_vk_pipe_init(em_vk *vk, em_err *err);
+
+/* Monotonic clock in seconds. */
+double em_vk_now(void);
+
+#endif
