@@ -17,7 +17,7 @@ static const char usage[] =
 
 int em_cmd_logits(int argc, char **argv)
 {
-    const char *model_path = NULL, *tokens_path = NULL, *out_path = NULL, *backend_name = "cpu";
+    const char *model_path = NULL, *tokens_path = NULL, *out_path = NULL, *backend_name = "vulkan";
     em_cli_opt opts[] = {
         { "--model", "-m", EM_OPT_STR, &model_path, 0, 0 },
         { "--tokens-file", NULL, EM_OPT_STR, &tokens_path, 0, 0 },
@@ -62,7 +62,7 @@ int em_cmd_logits(int argc, char **argv)
             goto done;
         }
     }
-    if ((rc = em_engine_create(m, backend, (uint32_t)n_ids, &eng, &err))) {
+    if ((rc = em_engine_create(m, backend, (uint32_t)n_ids, NULL, &eng, &err))) {
         status = em_cli_fail_err(&err);
         goto done;
     }
@@ -83,6 +83,10 @@ int em_cmd_logits(int argc, char **argv)
             status = em_cli_fail(1, "logits: %s: write failed: %s", out_path, strerror(errno));
             goto done;
         }
+    }
+    if ((rc = em_engine_check(eng, &err))) {
+        status = em_cli_fail_err(&err);
+        goto done;
     }
     if (fclose(f) != 0) {
         f = NULL;

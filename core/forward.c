@@ -1,0 +1,1027 @@
+/* forward.c — the model on the GPU: weights repacked and uploaded once, one
+ * command buffer per step shape recorded once and replayed, and per step:
+ * embed -> per layer [QKV (norm fused) -> RoPE + KV write -> attention ->
+ * output projection (+residual) -> gate/up (norm and SwiGLU fused) -> down
+ * (+residual)] -> final norm + logits (fused). Shapes: E = n_embd, H/Hk =
+ * query/KV heads, D/Dv = head dims, F = n_ff, V = n_vocab, T = tokens. */
+#include "core/forward.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/gguf.h"
+#include "core/kparams.h"
+#include "core/quant.h"
+#include "core/wpack.h"
+#include "shaders/em_kernels.h"
+
+#define MAX_CHUNKS   16
+#define MAX_PARTS    3
+#define MAX_PIPES    48
+#define MAX_RECORDED 4
+#define MAX_TS       1024   /* timestamp slots per recorded step (profiling) */
+
+enum { P_EMBED, P_QKV, P_ROPE, P_ATTN, P_WO, P_GU, P_SWIGLU, P_DOWN, P_OUT, P_COUNT };
+static const char *const prof_names[P_COUNT] = {
+    "embed", "qkv", "rope_kv", "attn", "wo", "gate_up", "swiglu", "down", "output",
+};
+
+typedef struct {
+    em_vk_buf qw, sc;          /* sc: a dummy when the type has none */
+    uint32_t  row0, rows;
+    em_vk_dset *dset;          /* bound to this site's input/output */
+} mat_chunk;
+
+/* One packed matrix (possibly several tensors concatenated or pair-interleaved). */
+typedef struct {
+    em_wpack_layout L;
+    uint32_t        n_chunks;
+    mat_chunk       ch[MAX_CHUNKS];
+} pmat;
+
+/* A matrix product site: up to MAX_PARTS matrices writing into one output. */
+typedef struct {
+    uint32_t n_parts;
+    pmat     part[MAX_PARTS];
+    uint32_t y_off[MAX_PARTS];    /* output column of each part */
+    uint32_t bias_off[MAX_PARTS]; /* vecs offset of each part's bias (BIAS) */
+    uint32_t flags;
+    uint32_t norm_off;            /* vecs offset of the norm weight (NORM_IN) */
+    uint32_t k_real;
+} site;
+
+typedef struct {
+    site      qkv, wo, gu, down;
+    int       gu_fused;           /* gate/up interleaved with the SwiGLU epilogue */
+    em_vk_buf kc, vc;             /* KV cache of this layer */
+    em_vk_dset *rope_ds, *dec_ds, *pre_ds, *swiglu_ds;
+    uint32_t  qn_off, kn_off;
+} layer;
+
+typedef struct {
+    uint32_t    kernel, tn, flags;
+    em_vk_pipe *pipe;
+} pipe_entry;
+
+/* What a recorded command buffer depends on besides the model. */
+typedef struct {
+    uint32_t T, L;            /* tokens, logit rows */
+    uint32_t n_dec, n_tiles;  /* decode tokens, prefill tiles */
+    uint32_t nsplit;          /* KV splits of decode attention */
+} shape;
+
+typedef struct {
+    shape      sh;
+    int        valid;
+    em_vk_cmd *cmd;
+    uint64_t   last_used;
+    uint32_t   n_ts;              /* timestamps written (profiling) */
+    uint8_t    ts_kind[MAX_TS];   /* kernel of the dispatch ending at slot i */
+} recorded;
+
+struct em_fwd {
+    em_vk            *vk;
+    const em_model   *m;
+    const em_hparams *hp;
+    em_fwd_opts       o;
+    uint32_t R, S;                 /* matrix kernel geometry */
+    char     variant[96];
+
+    /* strides (floats) of the activation rows, multiples of 32 */
+    uint32_t E_st, qkv_st, att_st, F_st, gu_st;
+    uint32_t qkv_dim;
+    uint32_t bt_stride;            /* ints per block table */
+    /* step buffer layout (int offsets) */
+    uint32_t off_tok, off_pos, off_seq, off_gather, off_dec, off_tiles, off_bt, step_ints;
+    uint32_t dec_lanes;            /* workgroup width of attn_dec */
+    em_vk_buf part;                /* split-K partials [max_tokens][H][MAX_SPLIT][Dv + 2] */
+    em_vk_dset *reduce_ds;
+
+    em_vk_buf x, qkv, att, hf, gu, logits, step, vecs, dummy;
+    layer    *layers;
+    site      out;
+    pmat      embd;                /* token_embd (shared with out when tied) */
+    em_vk_dset *embed_ds;
+    uint32_t  out_norm_off, freq_off;
+
+    pipe_entry pipes[MAX_PIPES];
+    uint32_t   n_pipes;
+    recorded   rec[MAX_RECORDED];
+    uint64_t   clock;
+
+    em_fwd_stats st;
+    recorded  *cur;               /* being recorded (profiling labels) */
+    double     prof_us[P_COUNT];
+    uint32_t   prof_n[P_COUNT];
+    float     *vecs_host;
+    uint32_t   n_vecs, cap_vecs;
+};
+
+static double now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
+}
+
+static uint32_t round_up(uint32_t v, uint32_t a) { return (v + a - 1) / a * a; }
+
+/* ---- the vecs buffer: every small f32 vector of the model --------------- */
+
+static int vec_add(em_fwd *f, const float *v, uint32_t n, uint32_t *off, em_err *err)
+{
+    uint32_t need = round_up(f->n_vecs + n, 4);
+    if (need > f->cap_vecs) {
+        uint32_t cap = f->cap_vecs ? f->cap_vecs : 4096;
+        while (cap < need)
+            cap *= 2;
+        float *nv = realloc(f->vecs_host, (size_t)cap * sizeof *nv);
+        if (!nv)
+            return em_err_set(err, EM_ENOMEM, "forward: out of memory");
+        f->vecs_host = nv;
+        f->cap_vecs = cap;
+    }
+    *off = f->n_vecs;
+    if (v)
+        memcpy(f->vecs_host + f->n_vecs, v, (size_t)n * sizeof *v);
+    else
+        memset(f->vecs_host + f->n_vecs, 0, (size_t)n * sizeof *v);
+    f->n_vecs = need;
+    for (uint32_t i = *off + n; i < need; i++)
+        f->vecs_host[i] = 0;
+    return 0;
+}
+
+static int vec_tensor(em_fwd *f, const em_gguf_tensor *t, uint32_t *off, em_err *err)
+{
+    int rc = vec_add(f, NULL, (uint32_t)t->nelem, off, err);
+    if (!rc)
+        em_dequant_row(t->type, t->data, f->vecs_host + *off, (int64_t)t->nelem);
+    return rc;
+}
+
+/* ---- pipelines ------------------------------------------------------------ */
+
+int em_fwd_mm_kernel(uint32_t type)
+{
+    switch (type) {
+    case EM_T_F32:  return EM_K_MM_F32;
+    case EM_T_F16:  return EM_K_MM_F16;
+    case EM_T_Q8_0: return EM_K_MM_Q8_0;
+    case EM_T_Q4_0: return EM_K_MM_Q4_0;
+    case EM_T_Q4_K: return EM_K_MM_Q4_K;
+    case EM_T_Q5_K: return EM_K_MM_Q5_K;
+    default:        return EM_K_MM_Q6_K;
+    }
+}
+
+int em_fwd_embed_kernel(uint32_t type)
+{
+    switch (type) {
+    case EM_T_F32:  return EM_K_EMBED_F32;
+    case EM_T_F16:  return EM_K_EMBED_F16;
+    case EM_T_Q8_0: return EM_K_EMBED_Q8_0;
+    case EM_T_Q4_0: return EM_K_EMBED_Q4_0;
+    case EM_T_Q4_K: return EM_K_EMBED_Q4_K;
+    case EM_T_Q5_K: return EM_K_EMBED_Q5_K;
+    default:        return EM_K_EMBED_Q6_K;
+    }
+}
+
+/* The pipeline of kernel k with (tn, flags) spec constants, created on first use. */
+static int get_pipe(em_fwd *f, uint32_t k, uint32_t tn, uint32_t flags, em_vk_pipe **out,
+                    em_err *err)
+{
+    for (uint32_t i = 0; i < f->n_pipes; i++) {
+        pipe_entry *p = &f->pipes[i];
+        if (p->kernel == k && p->tn == tn && p->flags == flags) {
+            *out = p->pipe;
+            return 0;
+        }
+    }
+    if (f->n_pipes == MAX_PIPES)
+        return em_err_set(err, EM_ENOMEM, "forward: too many pipeline variants");
+    uint32_t spec[4];
+    uint32_t n_spec = 0;
+    if (k >= EM_K_MM_F32 && k <= EM_K_MM_Q6_K) {
+        spec[0] = f->R; spec[1] = f->S; spec[2] = tn; spec[3] = flags;
+        n_spec = 4;
+    } else if (k >= EM_K_EMBED_F32 && k <= EM_K_EMBED_Q6_K) {
+        spec[0] = f->R;
+        n_spec = 1;
+    } else if (k == EM_K_ATTN_DEC) {
+        spec[0] = f->dec_lanes;
+        spec[1] = f->hp->head_dim;
+        spec[2] = f->hp->head_dim_v;
+        n_spec = 3;
+    } else if (k == EM_K_ATTN_PRE) {
+        spec[0] = f->hp->head_dim;
+        spec[1] = f->hp->head_dim_v;
+        n_spec = 2;
+    } else if (k == EM_K_ROPE_KV) {
+        spec[0] = f->hp->rope_type == EM_ROPE_NEOX;
+        spec[1] = f->hp->has_qk_norm;
+        n_spec = 2;
+    }
+    pipe_entry *p = &f->pipes[f->n_pipes];
+    int rc = em_vk_pipe_create(f->vk, &em_kernels[k], spec, n_spec, 0, &p->pipe, err);
+    if (rc)
+        return rc;
+    p->kernel = k;
+    p->tn = tn;
+    p->flags = flags;
+    f->n_pipes++;
+    *out = p->pipe;
+    return 0;
+}
+
+/* ---- weights ---------------------------------------------------------------- */
+
+typedef struct {
+    const em_gguf_tensor *t[MAX_PARTS];
+    uint32_t n;
+    int      interleave;   /* rows alternate t[0], t[1] (gate/up pairs) */
+} row_src;
+
+static const void *src_row(const row_src *s, uint32_t r)
+{
+    const em_gguf_tensor *t;
+    uint64_t row;
+    if (s->interleave) {
+        t = s->t[r & 1];
+        row = r >> 1;
+    } else {
+        uint32_t i = 0;
+        row = r;
+        while (i + 1 < s->n && row >= s->t[i]->ne[1]) {
+            row -= s->t[i]->ne[1];
+            i++;
+        }
+        t = s->t[i];
+    }
+    uint64_t row_bytes = t->nbytes / t->ne[1];
+    return (const uint8_t *)t->data + row * row_bytes;
+}
+
+/* Pack and upload the rows of s into a new pmat, split into chunks that each
+ * fit one storage-buffer binding. */
+static int pmat_build(em_fwd *f, const row_src *s, pmat *pm, em_vk_progress *prog, em_err *err)
+{
+    uint32_t N = 0;
+    for (uint32_t i = 0; i < s->n; i++)
+        N += (uint32_t)s->t[i]->ne[1];
+    int rc = em_wpack_layout_for(s->t[0]->type, (uint32_t)s->t[0]->ne[0], N, f->R, &pm->L, err);
+    if (rc)
+        return em_err_prefix(err, rc, "tensor '%s'", s->t[0]->name);
+    const em_wpack_layout *L = &pm->L;
+    const em_vk_dev_info *di = em_vk_info(f->vk);
+    uint64_t limit = di->max_storage_range;
+    if (limit > (1ull << 30))
+        limit = 1ull << 30;
+    uint32_t gpc = (uint32_t)(limit / L->group_qw_bytes);   /* groups per chunk */
+    if (gpc == 0)
+        return em_err_set(err, EM_EUNSUPPORTED,
+                          "tensor '%s': one row group (%llu bytes) exceeds the device's binding range",
+                          s->t[0]->name, (unsigned long long)L->group_qw_bytes);
+    uint32_t n_chunks = (L->n_groups + gpc - 1) / gpc;
+    if (n_chunks > MAX_CHUNKS)
+        return em_err_set(err, EM_EUNSUPPORTED, "tensor '%s' is too large (%u chunks)",
+                          s->t[0]->name, n_chunks);
+    /* host staging for a batch of groups */
+    uint32_t gbatch = (uint32_t)((8u << 20) / L->group_qw_bytes);
+    if (gbatch == 0)
+        gbatch = 1;
+    uint32_t *qw = malloc(L->group_qw_bytes * gbatch);
+    uint16_t *sc = L->has_sc ? malloc(L->group_sc_bytes * gbatch) : NULL;
+    float *tmp = malloc((size_t)L->K_pad * sizeof *tmp);
+    if (!qw || (L->has_sc && !sc) || !tmp) {
+        rc = em_err_set(err, EM_ENOMEM, "forward: out of memory packing '%s'", s->t[0]->name);
+        goto done;
+    }
+    for (uint32_t c = 0; c < n_chunks; c++) {
+        mat_chunk *ch = &pm->ch[c];
+        uint32_t g0 = c * gpc, g1 = g0 + gpc < L->n_groups ? g0 + gpc : L->n_groups;
+        ch->row0 = g0 * L->R;
+        ch->rows = (g1 * L->R < N ? g1 * L->R : N) - ch->row0;
+        if ((rc = em_vk_alloc(f->vk, EM_VK_MEM_DEVICE, (g1 - g0) * L->group_qw_bytes, &ch->qw, err)))
+            goto done;
+        if (L->has_sc && (rc = em_vk_alloc(f->vk, EM_VK_MEM_DEVICE, (g1 - g0) * L->group_sc_bytes,
+                                           &ch->sc, err)))
+            goto done;
+        if (!L->has_sc)
+            ch->sc = f->dummy;
+        pm->n_chunks = c + 1;
+        f->st.weight_bytes += ch->qw.size + (L->has_sc ? ch->sc.size : 0);
+        for (uint32_t g = g0; g < g1; g += gbatch) {
+            uint32_t ng = g + gbatch < g1 ? gbatch : g1 - g;
+            for (uint32_t i = 0; i < ng; i++) {
+                const void *rows[256];
+                for (uint32_t r = 0; r < L->R; r++) {
+                    uint32_t row = (g + i) * L->R + r;
+                    rows[r] = row < N ? src_row(s, row) : NULL;
+                }
+                em_wpack_group(L, rows, (uint32_t *)((uint8_t *)qw + i * L->group_qw_bytes),
+                               L->has_sc ? (uint16_t *)((uint8_t *)sc + i * L->group_sc_bytes) : NULL,
+                               tmp);
+            }
+            uint64_t off = (uint64_t)(g - g0);
+            if ((rc = em_vk_upload(f->vk, &ch->qw, off * L->group_qw_bytes, qw,
+                                   ng * L->group_qw_bytes, prog, err)))
+                goto done;
+            if (L->has_sc && (rc = em_vk_upload(f->vk, &ch->sc, off * L->group_sc_bytes, sc,
+                                                ng * L->group_sc_bytes, NULL, err)))
+                goto done;
+        }
+    }
+done:
+    free(qw);
+    free(sc);
+    free(tmp);
+    return rc;
+}
+
+static void pmat_free(em_fwd *f, pmat *pm)
+{
+    for (uint32_t c = 0; c < pm->n_chunks; c++) {
+        em_vk_free(f->vk, &pm->ch[c].qw);
+        if (pm->L.has_sc)
+            em_vk_free(f->vk, &pm->ch[c].sc);
+    }
+    pm->n_chunks = 0;
+}
+
+/* Descriptor sets binding each chunk of each part to in -> out. */
+static int site_bind(em_fwd *f, site *s, const em_vk_buf *in, const em_vk_buf *out, em_err *err)
+{
+    em_vk_pipe *pipe;
+    int rc = get_pipe(f, em_fwd_mm_kernel(s->part[0].L.type), 1, s->flags, &pipe, err);
+    if (rc)
+        return rc;
+    for (uint32_t p = 0; p < s->n_parts; p++) {
+        for (uint32_t c = 0; c < s->part[p].n_chunks; c++) {
+            mat_chunk *ch = &s->part[p].ch[c];
+            em_vk_buf b[6] = { ch->qw, ch->sc, *in, *out, f->vecs, f->step };
+            if ((rc = em_vk_dset_create(f->vk, pipe, b, &ch->dset, err)))
+                return rc;
+        }
+    }
+    return 0;
+}
+
+static void site_free(em_fwd *f, site *s)
+{
+    for (uint32_t p = 0; p < s->n_parts; p++)
+        pmat_free(f, &s->part[p]);
+}
+
+/* After a dispatch: a timestamp labelled with its kernel (profiling only). */
+static void mark(em_fwd *f, em_vk_cmd *cmd, int kind)
+{
+    recorded *r = f->cur;
+    if (!f->o.profile || !r || r->n_ts + 1 >= MAX_TS)
+        return;
+    r->ts_kind[r->n_ts + 1] = (uint8_t)kind;
+    em_vk_cmd_timestamp(cmd, ++r->n_ts);
+}
+
+/* Record the dispatches of a site for T tokens. */
+static int site_record(em_fwd *f, em_vk_cmd *cmd, const site *s, uint32_t T, uint32_t x_stride,
+                       uint32_t y_stride, int kind, em_err *err)
+{
+    uint32_t tn = T >= 8 ? 8 : T >= 4 ? 4 : T >= 2 ? 2 : 1;
+    for (uint32_t p = 0; p < s->n_parts; p++) {
+        const pmat *pm = &s->part[p];
+        em_vk_pipe *pipe;
+        int rc = get_pipe(f, em_fwd_mm_kernel(pm->L.type), tn, s->flags, &pipe, err);
+        if (rc)
+            return rc;
+        for (uint32_t c = 0; c < pm->n_chunks; c++) {
+            const mat_chunk *ch = &pm->ch[c];
+            uint32_t gx = (ch->rows + f->R - 1) / f->R;
+            uint32_t gy = em_mm_grid_y(pm->L.K_pad, pm->L.BS, f->R, f->S, s->flags, T, tn, gx);
+            if (gy == 0)
+                return em_err_set(err, EM_EUNSUPPORTED,
+                                  "forward: rows of %u elements exceed this device's loop budget",
+                                  pm->L.K_pad);
+            em_pc_mm pc = {
+                .K = pm->L.K_pad, .k_real = s->k_real, .N = ch->rows, .T = T,
+                .x_stride = x_stride, .y_stride = y_stride,
+                .y_off = s->y_off[p] + ((s->flags & EM_MM_SWIGLU) ? ch->row0 / 2 : ch->row0),
+                .row0 = ch->row0, .norm_off = s->norm_off, .bias_off = s->bias_off[p],
+                .gather_off = f->off_gather, .eps = f->hp->rms_eps,
+            };
+            em_vk_cmd_dispatch(cmd, pipe, ch->dset, &pc, gx, gy, 1);
+            mark(f, cmd, kind);
+        }
+    }
+    return 0;
+}
+
+/* ---- creation ----------------------------------------------------------- */
+
+static int build_layer(em_fwd *f, uint32_t il, em_vk_progress *prog, em_err *err)
+{
+    const em_hparams *hp = f->hp;
+    const em_layer_weights *w = em_model_layer(f->m, il);
+    layer *ly = &f->layers[il];
+    int rc;
+    uint32_t qd = hp->n_head * hp->head_dim, kd = hp->n_head_kv * hp->head_dim;
+
+    /* QKV: one matrix when the three share a type, else one part each */
+    site *s = &ly->qkv;
+    s->flags = EM_MM_NORM_IN | (hp->has_qkv_bias ? EM_MM_BIAS : 0);
+    s->k_real = hp->n_embd;
+    if ((rc = vec_tensor(f, w->attn_norm, &s->norm_off, err)))
+        return rc;
+    uint32_t bias_off = 0;
+    if (hp->has_qkv_bias) {
+        uint32_t o2, o3;
+        if ((rc = vec_tensor(f, w->bq, &bias_off, err)) || (rc = vec_tensor(f, w->bk, &o2, err)) ||
+            (rc = vec_tensor(f, w->bv, &o3, err)))
+            return rc;
+        if (o2 != bias_off + qd || o3 != o2 + kd)
+            return em_err_set(err, EM_EFORMAT, "forward: bias layout");   /* dims are multiples of 4 */
+    }
+    const em_gguf_tensor *qkv_t[3] = { w->wq, w->wk, w->wv };
+    uint32_t rows_before[3] = { 0, qd, qd + kd };
+    if (w->wq->type == w->wk->type && w->wk->type == w->wv->type) {
+        row_src src = { { w->wq, w->wk, w->wv }, 3, 0 };
+        s->n_parts = 1;
+        s->y_off[0] = 0;
+        s->bias_off[0] = bias_off;
+        if ((rc = pmat_build(f, &src, &s->part[0], prog, err)))
+            return rc;
+    } else {
+        s->n_parts = 3;
+        for (int i = 0; i < 3; i++) {
+            row_src src = { { qkv_t[i] }, 1, 0 };
+            s->y_off[i] = rows_before[i];
+            s->bias_off[i] = bias_off + rows_before[i];
+            if ((rc = pmat_build(f, &src, &s->part[i], prog, err)))
+                return rc;
+        }
+    }
+    if ((rc = site_bind(f, s, &f->x, &f->qkv, err)))
+        return rc;
+
+    /* output projection, added to the residual stream */
+    s = &ly->wo;
+    s->flags = EM_MM_ADD_OUT;
+    s->n_parts = 1;
+    s->k_real = hp->n_head * hp->head_dim_v;
+    {
+        row_src src = { { w->wo }, 1, 0 };
+        if ((rc = pmat_build(f, &src, &s->part[0], prog, err)) ||
+            (rc = site_bind(f, s, &f->att, &f->x, err)))
+            return rc;
+    }
+
+    /* gate/up: interleaved pairs with the SwiGLU epilogue when they share a type */
+    s = &ly->gu;
+    s->k_real = hp->n_embd;
+    if ((rc = vec_tensor(f, w->ffn_norm, &s->norm_off, err)))
+        return rc;
+    ly->gu_fused = w->w_gate->type == w->w_up->type;
+    if (ly->gu_fused) {
+        row_src src = { { w->w_gate, w->w_up }, 2, 1 };
+        s->flags = EM_MM_NORM_IN | EM_MM_SWIGLU;
+        s->n_parts = 1;
+        if ((rc = pmat_build(f, &src, &s->part[0], prog, err)) ||
+            (rc = site_bind(f, s, &f->x, &f->hf, err)))
+            return rc;
+    } else {
+        s->flags = EM_MM_NORM_IN;
+        s->n_parts = 2;
+        s->y_off[1] = hp->n_ff;
+        row_src g = { { w->w_gate }, 1, 0 }, u = { { w->w_up }, 1, 0 };
+        if ((rc = pmat_build(f, &g, &s->part[0], prog, err)) ||
+            (rc = pmat_build(f, &u, &s->part[1], prog, err)) ||
+            (rc = site_bind(f, s, &f->x, &f->gu, err)))
+            return rc;
+        em_vk_pipe *sp;
+        em_vk_buf b[2] = { f->gu, f->hf };
+        if ((rc = get_pipe(f, EM_K_SWIGLU, 0, 0, &sp, err)) ||
+            (rc = em_vk_dset_create(f->vk, sp, b, &ly->swiglu_ds, err)))
+            return rc;
+    }
+
+    s = &ly->down;
+    s->flags = EM_MM_ADD_OUT;
+    s->n_parts = 1;
+    s->k_real = hp->n_ff;
+    {
+        row_src src = { { w->w_down }, 1, 0 };
+        if ((rc = pmat_build(f, &src, &s->part[0], prog, err)) ||
+            (rc = site_bind(f, s, &f->hf, &f->x, err)))
+            return rc;
+    }
+
+    if (hp->has_qk_norm &&
+        ((rc = vec_tensor(f, w->q_norm, &ly->qn_off, err)) || (rc = vec_tensor(f, w->k_norm, &ly->kn_off, err))))
+        return rc;
+
+    /* KV cache of this layer */
+    uint64_t kbytes = (uint64_t)f->o.n_blocks * hp->n_head_kv * hp->head_dim * EM_KV_BLOCK * 2;
+    uint64_t vbytes = (uint64_t)f->o.n_blocks * hp->n_head_kv * hp->head_dim_v * EM_KV_BLOCK * 2;
+    if (kbytes > em_vk_info(f->vk)->max_storage_range || vbytes > em_vk_info(f->vk)->max_storage_range)
+        return em_err_set(err, EM_EUNSUPPORTED,
+                          "forward: a layer's KV cache (%llu MiB) exceeds the device's binding range; use fewer blocks",
+                          (unsigned long long)(kbytes >> 20));
+    if ((rc = em_vk_alloc(f->vk, EM_VK_MEM_DEVICE, kbytes, &ly->kc, err)) ||
+        (rc = em_vk_alloc(f->vk, EM_VK_MEM_DEVICE, vbytes, &ly->vc, err)))
+        return rc;
+    f->st.kv_bytes += kbytes + vbytes;
+    em_vk_pipe *rp, *dp, *pp;
+    em_vk_buf rb[5] = { f->qkv, f->vecs, f->step, ly->kc, ly->vc };
+    em_vk_buf db[6] = { f->qkv, f->step, ly->kc, ly->vc, f->att, f->part };
+    if ((rc = get_pipe(f, EM_K_ROPE_KV, 0, 0, &rp, err)) ||
+        (rc = em_vk_dset_create(f->vk, rp, rb, &ly->rope_ds, err)) ||
+        (rc = get_pipe(f, EM_K_ATTN_DEC, 0, 0, &dp, err)) ||
+        (rc = em_vk_dset_create(f->vk, dp, db, &ly->dec_ds, err)) ||
+        (rc = get_pipe(f, EM_K_ATTN_PRE, 0, 0, &pp, err)) ||
+        (rc = em_vk_dset_create(f->vk, pp, db, &ly->pre_ds, err)))
+        return rc;
+    return 0;
+}
+
+static void choose_variant(em_fwd *f)
+{
+    const em_vk_dev_info *di = em_vk_info(f->vk);
+    uint32_t sg = di->subgroup_size ? di->subgroup_size : 32;
+    if (sg > 64)
+        sg = 64;
+    if (di->type == VK_PHYSICAL_DEVICE_TYPE_CPU) {
+        /* llvmpipe: a workgroup runs on one thread, lanes are SIMD lanes:
+         * one row per lane, no cross-lane reduction */
+        f->R = sg;
+        f->S = 1;
+    } else {
+        /* GPUs: a subgroup of rows, the K range split over 4 subgroups */
+        f->R = sg < 16 ? 16 : sg;
+        f->S = 4;
+    }
+    const char *env = getenv("EMBER_MM_RS");
+    unsigned r, s;
+    if (env && sscanf(env, "%u,%u", &r, &s) == 2 && r >= 2 && r <= 256 && !(r & (r - 1)) &&
+        s >= 1 && r * s <= 1024) {
+        f->R = r;
+        f->S = s;
+    }
+    f->dec_lanes = di->type == VK_PHYSICAL_DEVICE_TYPE_CPU ? 16 : (sg < 16 ? 16 : sg);
+    snprintf(f->variant, sizeof f->variant, "mm R=%u S=%u (%s)", f->R, f->S,
+             f->S == 1 ? "row per lane" : "rows per subgroup, K split");
+}
+
+int em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **out, em_err *err)
+{
+    *out = NULL;
+    const em_hparams *hp = em_model_hparams(m);
+    if (!o->max_tokens || !o->max_seqs || !o->max_ctx)
+        return em_err_set(err, EM_EINVAL, "forward: max tokens, sequences and context must be positive");
+    if (hp->head_dim > 256 || hp->head_dim_v > 256 || hp->head_dim % 4 || hp->head_dim_v % 4)
+        return em_err_set(err, EM_EUNSUPPORTED,
+                          "forward: head sizes %u/%u: the GPU kernels need multiples of 4 up to 256",
+                          hp->head_dim, hp->head_dim_v);
+    em_fwd *f = calloc(1, sizeof *f);
+    if (!f)
+        return em_err_set(err, EM_ENOMEM, "forward: out of memory");
+    f->vk = vk;
+    f->m = m;
+    f->hp = hp;
+    f->o = *o;
+    f->bt_stride = (o->max_ctx + EM_KV_BLOCK - 1) / EM_KV_BLOCK;
+    if (!f->o.n_blocks)
+        f->o.n_blocks = o->max_seqs * f->bt_stride;
+    if (!f->o.max_logits)
+        f->o.max_logits = o->max_seqs;
+    choose_variant(f);
+
+    uint32_t T = o->max_tokens, L = f->o.max_logits;
+    f->qkv_dim = hp->n_head * hp->head_dim + hp->n_head_kv * (hp->head_dim + hp->head_dim_v);
+    f->E_st = round_up(hp->n_embd, 32);
+    f->qkv_st = round_up(f->qkv_dim, 32);
+    f->att_st = round_up(hp->n_head * hp->head_dim_v, 32);
+    f->F_st = round_up(hp->n_ff, 32);
+    f->gu_st = round_up(2 * hp->n_ff, 32);
+    f->off_tok = 0;
+    f->off_pos = T;
+    f->off_seq = 2 * T;
+    f->off_gather = 3 * T;
+    f->off_dec = 3 * T + L;
+    f->off_tiles = 4 * T + L;
+    f->off_bt = 6 * T + L;
+    f->step_ints = f->off_bt + o->max_seqs * f->bt_stride;
+
+    int rc;
+    f->layers = calloc(hp->n_layer, sizeof *f->layers);
+    if (!f->layers) {
+        rc = em_err_set(err, EM_ENOMEM, "forward: out of memory");
+        goto fail;
+    }
+    /* activations (zero-filled: padding columns must read as zero) */
+    struct { em_vk_buf *b; uint64_t bytes; em_vk_mem_kind kind; } bufs[] = {
+        { &f->x, (uint64_t)T * f->E_st * 4, EM_VK_MEM_DEVICE },
+        { &f->qkv, (uint64_t)T * f->qkv_st * 4, EM_VK_MEM_DEVICE },
+        { &f->att, (uint64_t)T * f->att_st * 4, EM_VK_MEM_DEVICE },
+        { &f->hf, (uint64_t)T * f->F_st * 4, EM_VK_MEM_DEVICE },
+        { &f->gu, (uint64_t)T * f->gu_st * 4, EM_VK_MEM_DEVICE },
+        { &f->logits, (uint64_t)L * hp->n_vocab * 4, EM_VK_MEM_READBACK },
+        { &f->step, (uint64_t)f->step_ints * 4, EM_VK_MEM_UPLOAD },
+        { &f->dummy, 256, EM_VK_MEM_DEVICE },
+        { &f->part, (uint64_t)T * hp->n_head * EM_ATTN_MAX_SPLIT * (hp->head_dim_v + 2) * 4,
+          EM_VK_MEM_DEVICE },
+    };
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        if ((rc = em_vk_alloc(vk, bufs[i].kind, bufs[i].bytes, bufs[i].b, err)))
+            goto fail;
+        f->st.act_bytes += bufs[i].bytes;
+    }
+    {
+        em_vk_cmd *c = NULL;
+        if ((rc = em_vk_cmd_create(vk, 0, &c, err)) || (rc = em_vk_cmd_begin(c, err))) {
+            em_vk_cmd_destroy(c);
+            goto fail;
+        }
+        em_vk_buf *z[] = { &f->x, &f->qkv, &f->att, &f->hf, &f->gu, &f->dummy, &f->part };
+        for (size_t i = 0; i < sizeof z / sizeof z[0]; i++)
+            em_vk_cmd_fill(c, z[i], 0);
+        rc = em_vk_cmd_end(c, err);
+        if (!rc)
+            rc = em_vk_cmd_submit_wait(c, err);
+        em_vk_cmd_destroy(c);
+        if (rc)
+            goto fail;
+    }
+
+    /* the vecs buffer must exist before descriptor sets are made: size it
+     * first (norms, biases, q/k norms, inverse frequencies) */
+    {
+        uint64_t nv = 0;
+        for (uint32_t il = 0; il < hp->n_layer; il++) {
+            const em_layer_weights *w = em_model_layer(m, il);
+            const em_gguf_tensor *v[] = { w->attn_norm, w->ffn_norm, w->bq, w->bk, w->bv,
+                                          w->q_norm, w->k_norm };
+            for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+                if (v[i])
+                    nv += round_up((uint32_t)v[i]->nelem, 4);
+        }
+        nv += round_up(hp->n_embd, 4) + round_up(hp->n_rot / 2, 4) + 4;
+        if ((rc = em_vk_alloc(vk, EM_VK_MEM_DEVICE, nv * 4, &f->vecs, err)))
+            goto fail;
+    }
+
+    {
+        em_vk_pipe *rp;
+        em_vk_buf rb[3] = { f->step, f->part, f->att };
+        if ((rc = get_pipe(f, EM_K_ATTN_REDUCE, 0, 0, &rp, err)) ||
+            (rc = em_vk_dset_create(vk, rp, rb, &f->reduce_ds, err)))
+            goto fail;
+    }
+    em_vk_progress prog;
+    em_vk_progress_begin(&prog, "uploading weights", em_model_weight_bytes(m));
+    for (uint32_t il = 0; il < hp->n_layer; il++)
+        if ((rc = build_layer(f, il, &prog, err)))
+            goto fail_prog;
+
+    /* output: final norm fused, rows gathered from the step's logit list */
+    {
+        const em_gguf_tensor *te = em_model_tok_embd(m), *to = em_model_output(m);
+        row_src es = { { te }, 1, 0 };
+        if ((rc = pmat_build(f, &es, &f->embd, &prog, err)))
+            goto fail_prog;
+        site *s = &f->out;
+        s->flags = EM_MM_NORM_IN | EM_MM_GATHER_IN;
+        s->k_real = hp->n_embd;
+        s->n_parts = 1;
+        if ((rc = vec_tensor(f, em_model_out_norm(m), &s->norm_off, err)))
+            goto fail_prog;
+        if (to == te) {
+            s->part[0] = f->embd;        /* tied: the same device memory */
+            s->part[0].n_chunks = f->embd.n_chunks;
+        } else {
+            row_src os = { { to }, 1, 0 };
+            if ((rc = pmat_build(f, &os, &s->part[0], &prog, err)))
+                goto fail_prog;
+        }
+        if ((rc = site_bind(f, s, &f->x, &f->logits, err)))
+            goto fail_prog;
+        em_vk_pipe *ep;
+        const mat_chunk *ch = &f->embd.ch[0];
+        if (f->embd.n_chunks != 1) {
+            rc = em_err_set(err, EM_EUNSUPPORTED,
+                            "forward: the embedding table exceeds one storage-buffer binding");
+            goto fail_prog;
+        }
+        em_vk_buf eb[4] = { ch->qw, ch->sc, f->step, f->x };
+        if ((rc = get_pipe(f, em_fwd_embed_kernel(f->embd.L.type), 0, 0, &ep, err)) ||
+            (rc = em_vk_dset_create(vk, ep, eb, &f->embed_ds, err)))
+            goto fail_prog;
+    }
+    em_vk_progress_end(&prog);
+
+    /* inverse rope frequencies, computed in double */
+    {
+        uint32_t nf = hp->n_rot / 2;
+        if ((rc = vec_add(f, NULL, nf, &f->freq_off, err)))
+            goto fail;
+        const em_gguf_tensor *ff = em_model_rope_freqs(m);
+        for (uint32_t i = 0; i < nf; i++) {
+            double v = hp->rope_freq_scale * pow(hp->rope_base, -2.0 * i / hp->n_rot);
+            if (ff)
+                v /= ((const float *)ff->data)[i];
+            f->vecs_host[f->freq_off + i] = (float)v;
+        }
+    }
+    if ((uint64_t)f->n_vecs * 4 > f->vecs.size) {
+        rc = em_err_set(err, EM_ESTATE, "forward: vecs buffer sized wrong");
+        goto fail;
+    }
+    if ((rc = em_vk_upload(vk, &f->vecs, 0, f->vecs_host, (size_t)f->n_vecs * 4, NULL, err)))
+        goto fail;
+    *out = f;
+    return 0;
+fail_prog:
+    em_vk_progress_end(&prog);
+fail:
+    em_fwd_destroy(f);
+    return rc;
+}
+
+void em_fwd_destroy(em_fwd *f)
+{
+    if (!f)
+        return;
+    for (uint32_t i = 0; i < MAX_RECORDED; i++)
+        em_vk_cmd_destroy(f->rec[i].cmd);
+    for (uint32_t il = 0; f->layers && il < f->hp->n_layer; il++) {
+        layer *ly = &f->layers[il];
+        site_free(f, &ly->qkv);
+        site_free(f, &ly->wo);
+        site_free(f, &ly->gu);
+        site_free(f, &ly->down);
+        em_vk_free(f->vk, &ly->kc);
+        em_vk_free(f->vk, &ly->vc);
+    }
+    if (em_model_output(f->m) != em_model_tok_embd(f->m))
+        site_free(f, &f->out);
+    pmat_free(f, &f->embd);
+    em_vk_buf *b[] = { &f->x, &f->qkv, &f->att, &f->hf, &f->gu, &f->logits, &f->step, &f->vecs,
+                       &f->dummy, &f->part };
+    for (size_t i = 0; i < sizeof b / sizeof b[0]; i++)
+        em_vk_free(f->vk, b[i]);
+    free(f->layers);
+    free(f->vecs_host);
+    free(f);
+}
+
+/* ---- a step ------------------------------------------------------------------ */
+
+static int record(em_fwd *f, em_vk_cmd *cmd, const shape *sh, em_err *err)
+{
+    const uint32_t T = sh->T, L = sh->L;
+    const em_hparams *hp = f->hp;
+    int rc = em_vk_cmd_begin(cmd, err);
+    if (rc)
+        return rc;
+    if (f->cur) {
+        f->cur->n_ts = 0;
+        em_vk_cmd_timestamp(cmd, 0);
+    }
+    em_vk_pipe *p;
+    em_pc_embed pe = { hp->n_embd, T, f->E_st, f->off_tok };
+    if ((rc = get_pipe(f, em_fwd_embed_kernel(f->embd.L.type), 0, 0, &p, err)))
+        return rc;
+    em_vk_cmd_dispatch(cmd, p, f->embed_ds, &pe, (hp->n_embd / 4 + 63) / 64, T, 1);
+    mark(f, cmd, P_EMBED);
+    em_vk_cmd_barrier(cmd);
+
+    em_pc_rope pr = {
+        hp->n_head, hp->n_head_kv, hp->head_dim, hp->head_dim_v, hp->n_rot, f->qkv_st,
+        f->off_pos, f->off_seq, f->off_bt, f->bt_stride, f->freq_off, 0, 0, hp->rms_eps,
+    };
+    const float scale = 1.0f / sqrtf((float)hp->head_dim);
+    em_pc_attn_dec pd = {
+        hp->n_head, hp->n_head_kv, hp->head_dim, hp->head_dim_v, f->qkv_st, f->att_st,
+        f->off_pos, f->off_seq, f->off_bt, f->bt_stride, f->off_dec, sh->nsplit, scale,
+    };
+    em_pc_attn_pre pp = {
+        hp->n_head, hp->n_head_kv, hp->head_dim, hp->head_dim_v, f->qkv_st, f->att_st,
+        f->off_pos, f->off_seq, f->off_bt, f->bt_stride, f->off_tiles, scale,
+    };
+    em_pc_attn_reduce pred = { hp->n_head, hp->head_dim_v, sh->nsplit, f->att_st, f->off_dec };
+    em_pc_swiglu ps = { hp->n_ff, T, f->gu_st, f->F_st };
+    for (uint32_t il = 0; il < hp->n_layer; il++) {
+        layer *ly = &f->layers[il];
+        if ((rc = site_record(f, cmd, &ly->qkv, T, f->E_st, f->qkv_st, P_QKV, err)))
+            return rc;
+        em_vk_cmd_barrier(cmd);
+        pr.qn_off = ly->qn_off;
+        pr.kn_off = ly->kn_off;
+        if ((rc = get_pipe(f, EM_K_ROPE_KV, 0, 0, &p, err)))
+            return rc;
+        em_vk_cmd_dispatch(cmd, p, ly->rope_ds, &pr, hp->n_head + hp->n_head_kv, T, 1);
+        mark(f, cmd, P_ROPE);
+        em_vk_cmd_barrier(cmd);
+        if (sh->n_dec) {
+            if ((rc = get_pipe(f, EM_K_ATTN_DEC, 0, 0, &p, err)))
+                return rc;
+            em_vk_cmd_dispatch(cmd, p, ly->dec_ds, &pd, hp->n_head, sh->nsplit, sh->n_dec);
+            mark(f, cmd, P_ATTN);
+        }
+        if (sh->n_tiles) {
+            if ((rc = get_pipe(f, EM_K_ATTN_PRE, 0, 0, &p, err)))
+                return rc;
+            em_vk_cmd_dispatch(cmd, p, ly->pre_ds, &pp, hp->n_head, sh->n_tiles, 1);
+            mark(f, cmd, P_ATTN);
+        }
+        if (sh->n_dec && sh->nsplit > 1) {
+            if ((rc = get_pipe(f, EM_K_ATTN_REDUCE, 0, 0, &p, err)))
+                return rc;
+            em_vk_cmd_barrier(cmd);
+            em_vk_cmd_dispatch(cmd, p, f->reduce_ds, &pred, hp->n_head, sh->n_dec, 1);
+            mark(f, cmd, P_ATTN);
+        }
+        em_vk_cmd_barrier(cmd);
+        if ((rc = site_record(f, cmd, &ly->wo, T, f->att_st, f->E_st, P_WO, err)))
+            return rc;
+        em_vk_cmd_barrier(cmd);
+        if (ly->gu_fused) {
+            if ((rc = site_record(f, cmd, &ly->gu, T, f->E_st, f->F_st, P_GU, err)))
+                return rc;
+        } else {
+            if ((rc = site_record(f, cmd, &ly->gu, T, f->E_st, f->gu_st, P_GU, err)) ||
+                (rc = get_pipe(f, EM_K_SWIGLU, 0, 0, &p, err)))
+                return rc;
+            em_vk_cmd_barrier(cmd);
+            em_vk_cmd_dispatch(cmd, p, ly->swiglu_ds, &ps, (hp->n_ff + 63) / 64, T, 1);
+            mark(f, cmd, P_SWIGLU);
+        }
+        em_vk_cmd_barrier(cmd);
+        if ((rc = site_record(f, cmd, &ly->down, T, f->F_st, f->E_st, P_DOWN, err)))
+            return rc;
+        em_vk_cmd_barrier(cmd);
+    }
+    if (L > 0 && (rc = site_record(f, cmd, &f->out, L, f->E_st, hp->n_vocab, P_OUT, err)))
+        return rc;
+    f->st.dispatches = em_vk_cmd_dispatches(cmd);
+    f->st.barriers = em_vk_cmd_barriers(cmd);
+    return em_vk_cmd_end(cmd, err);
+}
+
+static int check_batch(const em_fwd *f, const em_fwd_batch *b, em_err *err)
+{
+    const em_hparams *hp = f->hp;
+    if (b->n_tokens == 0 || b->n_tokens > f->o.max_tokens)
+        return em_err_set(err, EM_ERANGE, "forward: %u tokens in a step (1..%u)", b->n_tokens,
+                          f->o.max_tokens);
+    if (b->n_logits > f->o.max_logits)
+        return em_err_set(err, EM_ERANGE, "forward: %u logit rows (at most %u)", b->n_logits,
+                          f->o.max_logits);
+    for (uint32_t i = 0; i < b->n_tokens; i++) {
+        if (b->tokens[i] < 0 || (uint32_t)b->tokens[i] >= hp->n_vocab)
+            return em_err_set(err, EM_ERANGE, "token id %d is out of range (vocabulary has %u tokens)",
+                              b->tokens[i], hp->n_vocab);
+        if (b->pos[i] < 0 || (uint32_t)b->pos[i] >= f->o.max_ctx)
+            return em_err_set(err, EM_ERANGE, "position %d is out of range (context %u)", b->pos[i],
+                              f->o.max_ctx);
+        if (b->seq[i] < 0 || (uint32_t)b->seq[i] >= f->o.max_seqs || !b->tables[b->seq[i]])
+            return em_err_set(err, EM_ERANGE, "sequence slot %d is out of range or has no table",
+                              b->seq[i]);
+        const int32_t *t = b->tables[b->seq[i]];
+        for (int32_t k = 0; k <= b->pos[i] / EM_KV_BLOCK; k++)
+            if (t[k] < 0 || (uint32_t)t[k] >= f->o.n_blocks)
+                return em_err_set(err, EM_ERANGE, "block %d of slot %d is out of range", t[k], b->seq[i]);
+    }
+    for (uint32_t i = 0; i < b->n_logits; i++)
+        if (b->logit_rows[i] < 0 || (uint32_t)b->logit_rows[i] >= b->n_tokens)
+            return em_err_set(err, EM_ERANGE, "logit row %d is out of range", b->logit_rows[i]);
+    return 0;
+}
+
+int em_fwd_step(em_fwd *f, const em_fwd_batch *b, float *logits, em_err *err)
+{
+    int rc = check_batch(f, b, err);
+    if (rc)
+        return rc;
+    uint32_t T = b->n_tokens, L = b->n_logits;
+    int32_t *sp = f->step.map;
+    memcpy(sp + f->off_tok, b->tokens, T * sizeof *sp);
+    memcpy(sp + f->off_pos, b->pos, T * sizeof *sp);
+    memcpy(sp + f->off_seq, b->seq, T * sizeof *sp);
+    if (L)
+        memcpy(sp + f->off_gather, b->logit_rows, L * sizeof *sp);
+    /* block tables of the slots in this step, as far as their positions reach */
+    for (uint32_t i = 0; i < T; i++) {
+        int32_t s = b->seq[i];
+        uint32_t nblk = (uint32_t)b->pos[i] / EM_KV_BLOCK + 1;
+        memcpy(sp + f->off_bt + (uint32_t)s * f->bt_stride, b->tables[s], nblk * sizeof *sp);
+    }
+
+    /* attention work lists: a token alone in its run is a decode query;
+     * runs of consecutive positions of one sequence are cut into tiles */
+    shape sh = { T, L, 0, 0, 1 };
+    uint32_t max_kv = 0;
+    for (uint32_t i = 0; i < T;) {
+        uint32_t j = i + 1;
+        while (j < T && b->seq[j] == b->seq[i] && b->pos[j] == b->pos[j - 1] + 1)
+            j++;
+        if (j - i == 1) {
+            sp[f->off_dec + sh.n_dec++] = (int32_t)i;
+            if ((uint32_t)b->pos[i] + 1 > max_kv)
+                max_kv = (uint32_t)b->pos[i] + 1;
+        } else {
+            for (uint32_t k = i; k < j; k += EM_ATTN_TILE) {
+                sp[f->off_tiles + 2 * sh.n_tiles] = (int32_t)k;
+                sp[f->off_tiles + 2 * sh.n_tiles + 1] = (int32_t)(j - k < EM_ATTN_TILE ? j - k : EM_ATTN_TILE);
+                sh.n_tiles++;
+            }
+        }
+        i = j;
+    }
+    /* split long decode contexts so that enough workgroups run */
+    uint32_t span = em_vk_info(f->vk)->type == VK_PHYSICAL_DEVICE_TYPE_CPU ? 1024 : 256;
+    sh.nsplit = (max_kv + span - 1) / span;
+    if (sh.nsplit < 1)
+        sh.nsplit = 1;
+    if (sh.nsplit > EM_ATTN_MAX_SPLIT)
+        sh.nsplit = EM_ATTN_MAX_SPLIT;
+
+    /* the recorded command buffer for this shape, or record one */
+    recorded *r = NULL, *lru = &f->rec[0];
+    for (uint32_t i = 0; i < MAX_RECORDED; i++) {
+        if (f->rec[i].valid && memcmp(&f->rec[i].sh, &sh, sizeof sh) == 0) {
+            r = &f->rec[i];
+            break;
+        }
+        if (f->rec[i].last_used < lru->last_used)
+            lru = &f->rec[i];
+    }
+    f->st.last_record_us = 0;
+    if (!r) {
+        r = lru;
+        if (!r->cmd && (rc = em_vk_cmd_create(f->vk, f->o.profile ? MAX_TS : 0, &r->cmd, err)))
+            return rc;
+        double t0 = now_us();
+        r->valid = 0;
+        f->cur = f->o.profile && em_vk_cmd_has_timestamps(r->cmd) ? r : NULL;
+        rc = record(f, r->cmd, &sh, err);
+        f->cur = NULL;
+        if (rc)
+            return rc;
+        r->sh = sh;
+        r->valid = 1;
+        f->st.last_record_us = now_us() - t0;
+    }
+    r->last_used = ++f->clock;
+    double t0 = now_us();
+    if ((rc = em_vk_cmd_submit_wait(r->cmd, err)))
+        return rc;
+    f->st.last_submit_us = now_us() - t0;
+    if (f->o.profile && r->n_ts > 0) {
+        double ns[MAX_TS];
+        if (em_vk_cmd_timestamps(r->cmd, 0, r->n_ts + 1, ns, NULL) == 0) {
+            for (uint32_t i = 1; i <= r->n_ts; i++) {
+                f->prof_us[r->ts_kind[i]] += (ns[i] - ns[i - 1]) / 1e3;
+                f->prof_n[r->ts_kind[i]]++;
+            }
+        }
+    }
+    if (L && logits)
+        memcpy(logits, f->logits.map, (size_t)L * f->hp->n_vocab * sizeof *logits);
+    return 0;
+}
+
+void em_fwd_get_stats(const em_fwd *f, em_fwd_stats *st)
+{
+    *st = f->st;
+    st->mm_rows = f->R;
+    st->mm_slices = f->S;
+}
+
+uint32_t em_fwd_profile(em_fwd *f, em_fwd_prof *out, uint32_t max, int reset)
+{
+    uint32_t n = 0;
+    for (int k = 0; k < P_COUNT; k++) {
+        if (!f->prof_n[k])
+            continue;
+        if (n < max) {
+            out[n].kernel = prof_names[k];
+            out[n].us = f->prof_us[k];
+            out[n].count = f->prof_n[k];
+        }
+        n++;
+    }
+    if (reset) {
+        memset(f->prof_us, 0, sizeof f->prof_us);
+        memset(f->prof_n, 0, sizeof f->prof_n);
+    }
+    return n;
+}
+
+const char *em_fwd_variant(const em_fwd *f)
+{
+    return f->variant;
+}

@@ -1,0 +1,89 @@
+/* forward.h — one batched step of the model on the GPU.
+ *
+ * A step runs any mix of tokens from several sequences: prompt chunks
+ * (prefill) and single decode tokens alike. Each token has a position and a
+ * sequence slot; each slot has a block table naming the KV-cache blocks
+ * (EM_KV_BLOCK positions each) that hold its positions. The step embeds the
+ * tokens, runs every layer (the new K/V are written into the blocks, then
+ * attention reads the sequence's earlier positions through its table), and
+ * returns logits for the rows asked for. Which blocks a sequence owns is the
+ * caller's business (core/kv.c; one sequence in core/engine.c).
+ *
+ * Weights are repacked and uploaded once at creation (core/wpack.h).
+ * Command buffers are recorded once per step shape (tokens, logit rows) and
+ * replayed; per-step values travel in a host-visible step buffer. Only the
+ * thread that owns the em_fwd may call it. */
+#ifndef EM_FORWARD_H
+#define EM_FORWARD_H
+
+#include <stdint.h>
+
+#include "core/err.h"
+#include "core/model.h"
+#include "core/vk.h"
+
+typedef struct {
+    uint32_t max_tokens;   /* tokens per step (prefill chunk + decodes) */
+    uint32_t max_seqs;     /* sequence slots */
+    uint32_t max_ctx;      /* positions per sequence */
+    uint32_t n_blocks;     /* KV pool blocks; 0: max_seqs * ceil(max_ctx / EM_KV_BLOCK) */
+    uint32_t max_logits;   /* logit rows per step; 0: max_seqs */
+    int      profile;      /* time every dispatch with GPU timestamps (em_fwd_profile) */
+} em_fwd_opts;
+
+typedef struct em_fwd em_fwd;
+
+/* Repack and upload m's weights to vk (both borrowed; must outlive the em_fwd),
+ * allocate activations and the KV pool. EM_ENOMEM when they do not fit. */
+int  em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **out, em_err *err);
+void em_fwd_destroy(em_fwd *f);   /* accepts NULL */
+
+typedef struct {
+    uint32_t       n_tokens;
+    const int32_t *tokens;         /* [n_tokens] token ids */
+    const int32_t *pos;            /* [n_tokens] positions */
+    const int32_t *seq;            /* [n_tokens] sequence slots */
+    uint32_t       n_logits;
+    const int32_t *logit_rows;     /* [n_logits] indices into the tokens */
+    const int32_t *const *tables;  /* [max_seqs]: block table of each slot used by the
+                                    * batch (ceil((max pos + 1) / EM_KV_BLOCK) entries) */
+} em_fwd_batch;
+
+/* Run one step; logits receives [n_logits][n_vocab] (may be NULL when
+ * n_logits is 0). All inputs are borrowed for the call. EM_ERANGE for ids,
+ * positions, slots or blocks out of range; EM_EDEVICE if the device fails. */
+int em_fwd_step(em_fwd *f, const em_fwd_batch *b, float *logits, em_err *err);
+
+typedef struct {
+    uint32_t dispatches;      /* in the last step's command buffer */
+    uint32_t barriers;
+    uint64_t weight_bytes;    /* device bytes of packed weights */
+    uint64_t kv_bytes;        /* device bytes of the KV pool */
+    uint64_t act_bytes;       /* activations + step + logits buffers */
+    double   last_record_us;  /* host time recording the last step (0 when replayed) */
+    double   last_submit_us;  /* host time from submit to fence */
+    uint32_t mm_rows;         /* R: rows per workgroup of the matrix kernels */
+    uint32_t mm_slices;       /* S: K slices per workgroup */
+} em_fwd_stats;
+
+void em_fwd_get_stats(const em_fwd *f, em_fwd_stats *st);
+/* Per-kernel GPU time accumulated over the steps run so far (profile on). */
+typedef struct {
+    const char *kernel;   /* "qkv", "attn", ... (static) */
+    double      us;       /* total microseconds */
+    uint32_t    count;    /* dispatches */
+} em_fwd_prof;
+
+/* Fills up to max entries, returns how many kernels there are (0 when
+ * profiling is off or the device has no timestamps). reset clears the sums. */
+uint32_t em_fwd_profile(em_fwd *f, em_fwd_prof *out, uint32_t max, int reset);
+
+/* Index in em_kernels[] of the matrix / embedding kernel that reads weights
+ * packed from a tensor of this kernel type (em_wpack_layout.type). */
+int em_fwd_mm_kernel(uint32_t type);
+int em_fwd_embed_kernel(uint32_t type);
+
+/* "mm R=8 S=1 (row per lane)" etc. */
+const char *em_fwd_variant(const em_fwd *f);
+
+#endif

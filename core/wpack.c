@@ -1,0 +1,130 @@
+/* wpack.c — repack GGUF weight rows into the GPU's row-interleaved layout
+ * (see wpack.h for the layout and why). */
+#include "core/wpack.h"
+
+#include <string.h>
+
+#include "core/gguf.h"
+#include "core/quant.h"
+
+static int kernel_type(uint32_t t)
+{
+    switch (t) {
+    case EM_T_F32: case EM_T_F16: case EM_T_Q8_0: case EM_T_Q4_0:
+    case EM_T_Q4_K: case EM_T_Q5_K: case EM_T_Q6_K:
+        return (int)t;
+    default:
+        return em_quant_supported(t) ? EM_T_F16 : -1;
+    }
+}
+
+int em_wpack_layout_for(uint32_t src_type, uint32_t K, uint32_t N, uint32_t R,
+                        em_wpack_layout *out, em_err *err)
+{
+    memset(out, 0, sizeof *out);
+    int kt = kernel_type(src_type);
+    if (kt < 0)
+        return em_err_set(err, EM_EUNSUPPORTED, "weights of type %s cannot be used on the GPU",
+                          em_ttype_name(src_type));
+    if (R == 0 || R > 256 || (R & (R - 1)) || K == 0 || N == 0)
+        return em_err_set(err, EM_EINVAL, "wpack: bad shape %ux%u or group %u", N, K, R);
+    out->src_type = src_type;
+    out->type = (uint32_t)kt;
+    out->K = K;
+    out->N = N;
+    out->R = R;
+    switch (kt) {
+    case EM_T_F32:  out->BS = 32;  out->W = 32; break;
+    case EM_T_F16:  out->BS = 32;  out->W = 16; break;
+    case EM_T_Q8_0: out->BS = 32;  out->W = 8;  out->has_sc = 1; break;
+    case EM_T_Q4_0: out->BS = 32;  out->W = 4;  out->has_sc = 1; break;
+    case EM_T_Q4_K: out->BS = 256; out->W = 36; break;
+    case EM_T_Q5_K: out->BS = 256; out->W = 44; break;
+    case EM_T_Q6_K: out->BS = 256; out->W = 52; out->has_sc = 1; break;
+    }
+    out->K_pad = (K + out->BS - 1) / out->BS * out->BS;
+    if ((kt != EM_T_F32 && kt != EM_T_F16) && out->K_pad != K)
+        return em_err_set(err, EM_EFORMAT, "wpack: row of %u is not a multiple of the block", K);
+    out->nb = out->K_pad / out->BS;
+    out->n_groups = (N + R - 1) / R;
+    out->group_qw_bytes = (uint64_t)out->nb * out->W * R * 4;
+    out->group_sc_bytes = out->has_sc ? (uint64_t)out->nb * R * 2 : 0;
+    return 0;
+}
+
+static uint32_t rd32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+static uint16_t rd16(const uint8_t *p)
+{
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+
+void em_wpack_group(const em_wpack_layout *L, const void *const *rows, uint32_t *qw,
+                    uint16_t *sc, float *tmp)
+{
+    const uint32_t R = L->R, W = L->W, nb = L->nb;
+    memset(qw, 0, L->group_qw_bytes);
+    if (L->has_sc)
+        memset(sc, 0, L->group_sc_bytes);
+    const em_ttype_info *src = em_ttype_get(L->src_type);
+    for (uint32_t r = 0; r < R; r++) {
+        const uint8_t *row = rows[r];
+        if (!row)
+            continue;
+        if (L->type == EM_T_F32 || L->type == EM_T_F16) {
+            /* via floats: handles conversion and padding alike */
+            if (L->src_type == EM_T_F32) {
+                memcpy(tmp, row, (size_t)L->K * 4);
+            } else {
+                em_dequant_row(L->src_type, row, tmp, L->K);
+            }
+            for (uint32_t k = L->K; k < L->K_pad; k++)
+                tmp[k] = 0;
+            for (uint32_t b = 0; b < nb; b++) {
+                const float *x = tmp + (size_t)b * 32;
+                uint32_t *dst = qw + (size_t)b * W * R + r;
+                for (uint32_t w = 0; w < W; w++) {
+                    uint32_t v;
+                    if (L->type == EM_T_F32) {
+                        memcpy(&v, &x[w], 4);
+                    } else if (L->src_type == EM_T_F16) {   /* keep the exact halves */
+                        uint32_t e = b * 32 + 2 * w;
+                        uint16_t lo = e < L->K ? rd16(row + 2 * (size_t)e) : 0;
+                        uint16_t hi = e + 1 < L->K ? rd16(row + 2 * (size_t)(e + 1)) : 0;
+                        v = lo | (uint32_t)hi << 16;
+                    } else {
+                        v = em_f32_to_f16(x[2 * w]) | (uint32_t)em_f32_to_f16(x[2 * w + 1]) << 16;
+                    }
+                    dst[(size_t)w * R] = v;
+                }
+            }
+            continue;
+        }
+        for (uint32_t b = 0; b < nb; b++) {
+            const uint8_t *blk = row + (size_t)b * src->bytes;
+            uint32_t *dst = qw + (size_t)b * W * R + r;
+            const uint8_t *words = blk;
+            switch (L->type) {
+            case EM_T_Q8_0:
+            case EM_T_Q4_0:   /* f16 d first, then the quants */
+                sc[(size_t)b * R + r] = rd16(blk);
+                words = blk + 2;
+                break;
+            case EM_T_Q6_K:   /* ql qh scales (208 bytes), then f16 d */
+                sc[(size_t)b * R + r] = rd16(blk + 208);
+                break;
+            default:          /* Q4_K, Q5_K: whole words */
+                break;
+            }
+            for (uint32_t w = 0; w < W; w++)
+                dst[(size_t)w * R] = rd32(words + 4 * (size_t)w);
+        }
+    }
+}

@@ -1,0 +1,47 @@
+/* wpack.h — repack weight matrices into the row-interleaved layout the GPU
+ * kernels read (shaders/mm.comp, shaders/dequant.glsl).
+ *
+ * Rows are grouped by R; for row group g, block b, word w and lane r the
+ * 32-bit word is at qw[((g * nb + b) * W + w) * R + r], so the R lanes of a
+ * workgroup (one row each) read consecutive words. The f16 block scale of
+ * Q4_0, Q8_0 and Q6_K (whose blocks are not whole words) goes to
+ * sc[(g * nb + b) * R + r] (halves). Q4_K and Q5_K blocks are all words and
+ * are copied verbatim. Types without a kernel (Q4_1, Q5_0, Q5_1, Q2_K, Q3_K,
+ * BF16) are converted to F16; F32/F16 rows are zero-padded to a multiple of
+ * 32. Rows past N in the last group are zero. All pointers are borrowed. */
+#ifndef EM_WPACK_H
+#define EM_WPACK_H
+
+#include <stdint.h>
+
+#include "core/err.h"
+
+typedef struct {
+    uint32_t src_type;   /* GGUF type of the source rows */
+    uint32_t type;       /* kernel type: F32 F16 Q8_0 Q4_0 Q4_K Q5_K Q6_K */
+    uint32_t K;          /* source row length */
+    uint32_t K_pad;      /* padded row length (multiple of BS) */
+    uint32_t N;          /* rows */
+    uint32_t R;          /* rows per group */
+    uint32_t BS;         /* elements per block */
+    uint32_t W;          /* words per block */
+    uint32_t nb;         /* blocks per row (K_pad / BS) */
+    uint32_t n_groups;   /* ceil(N / R) */
+    int      has_sc;     /* 1 if sc[] is used */
+    uint64_t group_qw_bytes;  /* bytes of qw per row group */
+    uint64_t group_sc_bytes;  /* bytes of sc per row group (0 without sc) */
+} em_wpack_layout;
+
+/* The layout for an N x K matrix of src_type grouped by R (a power of two,
+ * 1..256). EM_EUNSUPPORTED for a type that cannot be packed. */
+int em_wpack_layout_for(uint32_t src_type, uint32_t K, uint32_t N, uint32_t R,
+                        em_wpack_layout *out, em_err *err);
+
+/* Pack one row group. rows[r] points at the source row for lane r (in
+ * src_type encoding, K elements) or is NULL for a padding row. qw receives
+ * group_qw_bytes, sc (when has_sc) group_sc_bytes. tmp is scratch of at
+ * least K_pad floats (for conversions). */
+void em_wpack_group(const em_wpack_layout *L, const void *const *rows, uint32_t *qw,
+                    uint16_t *sc, float *tmp);
+
+#endif

@@ -1,0 +1,228 @@
+/* cmd_run.c — `ember run`: tokenize a prompt, feed it, and stream generated
+ * text to stdout (greedy or sampled), with a summary on stderr. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/engine.h"
+#include "core/model.h"
+#include "core/sample.h"
+#include "core/tokenizer.h"
+#include "firmware/cli.h"
+
+static const char usage[] =
+    "usage: ember run [--model PATH] [--prompt TEXT] [-n N] [--temp T] [--top-k K]\n"
+    "                 [--top-p P] [--min-p P] [--seed S] [--ctx N] [--backend vulkan|cpu]\n"
+    "                 [--ids-out FILE] [--special]\n"
+    "  Generates up to N tokens (default 256) after the prompt (default \"Once upon a time\")\n"
+    "  and prints prompt + continuation. --temp 0 is greedy. Without --model: the first\n"
+    "  *.gguf in ./models, else the demo model in ../shared/models.\n"
+    "  --ids-out writes \"tokens: <prompt ids>\" and \"greedy: <generated ids>\" lines.\n"
+    "  --special prints control tokens (such as the end-of-text token) as their text.\n";
+
+typedef struct {
+    int32_t *v;
+    size_t   n, cap;
+} idvec;
+
+static int push_id(idvec *iv, int32_t id)
+{
+    if (iv->n == iv->cap) {
+        size_t cap = iv->cap ? iv->cap * 2 : 256;
+        int32_t *nv = realloc(iv->v, cap * sizeof *nv);
+        if (!nv)
+            return EM_ENOMEM;
+        iv->v = nv;
+        iv->cap = cap;
+    }
+    iv->v[iv->n++] = id;
+    return 0;
+}
+
+static int write_ids(const char *path, const int32_t *prompt, size_t np, const idvec *gen)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return em_cli_fail(1, "run: %s: %s", path, strerror(errno));
+    fputs("tokens:", f);
+    for (size_t i = 0; i < np; i++)
+        fprintf(f, " %d", prompt[i]);
+    fputs("\ngreedy:", f);
+    for (size_t i = 0; i < gen->n; i++)
+        fprintf(f, " %d", gen->v[i]);
+    fputc('\n', f);
+    if (fclose(f) != 0)
+        return em_cli_fail(1, "run: %s: write failed", path);
+    return 0;
+}
+
+int em_cmd_run(int argc, char **argv)
+{
+    const char *model_path = NULL, *prompt = "Once upon a time", *backend_name = "vulkan";
+    const char *ids_out = NULL;
+    long n_gen = 256, top_k = 40, ctx = 0, seed = -1;
+    int special = 0;
+    double temp = 0.8, top_p = 0.95, min_p = 0.05;
+    em_cli_opt opts[] = {
+        { "--model", "-m", EM_OPT_STR, &model_path, 0, 0 },
+        { "--prompt", "-p", EM_OPT_STR, &prompt, 0, 0 },
+        { "--n-predict", "-n", EM_OPT_INT, &n_gen, 0, 1 << 20 },
+        { "--temp", NULL, EM_OPT_FLOAT, &temp, 0, 100 },
+        { "--top-k", NULL, EM_OPT_INT, &top_k, 0, 1 << 24 },
+        { "--top-p", NULL, EM_OPT_FLOAT, &top_p, 1e-6, 1 },
+        { "--min-p", NULL, EM_OPT_FLOAT, &min_p, 0, 1 },
+        { "--seed", NULL, EM_OPT_INT, &seed, -1, 4294967295.0 },
+        { "--ctx", NULL, EM_OPT_INT, &ctx, 0, 1 << 20 },
+        { "--backend", NULL, EM_OPT_STR, &backend_name, 0, 0 },
+        { "--ids-out", NULL, EM_OPT_STR, &ids_out, 0, 0 },
+        { "--special", NULL, EM_OPT_FLAG, &special, 0, 0 },
+        { NULL, NULL, 0, NULL, 0, 0 },
+    };
+    int rc = em_cli_parse("run", argc, argv, opts, NULL, 0, NULL, usage);
+    if (rc)
+        return rc;
+
+    em_err err = { 0 };
+    em_backend backend;
+    if (em_backend_parse(backend_name, &backend, &err))
+        return em_cli_fail(2, "run: %s", err.msg);
+    char default_path[4096];
+    if (!model_path) {
+        if (em_cli_default_model(default_path, sizeof default_path, &err))
+            return em_cli_fail(2, "run: %s", err.msg);
+        model_path = default_path;
+        fprintf(stderr, "ember: using model %s\n", model_path);
+    }
+
+    em_model *m = NULL;
+    em_tokenizer *tok = NULL;
+    em_engine *eng = NULL;
+    em_sampler *smp = NULL;
+    int32_t *pids = NULL;
+    size_t n_pids = 0;
+    float *logits = NULL;
+    char *piece = NULL;
+    idvec gen = { 0 };
+    int status = 0;
+
+    if ((rc = em_model_open(model_path, &m, &err)) ||
+        (rc = em_tokenizer_create(em_model_gguf(m), &tok, &err)) ||
+        (rc = em_tokenizer_encode(tok, prompt, strlen(prompt), 1, 0, &pids, &n_pids, &err))) {
+        status = em_cli_fail_err(&err);
+        goto done;
+    }
+    const em_hparams *hp = em_model_hparams(m);
+    if (em_tokenizer_n_vocab(tok) > hp->n_vocab) {
+        status = em_cli_fail(2, "run: %s: the tokenizer has %u tokens but the model only %u",
+                             model_path, em_tokenizer_n_vocab(tok), hp->n_vocab);
+        goto done;
+    }
+    if (n_pids == 0) {
+        status = em_cli_fail(2, "run: the prompt is empty and the model adds no BOS token");
+        goto done;
+    }
+    uint32_t n_ctx = ctx > 0 ? (uint32_t)ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
+    if (n_pids >= n_ctx) {
+        status = em_cli_fail(2, "run: the prompt has %zu tokens, which does not fit the %u-token context",
+                             n_pids, n_ctx);
+        goto done;
+    }
+    uint64_t seed_v = (uint64_t)seed;
+    if (seed < 0) {
+        if (getentropy(&seed_v, sizeof seed_v) != 0)
+            seed_v = (uint64_t)em_cli_now();
+        seed_v &= 0xffffffffu;
+    }
+    em_sample_params sp = { (float)temp, (int32_t)top_k, (float)top_p, (float)min_p, seed_v };
+    if ((rc = em_sampler_create(&sp, hp->n_vocab, &smp, &err)) ||
+        (rc = em_engine_create(m, backend, n_ctx, NULL, &eng, &err))) {
+        status = em_cli_fail_err(&err);
+        goto done;
+    }
+    size_t cap = em_tokenizer_detok_cap(tok);
+    logits = malloc((size_t)hp->n_vocab * sizeof *logits);
+    piece = malloc(cap);
+    if (!logits || !piece) {
+        status = em_cli_fail(1, "run: out of memory");
+        goto done;
+    }
+
+    fputs(prompt, stdout);
+    fflush(stdout);
+    double t0 = em_cli_now();
+    if ((rc = em_engine_eval(eng, pids, (uint32_t)n_pids, 0, logits, 0, &err))) {
+        status = em_cli_fail_err(&err);
+        goto done;
+    }
+    double t1 = em_cli_now();
+    em_detok dt;
+    em_detok_init(&dt, 0);
+    uint32_t pos = (uint32_t)n_pids;
+    const char *stop = "length";
+    for (long i = 0; i < n_gen; i++) {
+        int32_t id = em_sampler_sample(smp, logits);
+        if (push_id(&gen, id)) {
+            status = em_cli_fail(1, "run: out of memory");
+            goto done;
+        }
+        int eog = em_tokenizer_is_eog(tok, id);
+        int k;
+        if (special && em_tokenizer_is_special(tok, id)) {
+            if ((k = em_detok_flush(tok, &dt, piece, cap)) > 0)
+                fwrite(piece, 1, (size_t)k, stdout);
+            k = em_tokenizer_piece(tok, id, 1, piece, cap);
+            if (k > (int)cap)
+                k = (int)cap;
+        } else {
+            k = eog ? 0 : em_detok_push(tok, &dt, id, piece, cap);
+        }
+        if (k > 0) {
+            fwrite(piece, 1, (size_t)k, stdout);
+            fflush(stdout);
+        }
+        if (eog) {
+            stop = "end of text";
+            break;
+        }
+        if (i + 1 == n_gen)
+            break;
+        if (pos >= n_ctx) {
+            stop = "context full";
+            break;
+        }
+        if ((rc = em_engine_eval(eng, &id, 1, pos, logits, 0, &err))) {
+            status = em_cli_fail_err(&err);
+            goto done;
+        }
+        pos++;
+    }
+    int k = em_detok_flush(tok, &dt, piece, cap);
+    if (k > 0)
+        fwrite(piece, 1, (size_t)k, stdout);
+    fputc('\n', stdout);
+    fflush(stdout);
+    double t2 = em_cli_now();
+    fprintf(stderr,
+            "ember: %s | %s | prompt %zu tokens %.1f tok/s | generated %zu tokens %.1f tok/s | stop: %s | seed %llu\n",
+            hp->name, em_engine_describe(eng), n_pids, (double)n_pids / (t1 - t0 + 1e-9), gen.n,
+            gen.n > 1 ? (double)(gen.n - 1) / (t2 - t1 + 1e-9) : 0.0, stop,
+            (unsigned long long)seed_v);
+    if ((rc = em_engine_check(eng, &err))) {
+        status = em_cli_fail_err(&err);
+        goto done;
+    }
+    if (ids_out)
+        status = write_ids(ids_out, pids, n_pids, &gen);
+done:
+    free(gen.v);
+    free(piece);
+    free(logits);
+    free(pids);
+    em_sampler_destroy(smp);
+    em_engine_destroy(eng);
+    em_tokenizer_destroy(tok);
+    em_model_close(m);
+    return status;
+}

@@ -1,0 +1,125 @@
+// attn_dec.comp — attention of single query tokens (decode) over their
+// sequence's paged KV cache. Lanes walk KV positions: K and V blocks are
+// stored position-innermost ([blk][hk][d][16]), so the lanes of a workgroup
+// read consecutive addresses for every dimension d. Each lane keeps its own
+// online-softmax state (max m, sum l, o[Dv]); the lanes are merged once at
+// the end. The KV range can be split over nsplit workgroups (split-K): then
+// each writes a partial (m, l, o) that attn_reduce.comp merges.
+// Grid: (H, nsplit, n_dec); the step buffer lists the decode tokens.
+// Query head h reads KV head h / (H / Hk): GQA/MQA without copying K/V.
+// Head sizes are specialization constants so that the per-dimension loops
+// have constant trip counts (llvmpipe unrolls them; it also stops any
+// shader after 65535 dynamic loop iterations, which the host's split keeps
+// this kernel far below).
+#version 450
+#extension GL_EXT_shader_16bit_storage : require
+
+layout(local_size_x_id = 0) in;          // lanes (16 = one block per pass)
+layout(constant_id = 1) const uint D = 64;
+layout(constant_id = 2) const uint DV = 64;
+const uint BLK = 16u;
+
+layout(std430, binding = 0) readonly buffer QKV { float qkv[]; };
+layout(std430, binding = 1) readonly buffer PV { int step[]; };
+layout(std430, binding = 2) readonly buffer KC { float16_t kc[]; };
+layout(std430, binding = 3) readonly buffer VC { float16_t vc[]; };
+layout(std430, binding = 4) writeonly buffer OUT { float att[]; };
+layout(std430, binding = 5) writeonly buffer PART { float part[]; };
+
+layout(push_constant) uniform Push {
+    uint H, Hk, D_, Dv_;  // (same as the constants; kept for the shared layout)
+    uint qkv_stride, out_stride;
+    uint pos_off, seq_off, bt_off, bt_stride;
+    uint list_off;       // int offset of the decode token list in step
+    uint nsplit;         // KV splits (grid y)
+    float scale;
+} pc;
+
+shared vec4 qs[D / 4u];
+shared float red[gl_WorkGroupSize.x * DV];
+shared float mred[gl_WorkGroupSize.x];
+
+void main()
+{
+    const uint WG = gl_WorkGroupSize.x;
+    const uint h = gl_WorkGroupID.x, split = gl_WorkGroupID.y, di = gl_WorkGroupID.z;
+    const uint lane = gl_LocalInvocationID.x;
+    const uint t = uint(step[pc.list_off + di]);
+    const uint hk = h / (pc.H / pc.Hk);
+    const uint n_kv = uint(step[pc.pos_off + t]) + 1u;
+    const uint bt = pc.bt_off + uint(step[pc.seq_off + t]) * pc.bt_stride;
+    const uint nblk = (n_kv + BLK - 1u) / BLK;
+    const uint per = (nblk + pc.nsplit - 1u) / pc.nsplit;
+    const uint b0 = split * per, b1 = min(nblk, b0 + per);
+
+    for (uint d4 = lane; d4 < D / 4u; d4 += WG) {
+        const uint q = t * pc.qkv_stride + h * D + 4u * d4;
+        qs[d4] = vec4(qkv[q], qkv[q + 1u], qkv[q + 2u], qkv[q + 3u]) * pc.scale;
+    }
+    barrier();
+
+    float m = -1e30, l = 0.0;
+    vec4 o[DV / 4u];
+    for (uint d4 = 0u; d4 < DV / 4u; d4++)
+        o[d4] = vec4(0.0);
+    for (uint b = b0; b < b1; b++) {
+        const uint blk = uint(step[bt + b]);
+        const uint kb = (blk * pc.Hk + hk) * D * BLK;
+        const uint vb = (blk * pc.Hk + hk) * DV * BLK;
+        for (uint j = lane; j < BLK; j += WG) {
+            if (b * BLK + j >= n_kv)
+                break;
+            float s = 0.0;
+            for (uint d4 = 0u; d4 < D / 4u; d4++) {
+                const uint k = kb + 4u * d4 * BLK + j;
+                s += dot(qs[d4], vec4(float(kc[k]), float(kc[k + BLK]), float(kc[k + 2u * BLK]),
+                                      float(kc[k + 3u * BLK])));
+            }
+            const float mn = max(m, s);
+            const float corr = exp(m - mn), w = exp(s - mn);
+            l = l * corr + w;
+            for (uint d4 = 0u; d4 < DV / 4u; d4++) {
+                const uint v = vb + 4u * d4 * BLK + j;
+                o[d4] = o[d4] * corr + w * vec4(float(vc[v]), float(vc[v + BLK]), float(vc[v + 2u * BLK]),
+                                                float(vc[v + 3u * BLK]));
+            }
+            m = mn;
+        }
+    }
+
+    // merge the lanes: common max, then sum l and o over lanes
+    mred[lane] = m;
+    barrier();
+    float M = -1e30;
+    for (uint i = 0u; i < WG; i++)
+        M = max(M, mred[i]);
+    const float f = exp(m - M);
+    barrier();
+    mred[lane] = l * f;
+    for (uint d4 = 0u; d4 < DV / 4u; d4++) {
+        const vec4 v = o[d4] * f;
+        red[lane * DV + 4u * d4] = v.x;
+        red[lane * DV + 4u * d4 + 1u] = v.y;
+        red[lane * DV + 4u * d4 + 2u] = v.z;
+        red[lane * DV + 4u * d4 + 3u] = v.w;
+    }
+    barrier();
+    float L = 0.0;
+    for (uint i = 0u; i < WG; i++)
+        L += mred[i];
+    for (uint d = lane; d < DV; d += WG) {
+        float v = 0.0;
+        for (uint i = 0u; i < WG; i++)
+            v += red[i * DV + d];
+        if (pc.nsplit == 1u) {
+            att[t * pc.out_stride + h * DV + d] = L > 0.0 ? v / L : 0.0;
+        } else {
+            part[((di * pc.H + h) * pc.nsplit + split) * (DV + 2u) + 2u + d] = v;
+        }
+    }
+    if (pc.nsplit > 1u && lane == 0u) {
+        const uint pb = ((di * pc.H + h) * pc.nsplit + split) * (DV + 2u);
+        part[pb] = M;
+        part[pb + 1u] = L;
+    }
+}

@@ -1,0 +1,101 @@
+// attn_pre.comp — causal attention for tiles of consecutive prompt tokens of
+// one sequence (prefill). Lanes are the tile's query tokens; the loop walks
+// KV positions in blocks of 16, so every K/V load is the same address for
+// all lanes (a broadcast), and q and o live in each lane's registers. Per
+// block: 16 scores per lane, one rescale of o, 16 accumulations (online
+// softmax; the score matrix never reaches memory). Earlier context (a cached
+// prefix, earlier chunks) is read through the same block table.
+// Grid: (H, n_tiles); the step buffer lists tiles as (first token, count).
+// Head sizes are specialization constants: the per-dimension loops have
+// constant trip counts (see attn_dec.comp on llvmpipe's loop limit).
+#version 450
+#extension GL_EXT_shader_16bit_storage : require
+
+layout(local_size_x = 16) in;
+layout(constant_id = 0) const uint D = 64;
+layout(constant_id = 1) const uint DV = 64;
+const uint BLK = 16u;
+
+layout(std430, binding = 0) readonly buffer QKV { float qkv[]; };
+layout(std430, binding = 1) readonly buffer PV { int step[]; };
+layout(std430, binding = 2) readonly buffer KC { float16_t kc[]; };
+layout(std430, binding = 3) readonly buffer VC { float16_t vc[]; };
+layout(std430, binding = 4) writeonly buffer OUT { float att[]; };
+
+layout(push_constant) uniform Push {
+    uint H, Hk, D_, Dv_;
+    uint qkv_stride, out_stride;
+    uint pos_off, seq_off, bt_off, bt_stride;
+    uint list_off;       // int offset of the tile list (pairs) in step
+    float scale;
+} pc;
+
+void main()
+{
+    const uint h = gl_WorkGroupID.x, tile = gl_WorkGroupID.y, lane = gl_LocalInvocationID.x;
+    const uint t0 = uint(step[pc.list_off + 2u * tile]);
+    const uint cnt = uint(step[pc.list_off + 2u * tile + 1u]);
+    const bool live = lane < cnt;
+    const uint t = t0 + min(lane, cnt - 1u);
+    const uint hk = h / (pc.H / pc.Hk);
+    const uint my_pos = uint(step[pc.pos_off + t]);
+    const uint last_pos = uint(step[pc.pos_off + t0 + cnt - 1u]);
+    const uint bt = pc.bt_off + uint(step[pc.seq_off + t0]) * pc.bt_stride;
+
+    vec4 q[D / 4u], o[DV / 4u];
+    for (uint d4 = 0u; d4 < D / 4u; d4++) {
+        const uint a = t * pc.qkv_stride + h * D + 4u * d4;
+        q[d4] = vec4(qkv[a], qkv[a + 1u], qkv[a + 2u], qkv[a + 3u]) * pc.scale;
+    }
+    for (uint d4 = 0u; d4 < DV / 4u; d4++)
+        o[d4] = vec4(0.0);
+    float m = -1e30, l = 0.0;
+    const uint nblk = last_pos / BLK + 1u;
+    for (uint b = 0u; b < nblk; b++) {
+        const uint blk = uint(step[bt + b]);
+        const uint kb = (blk * pc.Hk + hk) * D * BLK;
+        const uint vb = (blk * pc.Hk + hk) * DV * BLK;
+        // positions past the tile's last one were never written: they are
+        // skipped, never multiplied by zero (the memory may hold NaNs)
+        const uint nj = min(BLK, last_pos + 1u - b * BLK);
+        float s[BLK];
+        float bm = m;
+        for (uint j = 0u; j < BLK; j++) {
+            s[j] = -1e30;
+            if (j >= nj)
+                break;
+            float acc = 0.0;
+            for (uint d4 = 0u; d4 < D / 4u; d4++) {
+                const uint k = kb + 4u * d4 * BLK + j;
+                acc += dot(q[d4], vec4(float(kc[k]), float(kc[k + BLK]), float(kc[k + 2u * BLK]),
+                                       float(kc[k + 3u * BLK])));
+            }
+            s[j] = b * BLK + j <= my_pos ? acc : -1e30;
+            bm = max(bm, s[j]);
+        }
+        const float corr = exp(m - bm);
+        l *= corr;
+        for (uint d4 = 0u; d4 < DV / 4u; d4++)
+            o[d4] *= corr;
+        for (uint j = 0u; j < nj; j++) {
+            const float w = s[j] > -1e29 ? exp(s[j] - bm) : 0.0;
+            l += w;
+            for (uint d4 = 0u; d4 < DV / 4u; d4++) {
+                const uint v = vb + 4u * d4 * BLK + j;
+                o[d4] += w * vec4(float(vc[v]), float(vc[v + BLK]), float(vc[v + 2u * BLK]),
+                                  float(vc[v + 3u * BLK]));
+            }
+        }
+        m = bm;
+    }
+    if (live) {
+        for (uint d4 = 0u; d4 < DV / 4u; d4++) {
+            const uint a = t * pc.out_stride + h * DV + 4u * d4;
+            const vec4 r = o[d4] / l;
+            att[a] = r.x;
+            att[a + 1u] = r.y;
+            att[a + 2u] = r.z;
+            att[a + 3u] = r.w;
+        }
+    }
+}

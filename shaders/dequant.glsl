@@ -1,0 +1,72 @@
+// dequant.glsl — element access to weights in the row-interleaved layout
+// (see mm.comp and core/wpack.c): dq4(blk, lane, j4) returns elements
+// 4*j4 .. 4*j4+3 of block blk of the lane's row. Needs qw[] and sc[] bound,
+// R (rows per group) and one TYPE_* define. Used where single elements are
+// wanted (embedding lookup); mm.comp fuses dequantization into its dot
+// products instead.
+
+#if defined(TYPE_F32)
+const uint BS = 32, W = 32;
+#elif defined(TYPE_F16)
+const uint BS = 32, W = 16;
+#elif defined(TYPE_Q8_0)
+const uint BS = 32, W = 8;
+#elif defined(TYPE_Q4_0)
+const uint BS = 32, W = 4;
+#elif defined(TYPE_Q4_K)
+const uint BS = 256, W = 36;
+#elif defined(TYPE_Q5_K)
+const uint BS = 256, W = 44;
+#elif defined(TYPE_Q6_K)
+const uint BS = 256, W = 52;
+#else
+#error "define one TYPE_*"
+#endif
+
+uint qword(uint blk, uint lane, uint w)
+{
+    return qw[(blk * W + w) * R + lane];
+}
+
+vec4 dq4(uint blk, uint lane, uint j4)
+{
+#if defined(TYPE_F32)
+    return vec4(uintBitsToFloat(qword(blk, lane, 4u * j4)), uintBitsToFloat(qword(blk, lane, 4u * j4 + 1u)),
+                uintBitsToFloat(qword(blk, lane, 4u * j4 + 2u)), uintBitsToFloat(qword(blk, lane, 4u * j4 + 3u)));
+#elif defined(TYPE_F16)
+    return vec4(unpackHalf2x16(qword(blk, lane, 2u * j4)), unpackHalf2x16(qword(blk, lane, 2u * j4 + 1u)));
+#elif defined(TYPE_Q8_0)
+    return half_at(blk * R + lane) * i8x4(qword(blk, lane, j4));
+#elif defined(TYPE_Q4_0)
+    uint q = qword(blk, lane, j4 & 3u);
+    return half_at(blk * R + lane) * ((j4 < 4u ? u4x4(q) : u4x4(q >> 4)) - 8.0);
+#elif defined(TYPE_Q4_K) || defined(TYPE_Q5_K)
+    vec2 dm = unpackHalf2x16(qword(blk, lane, 0u));
+    uint sub = j4 / 8u;                       // sub-block of 32 (0..7)
+    uint i = sub / 2u, w = j4 & 7u;
+    vec4 smv = k4_scale_min(sub & ~1u, qword(blk, lane, 1u), qword(blk, lane, 2u), qword(blk, lane, 3u));
+    vec2 sm = (sub & 1u) == 0u ? smv.xy : smv.zw;
+#if defined(TYPE_Q4_K)
+    uint q = qword(blk, lane, 4u + 8u * i + w);
+    vec4 v = (sub & 1u) == 0u ? u4x4(q) : u4x4(q >> 4);
+#else
+    uint q = qword(blk, lane, 12u + 8u * i + w);
+    uint h = qword(blk, lane, 4u + w);
+    vec4 v = (sub & 1u) == 0u ? u8x4((q & 0x0F0F0F0Fu) | (((h >> (2u * i)) & 0x01010101u) << 4))
+                              : u8x4(((q >> 4) & 0x0F0F0F0Fu) | (((h >> (2u * i + 1u)) & 0x01010101u) << 4));
+#endif
+    return dm.x * sm.x * v - dm.y * sm.y;
+#elif defined(TYPE_Q6_K)
+    float d = half_at(blk * R + lane);
+    uint h = j4 / 32u;                        // half of 128
+    uint r = j4 & 31u;                        // vec4 within the half
+    uint part = r / 8u, w = r & 7u;           // which of the 4 quarter streams, word
+    uint qa = qword(blk, lane, 16u * h + w), qb = qword(blk, lane, 16u * h + 8u + w);
+    uint qh = qword(blk, lane, 32u + 8u * h + w);
+    uint lo = (part & 1u) == 0u ? qa : qb;
+    uint nib = part < 2u ? (lo & 0x0F0F0F0Fu) : ((lo >> 4) & 0x0F0F0F0Fu);
+    vec4 v = u8x4(nib | (((qh >> (2u * part)) & 0x03030303u) << 4)) - 32.0;
+    float c = i8_at(qword(blk, lane, 48u + 2u * h), qword(blk, lane, 49u + 2u * h), (w >> 2) + 2u * part);
+    return d * c * v;
+#endif
+}

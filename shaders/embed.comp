@@ -1,0 +1,34 @@
+// embed.comp — embedding lookup: x[t][k] = token_embd[tok[t]][k] for every
+// weight type, reading the row-interleaved layout through dequant.glsl.
+// One invocation per 4 elements; grid (ceil(E/4 / 64), T).
+#version 450
+
+#include "common.glsl"
+
+layout(local_size_x = 64) in;
+layout(constant_id = 0) const uint R = 8;     // rows per group of the packed table
+
+layout(std430, binding = 0) readonly buffer QW { uint qw[]; };
+layout(std430, binding = 1) readonly buffer SC { uint sc[]; };
+layout(std430, binding = 2) readonly buffer PV { int step[]; };
+layout(std430, binding = 3) writeonly buffer XV { vec4 x4[]; };
+
+layout(push_constant) uniform Push {
+    uint E;          // row length (elements, multiple of 4)
+    uint T;          // tokens
+    uint x_stride;   // floats between rows of x
+    uint tok_off;    // int offset of the token ids in step
+} pc;
+
+#include "dequant.glsl"
+
+void main()
+{
+    uint j4 = gl_GlobalInvocationID.x, t = gl_WorkGroupID.y;
+    if (j4 >= pc.E / 4u || t >= pc.T)
+        return;
+    uint row = uint(step[pc.tok_off + t]);
+    uint nb = (pc.E + BS - 1u) / BS;
+    uint blk = (row / R) * nb + (j4 * 4u) / BS;
+    x4[t * (pc.x_stride / 4u) + j4] = dq4(blk, row % R, (j4 * 4u % BS) / 4u);
+}

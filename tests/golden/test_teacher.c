@@ -1,0 +1,111 @@
+/* test_teacher.c — teacher-forced agreement with a golden greedy story:
+ * feed the golden prompt + generated ids and, at every generated position,
+ * check that the golden token is our top token, or within MARGIN logits of
+ * it. This is the check for models whose reference run quantizes activations
+ * to 8 bits (Q8_0): there exact greedy equality depends on near-ties, which
+ * the reference's rounding decides (TinyStories-656K-Q8_0 has a 0.046 logit
+ * gap out of 14 at generated token 78). Also requires an exact greedy match
+ * of at least MIN_PREFIX tokens.
+ * usage: test_teacher MODEL BACKEND MIN_TOP_SHARE MARGIN MIN_PREFIX */
+#include <stdint.h>
+
+#include "core/engine.h"
+#include "core/model.h"
+#include "core/sample.h"
+#include "tests/common/testutil.h"
+
+static int read_ids(const char *line, const char *tag, int32_t *ids, int max)
+{
+    const char *p = strstr(line, tag);
+    if (!p)
+        return -1;
+    p += strlen(tag);
+    int n = 0;
+    char *end;
+    while (n < max) {
+        long v = strtol(p, &end, 10);
+        if (end == p)
+            break;
+        ids[n++] = (int32_t)v;
+        p = end;
+    }
+    return n;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 6) {
+        fprintf(stderr, "usage: test_teacher MODEL BACKEND MIN_TOP_SHARE MARGIN MIN_PREFIX\n");
+        return 2;
+    }
+    if (!test_shared_dir()) {
+        printf("SKIP: shared folder absent\n");
+        return 77;
+    }
+    char path[1024];
+    snprintf(path, sizeof path, "golden/stories/%s.once.ids", argv[1]);
+    char *gold = test_read_file(test_shared(path), NULL);
+    snprintf(path, sizeof path, "models/%s.gguf", argv[1]);
+    char mpath[1024];
+    snprintf(mpath, sizeof mpath, "%s", test_shared(path));
+    em_backend backend;
+    if (!gold || em_backend_parse(argv[2], &backend, NULL)) {
+        fprintf(stderr, "cannot read the golden ids or bad backend\n");
+        return 1;
+    }
+    double min_share = atof(argv[3]), margin = atof(argv[4]);
+    int min_prefix = atoi(argv[5]);
+    int32_t prompt[64], gen[256];
+    int np = read_ids(gold, "tokens:", prompt, 64), ng = read_ids(gold, "greedy:", gen, 256);
+    CHECK(np > 0 && ng > 0);
+
+    em_model *m = NULL;
+    em_engine *e = NULL;
+    em_err err = { 0 };
+    if (em_model_open(mpath, &m, &err) || em_engine_create(m, backend, 512, NULL, &e, &err)) {
+        if (err.code == EM_EDEVICE) {
+            printf("SKIP: no Vulkan device: %s\n", err.msg);
+            return 77;
+        }
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    uint32_t V = em_model_hparams(m)->n_vocab;
+    float *lg = malloc((size_t)V * sizeof *lg);
+
+    /* 1. free-running greedy: the exact prefix */
+    int prefix = 0;
+    CHECK(em_engine_eval(e, prompt, (uint32_t)np, 0, lg, 0, &err) == 0);
+    for (int i = 0; i < ng; i++) {
+        int32_t id = em_argmax(lg, V);
+        if (id != gen[i])
+            break;
+        prefix++;
+        if (i + 1 < ng)
+            CHECK(em_engine_eval(e, &id, 1, (uint32_t)(np + i), lg, 0, &err) == 0);
+    }
+    /* 2. teacher-forced along the golden story */
+    int top = 0;
+    double worst = 0;
+    CHECK(em_engine_eval(e, prompt, (uint32_t)np, 0, lg, 0, &err) == 0);
+    for (int i = 0; i < ng; i++) {
+        int32_t best = em_argmax(lg, V);
+        double gap = (double)lg[best] - lg[gen[i]];
+        top += best == gen[i];
+        if (gap > worst)
+            worst = gap;
+        CHECKF(gap <= margin, "position %d: golden token %d is %.4f below our top token %d", i, gen[i],
+               gap, best);
+        if (i + 1 < ng)
+            CHECK(em_engine_eval(e, &gen[i], 1, (uint32_t)(np + i), lg, 0, &err) == 0);
+    }
+    printf("%s (%s): exact greedy prefix %d of %d; golden token on top at %d of %d positions; "
+           "largest gap %.4f\n", argv[1], argv[2], prefix, ng, top, ng, worst);
+    CHECKF(prefix >= min_prefix, "exact prefix %d < %d", prefix, min_prefix);
+    CHECKF(top >= min_share * ng, "top share %d/%d < %.2f", top, ng, min_share);
+    free(lg);
+    free(gold);
+    em_engine_destroy(e);
+    em_model_close(m);
+    return test_summary("teacher");
+}

@@ -1,0 +1,197 @@
+/* test_attn.c — the paged attention kernels against core/ref.c attention:
+ * random K/V in a block pool, fragmented and shared block tables, context
+ * lengths that are not multiples of the block size, GQA ratios 1, 2, 4 and 8,
+ * head sizes 64 and 128 (and small ones); decode queries with and without
+ * split-K (+ the reduce pass), and prefill tiles over a cached prefix. */
+#include <math.h>
+#include <stdint.h>
+
+#include "core/kparams.h"
+#include "core/quant.h"
+#include "core/ref.h"
+#include "shaders/em_kernels.h"
+#include "tests/gpu/gpu_util.h"
+
+static unsigned long long seed = 11;
+static float frand(void) { return (float)((double)(test_rand(&seed) >> 11) / 9007199254740992.0) * 2 - 1; }
+
+static em_vk_buf mkbuf(em_vk *vk, const void *data, size_t n)
+{
+    em_vk_buf b = { 0 };
+    em_err err = { 0 };
+    int rc = em_vk_alloc(vk, EM_VK_MEM_DEVICE, n < 16 ? 16 : n, &b, &err);
+    CHECK_OK(rc, err);
+    if (!rc && data) {
+        rc = em_vk_upload(vk, &b, 0, data, n, NULL, &err);
+        CHECK_OK(rc, err);
+    }
+    return b;
+}
+
+/* One scenario: n_seq sequences with context lengths ctx[s]; the step holds
+ * n_q query tokens per sequence at the last positions (n_q = 1: decode). */
+static void scenario(em_vk *vk, uint32_t H, uint32_t Hk, uint32_t D, uint32_t Dv, uint32_t n_seq,
+                     const uint32_t *ctx, uint32_t n_q, uint32_t nsplit, int share_prefix)
+{
+    em_err err = { 0 };
+    const uint32_t BLK = EM_KV_BLOCK, max_ctx = 4096, bt_stride = max_ctx / BLK;
+    uint32_t n_blocks = n_seq * bt_stride + 3;
+    /* block tables: a random permutation of the pool (fragmented); with
+     * share_prefix, every sequence shares sequence 0's first blocks */
+    int32_t *perm = malloc(n_blocks * sizeof *perm);
+    for (uint32_t i = 0; i < n_blocks; i++)
+        perm[i] = (int32_t)i;
+    for (uint32_t i = n_blocks - 1; i > 0; i--) {
+        uint32_t j = (uint32_t)(test_rand(&seed) % (i + 1));
+        int32_t t = perm[i]; perm[i] = perm[j]; perm[j] = t;
+    }
+    int32_t *tables = malloc((size_t)n_seq * bt_stride * sizeof *tables);
+    for (uint32_t s = 0; s < n_seq; s++)
+        for (uint32_t b = 0; b < bt_stride; b++)
+            tables[s * bt_stride + b] = perm[s * bt_stride + b];
+    uint32_t shared = share_prefix ? (ctx[0] / BLK) / 2 : 0;
+    for (uint32_t s = 1; s < n_seq; s++)
+        for (uint32_t b = 0; b < shared && (b + 1) * BLK <= ctx[s]; b++)
+            tables[s * bt_stride + b] = tables[b];
+    /* K/V pool, f16, layout [blk][hk][d][16] */
+    size_t kn = (size_t)n_blocks * Hk * D * BLK, vn = (size_t)n_blocks * Hk * Dv * BLK;
+    uint16_t *kh = malloc(kn * 2), *vh = malloc(vn * 2);
+    for (size_t i = 0; i < kn; i++)
+        kh[i] = em_f32_to_f16(frand());
+    for (size_t i = 0; i < vn; i++)
+        vh[i] = em_f32_to_f16(frand());
+    /* tokens */
+    uint32_t T = n_seq * n_q, qkv_st = H * D + 2 * Hk * D + 64, out_st = H * Dv + 8;
+    float *qkv = malloc((size_t)T * qkv_st * sizeof *qkv);
+    for (size_t i = 0; i < (size_t)T * qkv_st; i++)
+        qkv[i] = 2 * frand();
+    uint32_t off_pos = 0, off_seq = T, off_list = 2 * T, off_bt = 4 * T + 8;
+    int32_t *step = calloc(off_bt + n_seq * bt_stride, sizeof *step);
+    uint32_t n_list = 0;
+    for (uint32_t s = 0; s < n_seq; s++) {
+        for (uint32_t i = 0; i < n_q; i++) {
+            uint32_t t = s * n_q + i;
+            step[off_pos + t] = (int32_t)(ctx[s] - n_q + i);
+            step[off_seq + t] = (int32_t)s;
+        }
+        if (n_q == 1) {
+            step[off_list + n_list++] = (int32_t)s;
+        } else {
+            for (uint32_t i = 0; i < n_q; i += EM_ATTN_TILE) {
+                step[off_list + 2 * n_list] = (int32_t)(s * n_q + i);
+                step[off_list + 2 * n_list + 1] = (int32_t)(n_q - i < EM_ATTN_TILE ? n_q - i : EM_ATTN_TILE);
+                n_list++;
+            }
+        }
+    }
+    memcpy(step + off_bt, tables, (size_t)n_seq * bt_stride * sizeof *step);
+
+    em_vk_buf bq = mkbuf(vk, qkv, (size_t)T * qkv_st * 4), bs = mkbuf(vk, step, (off_bt + n_seq * bt_stride) * 4);
+    em_vk_buf bk = mkbuf(vk, kh, kn * 2), bv = mkbuf(vk, vh, vn * 2);
+    em_vk_buf bo = mkbuf(vk, NULL, (size_t)T * out_st * 4);
+    em_vk_buf bp = mkbuf(vk, NULL, (size_t)T * H * EM_ATTN_MAX_SPLIT * (Dv + 2) * 4);
+    float scale = 1.0f / sqrtf((float)D);
+    em_vk_pipe *p = NULL, *pr = NULL;
+    em_vk_dset *ds = NULL, *dr = NULL;
+    em_vk_cmd *cmd = NULL;
+    em_vk_buf b6[6] = { bq, bs, bk, bv, bo, bp };
+    int rc;
+    uint32_t spec[3] = { 16, D, Dv };
+    if (n_q == 1)
+        rc = em_vk_pipe_create(vk, &em_kernels[EM_K_ATTN_DEC], spec, 3, 0, &p, &err);
+    else
+        rc = em_vk_pipe_create(vk, &em_kernels[EM_K_ATTN_PRE], spec + 1, 2, 0, &p, &err);
+    CHECK_OK(rc, err);
+    if (!rc)
+        rc = em_vk_dset_create(vk, p, b6, &ds, &err);
+    if (!rc && n_q == 1 && nsplit > 1) {
+        em_vk_buf b3[3] = { bs, bp, bo };
+        if (!(rc = em_vk_pipe_create(vk, &em_kernels[EM_K_ATTN_REDUCE], NULL, 0, 0, &pr, &err)))
+            rc = em_vk_dset_create(vk, pr, b3, &dr, &err);
+    }
+    if (!rc && !(rc = em_vk_cmd_create(vk, 0, &cmd, &err)) && !(rc = em_vk_cmd_begin(cmd, &err))) {
+        if (n_q == 1) {
+            em_pc_attn_dec pc = { H, Hk, D, Dv, qkv_st, out_st, off_pos, off_seq, off_bt, bt_stride,
+                                  off_list, nsplit, scale };
+            em_vk_cmd_dispatch(cmd, p, ds, &pc, H, nsplit, n_list);
+            if (nsplit > 1) {
+                em_pc_attn_reduce pcr = { H, Dv, nsplit, out_st, off_list };
+                em_vk_cmd_barrier(cmd);
+                em_vk_cmd_dispatch(cmd, pr, dr, &pcr, H, n_list, 1);
+            }
+        } else {
+            em_pc_attn_pre pc = { H, Hk, D, Dv, qkv_st, out_st, off_pos, off_seq, off_bt, bt_stride,
+                                  off_list, scale };
+            em_vk_cmd_dispatch(cmd, p, ds, &pc, H, n_list, 1);
+        }
+        rc = em_vk_cmd_end(cmd, &err);
+        if (!rc)
+            rc = em_vk_cmd_submit_wait(cmd, &err);
+    }
+    CHECK_OK(rc, err);
+    float *out = malloc((size_t)T * out_st * 4);
+    em_vk_download(vk, &bo, 0, out, (size_t)T * out_st * 4, NULL, &err);
+
+    /* reference: K/V rows gathered through the table, f16 -> f32 */
+    uint32_t kd = Hk * D, vd = Hk * Dv;
+    float *kr = malloc((size_t)max_ctx * kd * 4), *vr = malloc((size_t)max_ctx * vd * 4);
+    float *ref = malloc((size_t)H * Dv * 4), *q = malloc((size_t)H * D * 4);
+    double worst = 0;
+    for (uint32_t t = 0; t < T; t++) {
+        uint32_t s = (uint32_t)step[off_seq + t], n_kv = (uint32_t)step[off_pos + t] + 1;
+        for (uint32_t p2 = 0; p2 < n_kv; p2++) {
+            uint32_t blk = (uint32_t)tables[s * bt_stride + p2 / BLK], j = p2 % BLK;
+            for (uint32_t hk = 0; hk < Hk; hk++) {
+                for (uint32_t d = 0; d < D; d++)
+                    kr[p2 * kd + hk * D + d] = em_f16_to_f32(kh[((size_t)(blk * Hk + hk) * D + d) * BLK + j]);
+                for (uint32_t d = 0; d < Dv; d++)
+                    vr[p2 * vd + hk * Dv + d] = em_f16_to_f32(vh[((size_t)(blk * Hk + hk) * Dv + d) * BLK + j]);
+            }
+        }
+        for (uint32_t i = 0; i < H * D; i++)
+            q[i] = qkv[(size_t)t * qkv_st + i];
+        em_ref_attention(q, kr, vr, (int)n_kv, (int)H, (int)Hk, (int)D, (int)Dv, (int)kd, (int)vd, scale, ref);
+        for (uint32_t i = 0; i < H * Dv; i++) {
+            double e = fabs((double)out[(size_t)t * out_st + i] - ref[i]);
+            if (e > worst)
+                worst = e;
+        }
+    }
+    CHECKF(worst < 2e-5, "H=%u Hk=%u D=%u Dv=%u seqs=%u ctx0=%u q=%u split=%u shared=%d: max error %.3e",
+           H, Hk, D, Dv, n_seq, ctx[0], n_q, nsplit, share_prefix, worst);
+    em_vk_buf *bufs[] = { &bq, &bs, &bk, &bv, &bo, &bp };
+    for (size_t i = 0; i < 6; i++)
+        em_vk_free(vk, bufs[i]);
+    em_vk_cmd_destroy(cmd);
+    free(perm); free(tables); free(kh); free(vh); free(qkv); free(step); free(out);
+    free(kr); free(vr); free(ref); free(q);
+}
+
+int main(int argc, char **argv)
+{
+    em_vk *vk = gpu_open("attn", NULL);
+    if (argc > 2) {
+        uint32_t c0[1] = { (uint32_t)atoi(argv[1]) };
+        scenario(vk, 1, 1, (uint32_t)atoi(argv[2]), (uint32_t)atoi(argv[2]), 1, c0, 16, 1, 0);
+        gpu_close(vk);
+        return test_summary("attn");
+    }
+    static const uint32_t gqa[][2] = { { 4, 4 }, { 8, 4 }, { 8, 2 }, { 8, 1 } };   /* ratios 1 2 4 8 */
+    static const uint32_t dims[] = { 64, 128 };
+    for (size_t g = 0; g < 4; g++) {
+        for (size_t di = 0; di < 2; di++) {
+            uint32_t H = gqa[g][0], Hk = gqa[g][1], D = dims[di];
+            uint32_t ctx3[3] = { 37, 1, 300 };
+            scenario(vk, H, Hk, D, D, 3, ctx3, 1, 1, 0);             /* decode, ragged lengths */
+            uint32_t ctx2[2] = { 1000, 517 };
+            scenario(vk, H, Hk, D, D, 2, ctx2, 1, 5, 1);             /* split-K + shared prefix */
+            uint32_t ctx1[2] = { 600, 95 };
+            scenario(vk, H, Hk, D, D, 2, ctx1, 40, 1, 1);            /* prefill tiles after a prefix */
+        }
+    }
+    uint32_t c[1] = { 33 };
+    scenario(vk, 8, 4, 8, 8, 1, c, 33, 1, 0);                        /* tiny heads, whole prompt */
+    scenario(vk, 2, 1, 16, 32, 1, c, 1, 3, 0);                       /* Dv != D, more splits than blocks */
+    gpu_close(vk);
+    return test_summary("attn");
+}

@@ -1,0 +1,184 @@
+/* test_cli_errors.c — bad input to `ember run`, `logits` and `tokenize`:
+ * missing file, directory, empty file, non-GGUF, truncated GGUF, unsupported
+ * architecture and tensor type, token id out of range, malformed flags. Each
+ * must print exactly one line "ember: <what>: <why>" on stderr and exit 2,
+ * never crash. Files are made here, in a temporary directory. */
+#include <stdint.h>
+#include <unistd.h>
+
+#include "core/gguf.h"
+#include "core/quant.h"
+#include "tests/common/testutil.h"
+
+static const char *bin;
+
+/* Write a minimal llama model: n_embd 256, 1 layer, 4 heads, vocab 8, with
+ * the given architecture name and attn_q type. */
+static int write_tiny_model(const char *path, const char *arch, uint32_t q_type)
+{
+    em_gguf_writer *w = NULL;
+    if (em_gguf_writer_create(32, &w, NULL))
+        return -1;
+    char key[64];
+    em_gguf_w_str(w, "general.architecture", arch);
+#define K(s) (snprintf(key, sizeof key, "%s." s, arch), key)
+    em_gguf_w_u32(w, K("embedding_length"), 256);
+    em_gguf_w_u32(w, K("block_count"), 1);
+    em_gguf_w_u32(w, K("feed_forward_length"), 256);
+    em_gguf_w_u32(w, K("attention.head_count"), 4);
+    em_gguf_w_u32(w, K("context_length"), 64);
+#undef K
+    const char *toks[8] = { "<unk>", "<s>", "</s>", "a", "b", "c", "d", "\xe2\x96\x81" };
+    float scores[8] = { 0, 0, 0, -1, -2, -3, -4, -5 };
+    int32_t types[8] = { 2, 3, 3, 1, 1, 1, 1, 1 };
+    em_gguf_w_str(w, "tokenizer.ggml.model", "llama");
+    em_gguf_w_arr_str(w, "tokenizer.ggml.tokens", toks, 8);
+    em_gguf_w_arr(w, "tokenizer.ggml.scores", EM_GGUF_F32, scores, 8);
+    em_gguf_w_arr(w, "tokenizer.ggml.token_type", EM_GGUF_I32, types, 8);
+    em_gguf_w_u32(w, "tokenizer.ggml.bos_token_id", 1);
+    em_gguf_w_u32(w, "tokenizer.ggml.eos_token_id", 2);
+    struct { const char *name; uint32_t type; uint64_t ne0, ne1; } t[] = {
+        { "token_embd.weight", EM_T_F32, 256, 8 },
+        { "output_norm.weight", EM_T_F32, 256, 1 },
+        { "blk.0.attn_norm.weight", EM_T_F32, 256, 1 },
+        { "blk.0.attn_q.weight", q_type, 256, 256 },
+        { "blk.0.attn_k.weight", EM_T_F32, 256, 256 },
+        { "blk.0.attn_v.weight", EM_T_F32, 256, 256 },
+        { "blk.0.attn_output.weight", EM_T_F32, 256, 256 },
+        { "blk.0.ffn_norm.weight", EM_T_F32, 256, 1 },
+        { "blk.0.ffn_gate.weight", EM_T_F32, 256, 256 },
+        { "blk.0.ffn_up.weight", EM_T_F32, 256, 256 },
+        { "blk.0.ffn_down.weight", EM_T_F32, 256, 256 },
+    };
+    size_t nt = sizeof t / sizeof t[0];
+    uint64_t sizes[16];
+    for (size_t i = 0; i < nt; i++) {
+        uint64_t ne[2] = { t[i].ne0, t[i].ne1 };
+        em_gguf_w_tensor(w, t[i].name, t[i].type, t[i].ne1 > 1 ? 2 : 1, ne, &sizes[i]);
+    }
+    FILE *f = fopen(path, "wb");
+    int rc = f ? em_gguf_w_header(w, f, NULL) : -1;
+    for (size_t i = 0; !rc && i < nt; i++) {
+        uint8_t *z = calloc(1, sizes[i]);
+        if (t[i].type == EM_T_F32) {   /* small nonzero values */
+            float *fz = (float *)z;
+            for (uint64_t k = 0; k < sizes[i] / 4; k++)
+                fz[k] = 0.01f * (float)(k % 7);
+        }
+        rc = em_gguf_w_data(w, f, z, sizes[i], NULL);
+        free(z);
+    }
+    if (f)
+        fclose(f);
+    em_gguf_writer_destroy(w);
+    return rc;
+}
+
+/* Run ember with args; require exit 2 and exactly one "ember: " line. */
+static void expect_bad(const char *label, const char *needle, char *const args[])
+{
+    char *argv[32];
+    int n = 0;
+    argv[n++] = (char *)bin;
+    for (int i = 0; args[i] && n < 31; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    char *out = NULL, *err = NULL;
+    int st = test_run(argv, &out, &err);
+    CHECKF(st == 2, "%s: exit status %d (stderr: %s)", label, st, err ? err : "");
+    int lines = 0;
+    for (const char *p = err; p && *p; p++)
+        lines += *p == '\n';
+    CHECKF(err && strncmp(err, "ember: ", 7) == 0 && lines == 1,
+           "%s: stderr is not one 'ember: ' line: [%s]", label, err ? err : "");
+    if (needle)
+        CHECKF(err && strstr(err, needle), "%s: expected '%s' in: %s", label, needle, err ? err : "");
+    free(out);
+    free(err);
+}
+
+int main(void)
+{
+    bin = getenv("EMBER_BIN");
+    if (!bin) {
+        fprintf(stderr, "EMBER_BIN is not set\n");
+        return 1;
+    }
+    char *dir = test_tmpdir();
+    char missing[512], empty[512], text[512], trunc[512], arch[512], qtype[512], toks[512],
+        badtoks[512], good[512], out[512];
+    snprintf(missing, sizeof missing, "%s/missing.gguf", dir);
+    snprintf(empty, sizeof empty, "%s/empty.gguf", dir);
+    snprintf(text, sizeof text, "%s/text.gguf", dir);
+    snprintf(trunc, sizeof trunc, "%s/trunc.gguf", dir);
+    snprintf(arch, sizeof arch, "%s/mamba.gguf", dir);
+    snprintf(qtype, sizeof qtype, "%s/iq2.gguf", dir);
+    snprintf(good, sizeof good, "%s/good.gguf", dir);
+    snprintf(toks, sizeof toks, "%s/toks.txt", dir);
+    snprintf(badtoks, sizeof badtoks, "%s/badtoks.txt", dir);
+    snprintf(out, sizeof out, "%s/out.f32", dir);
+    test_write_file(empty, "", 0);
+    test_write_file(text, "hello, I am not a model\n", 24);
+    test_write_file(toks, "1 3 4\n", 6);
+    test_write_file(badtoks, "1 3 99999\n", 10);
+    CHECK(write_tiny_model(arch, "mamba", EM_T_F32) == 0);
+    CHECK(write_tiny_model(qtype, "llama", EM_T_IQ2_XXS) == 0);
+    CHECK(write_tiny_model(good, "llama", EM_T_F32) == 0);
+    size_t glen = 0;
+    char *gdata = test_read_file(good, &glen);
+    CHECK(gdata && glen > 1000);
+    if (gdata)
+        test_write_file(trunc, gdata, glen / 2);
+    free(gdata);
+
+    /* sanity: the good tiny model works, so the failures below are about the input */
+    {
+        char *argv[] = { (char *)bin, "logits", "--model", good, "--tokens-file", toks,
+                         "--output", out, "--backend", "cpu", NULL };
+        char *err = NULL;
+        int st = test_run(argv, NULL, &err);
+        CHECKF(st == 0, "good tiny model: status %d: %s", st, err ? err : "");
+        free(err);
+    }
+
+    const char *files[][2] = {
+        { missing, "No such file" }, { dir, "directory" }, { empty, "empty file" },
+        { text, "not a GGUF file" }, { trunc, "past the end" },
+        { arch, "architecture 'mamba' is not supported" }, { qtype, "IQ2_XXS" },
+    };
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char *f = (char *)files[i][0];
+        char label[600];
+        snprintf(label, sizeof label, "run %s", f);
+        expect_bad(label, files[i][1], (char *[]){ "run", "--model", f, "-n", "2", "--backend", "cpu", NULL });
+        snprintf(label, sizeof label, "logits %s", f);
+        expect_bad(label, files[i][1], (char *[]){ "logits", "--model", f, "--tokens-file", toks,
+                                                   "--output", out, "--backend", "cpu", NULL });
+        if (i < 5) {   /* tokenize reads only the vocabulary: unsupported weights are fine */
+            snprintf(label, sizeof label, "tokenize %s", f);
+            expect_bad(label, files[i][1], (char *[]){ "tokenize", "--model", f, "--text", "abc", NULL });
+        }
+    }
+    expect_bad("token out of range", "out of range",
+               (char *[]){ "logits", "--model", good, "--tokens-file", badtoks, "--output", out,
+                           "--backend", "cpu", NULL });
+    expect_bad("tokens file missing", "No such file",
+               (char *[]){ "logits", "--model", good, "--tokens-file", missing, "--output", out, NULL });
+    expect_bad("tokens not numbers", "not a non-negative integer",
+               (char *[]){ "logits", "--model", good, "--tokens-file", text, "--output", out, NULL });
+    expect_bad("unknown flag", "unknown option", (char *[]){ "run", "--bogus", NULL });
+    expect_bad("bad number", "not a number", (char *[]){ "run", "--model", good, "--temp", "abc", NULL });
+    expect_bad("negative n", "out of range", (char *[]){ "run", "--model", good, "-n", "-5", NULL });
+    expect_bad("missing value", "missing value", (char *[]){ "run", "--model", NULL });
+    expect_bad("bad backend", "not a backend", (char *[]){ "run", "--model", good, "--backend", "cuda", NULL });
+    expect_bad("unknown command", "unknown command", (char *[]){ "frobnicate", NULL });
+    expect_bad("logits without args", "required", (char *[]){ "logits", NULL });
+    expect_bad("tokenize without text", NULL, (char *[]){ "tokenize", "--model", good, NULL });
+    expect_bad("prompt too long", "does not fit",
+               (char *[]){ "run", "--model", good, "--ctx", "4", "--prompt", "abcdabcdabcd",
+                           "--backend", "cpu", NULL });
+
+    test_rmtree(dir);
+    free(dir);
+    return test_summary("cli-errors");
+}
