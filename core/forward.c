@@ -87,7 +87,7 @@ struct em_fwd {
     const em_model   *m;
     const em_hparams *hp;
     em_fwd_opts       o;
-    uint32_t R, S;                 /* matrix kernel geometry */
+    uint32_t L, RPW;               /* matrix kernel: lanes, rows per workgroup */
     char     variant[96];
 
     /* strides (floats) of the activation rows, multiples of 32 */
@@ -207,10 +207,10 @@ static int get_pipe(em_fwd *f, uint32_t k, uint32_t tn, uint32_t flags, em_vk_pi
     uint32_t spec[4];
     uint32_t n_spec = 0;
     if (k >= EM_K_MM_F32 && k <= EM_K_MM_Q6_K) {
-        spec[0] = f->R; spec[1] = f->S; spec[2] = tn; spec[3] = flags;
+        spec[0] = f->L; spec[1] = f->RPW; spec[2] = tn; spec[3] = flags;
         n_spec = 4;
     } else if (k >= EM_K_EMBED_F32 && k <= EM_K_EMBED_Q6_K) {
-        spec[0] = f->R;
+        spec[0] = 1;   /* rows per packed group (one: row-major blocks) */
         n_spec = 1;
     } else if (k == EM_K_ATTN_DEC) {
         spec[0] = f->dec_lanes;
@@ -273,7 +273,7 @@ static int pmat_build(em_fwd *f, const row_src *s, pmat *pm, em_vk_progress *pro
     uint32_t N = 0;
     for (uint32_t i = 0; i < s->n; i++)
         N += (uint32_t)s->t[i]->ne[1];
-    int rc = em_wpack_layout_for(s->t[0]->type, (uint32_t)s->t[0]->ne[0], N, f->R, &pm->L, err);
+    int rc = em_wpack_layout_for(s->t[0]->type, (uint32_t)s->t[0]->ne[0], N, 1, &pm->L, err);
     if (rc)
         return em_err_prefix(err, rc, "tensor '%s'", s->t[0]->name);
     const em_wpack_layout *L = &pm->L;
@@ -281,7 +281,9 @@ static int pmat_build(em_fwd *f, const row_src *s, pmat *pm, em_vk_progress *pro
     uint64_t limit = di->max_storage_range;
     if (limit > (1ull << 30))
         limit = 1ull << 30;
-    uint32_t gpc = (uint32_t)(limit / L->group_qw_bytes);   /* groups per chunk */
+    /* rows per chunk: a multiple of 32 (so every chunk starts on an even
+     * row, which the SwiGLU pairs need, and on a workgroup boundary) */
+    uint32_t gpc = (uint32_t)(limit / L->group_qw_bytes) / 32 * 32;
     if (gpc == 0)
         return em_err_set(err, EM_EUNSUPPORTED,
                           "tensor '%s': one row group (%llu bytes) exceeds the device's binding range",
@@ -308,8 +310,9 @@ static int pmat_build(em_fwd *f, const row_src *s, pmat *pm, em_vk_progress *pro
         ch->rows = (g1 * L->R < N ? g1 * L->R : N) - ch->row0;
         if ((rc = em_vk_alloc(f->vk, EM_VK_MEM_DEVICE, (g1 - g0) * L->group_qw_bytes, &ch->qw, err)))
             goto done;
-        if (L->has_sc && (rc = em_vk_alloc(f->vk, EM_VK_MEM_DEVICE, (g1 - g0) * L->group_sc_bytes,
-                                           &ch->sc, err)))
+        /* kernels read the halves as 32-bit words: round the range up */
+        if (L->has_sc && (rc = em_vk_alloc(f->vk, EM_VK_MEM_DEVICE,
+                                           ((g1 - g0) * L->group_sc_bytes + 15) / 16 * 16, &ch->sc, err)))
             goto done;
         if (!L->has_sc)
             ch->sc = f->dummy;
@@ -391,7 +394,7 @@ static void mark(em_fwd *f, em_vk_cmd *cmd, int kind)
 static int site_record(em_fwd *f, em_vk_cmd *cmd, const site *s, uint32_t T, uint32_t x_stride,
                        uint32_t y_stride, int kind, em_err *err)
 {
-    uint32_t tn = T >= 8 ? 8 : T >= 4 ? 4 : T >= 2 ? 2 : 1;
+    uint32_t tn = T >= 2 ? 2 : 1;
     for (uint32_t p = 0; p < s->n_parts; p++) {
         const pmat *pm = &s->part[p];
         em_vk_pipe *pipe;
@@ -400,8 +403,8 @@ static int site_record(em_fwd *f, em_vk_cmd *cmd, const site *s, uint32_t T, uin
             return rc;
         for (uint32_t c = 0; c < pm->n_chunks; c++) {
             const mat_chunk *ch = &pm->ch[c];
-            uint32_t gx = (ch->rows + f->R - 1) / f->R;
-            uint32_t gy = em_mm_grid_y(pm->L.K_pad, pm->L.BS, f->R, f->S, s->flags, T, tn, gx);
+            uint32_t gx = (ch->rows + f->RPW - 1) / f->RPW;
+            uint32_t gy = em_mm_grid_y(pm->L.K_pad, f->L, T, tn, gx);
             if (gy == 0)
                 return em_err_set(err, EM_EUNSUPPORTED,
                                   "forward: rows of %u elements exceed this device's loop budget",
@@ -553,26 +556,16 @@ static void choose_variant(em_fwd *f)
     uint32_t sg = di->subgroup_size ? di->subgroup_size : 32;
     if (sg > 64)
         sg = 64;
-    if (di->type == VK_PHYSICAL_DEVICE_TYPE_CPU) {
-        /* llvmpipe: a workgroup runs on one thread, lanes are SIMD lanes:
-         * one row per lane, no cross-lane reduction */
-        f->R = sg;
-        f->S = 1;
-    } else {
-        /* GPUs: a subgroup of rows, the K range split over 4 subgroups */
-        f->R = sg < 16 ? 16 : sg;
-        f->S = 4;
-    }
-    const char *env = getenv("EMBER_MM_RS");
-    unsigned r, s;
-    if (env && sscanf(env, "%u,%u", &r, &s) == 2 && r >= 2 && r <= 256 && !(r & (r - 1)) &&
-        s >= 1 && r * s <= 1024) {
-        f->R = r;
-        f->S = s;
-    }
+    /* one subgroup per workgroup; its lanes split each row, every lane
+     * reuses its slice of the input for RPW rows */
+    f->L = sg;
+    f->RPW = 8;
+    const char *env = getenv("EMBER_MM_RPW");
+    unsigned rpw;
+    if (env && sscanf(env, "%u", &rpw) == 1 && rpw >= 2 && rpw <= 32 && rpw % 2 == 0)
+        f->RPW = rpw;
     f->dec_lanes = di->type == VK_PHYSICAL_DEVICE_TYPE_CPU ? 16 : (sg < 16 ? 16 : sg);
-    snprintf(f->variant, sizeof f->variant, "mm R=%u S=%u (%s)", f->R, f->S,
-             f->S == 1 ? "row per lane" : "rows per subgroup, K split");
+    snprintf(f->variant, sizeof f->variant, "mm %u lanes x %u rows per workgroup", f->L, f->RPW);
 }
 
 int em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **out, em_err *err)
@@ -997,8 +990,8 @@ int em_fwd_step(em_fwd *f, const em_fwd_batch *b, float *logits, em_err *err)
 void em_fwd_get_stats(const em_fwd *f, em_fwd_stats *st)
 {
     *st = f->st;
-    st->mm_rows = f->R;
-    st->mm_slices = f->S;
+    st->mm_lanes = f->L;
+    st->mm_rows = f->RPW;
 }
 
 uint32_t em_fwd_profile(em_fwd *f, em_fwd_prof *out, uint32_t max, int reset)

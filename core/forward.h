@@ -62,8 +62,8 @@ typedef struct {
     uint64_t act_bytes;       /* activations + step + logits buffers */
     double   last_record_us;  /* host time recording the last step (0 when replayed) */
     double   last_submit_us;  /* host time from submit to fence */
-    uint32_t mm_rows;         /* R: rows per workgroup of the matrix kernels */
-    uint32_t mm_slices;       /* S: K slices per workgroup */
+    uint32_t mm_lanes;        /* lanes (subgroup) of a matrix-kernel workgroup */
+    uint32_t mm_rows;         /* rows per matrix-kernel workgroup */
 } em_fwd_stats;
 
 void em_fwd_get_stats(const em_fwd *f, em_fwd_stats *st);
@@ -83,7 +83,7 @@ uint32_t em_fwd_profile(em_fwd *f, em_fwd_prof *out, uint32_t max, int reset);
 int em_fwd_mm_kernel(uint32_t type);
 int em_fwd_embed_kernel(uint32_t type);
 
-/* "mm R=8 S=1 (row per lane)" etc. */
+/* "mm 8 lanes x 8 rows per workgroup" etc. */
 const char *em_fwd_variant(const em_fwd *f);
 
 #endif

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* shaders/mm.comp: spec constants 0 R, 1 S, 2 TN, 3 FLAGS */
+/* shaders/mm.comp: spec constants 0 L (lanes), 1 RPW (rows per workgroup), 2 TN, 3 FLAGS */
 enum {
     EM_MM_NORM_IN = 1, EM_MM_BIAS = 2, EM_MM_ADD_OUT = 4, EM_MM_SWIGLU = 8, EM_MM_GATHER_IN = 16,
 };
@@ -41,16 +41,13 @@ _Static_assert(sizeof(em_pc_mm) == 48, "mm push layout");
 #define EM_LOOP_BUDGET 60000u
 
 /* Workgroups along the token axis for mm.comp: enough for parallelism when
- * there are few row groups (gx), and enough that no workgroup's loops
- * (block loop per token tile, plus the fused norm's loop) exceed the budget.
- * Returns 0 when even one token tile would exceed it. */
-static inline uint32_t em_mm_grid_y(uint32_t K_pad, uint32_t BS, uint32_t R, uint32_t S,
-                                    uint32_t flags, uint32_t T, uint32_t tn, uint32_t gx)
+ * there are few row groups (gx), and enough that no invocation's loops (the
+ * unit loop, K / 32 / L iterations at most, per token tile) exceed the
+ * budget. Returns 0 when even one token tile would exceed it. */
+static inline uint32_t em_mm_grid_y(uint32_t K_pad, uint32_t L, uint32_t T, uint32_t tn, uint32_t gx)
 {
     uint32_t tiles = (T + tn - 1) / tn;
-    uint32_t cost = (K_pad / BS + S - 1) / S + 4;
-    if (flags & EM_MM_NORM_IN)
-        cost += (K_pad / 4 + R * S - 1) / (R * S);
+    uint32_t cost = (K_pad / 32 + L - 1) / L + 4;
     uint32_t max_tiles = EM_LOOP_BUDGET / cost;
     if (max_tiles == 0)
         return 0;

@@ -1,43 +1,42 @@
 // mm.comp — quantized matrix x activations: y[t][n] = sum_k W[n][k] * in[t][k]
-// for every weight type (one SPIR-V module per type via -DTYPE_*), used for
-// decode (T = 1), batched decode and prefill (T tokens, TN per pass).
+// for every weight type (one SPIR-V module per type via -DTYPE_*); decode
+// (T = 1), batched decode and prefill (T tokens, TN per pass) alike.
 //
-// Weights are repacked at upload into the "row-interleaved" layout
-// (core/wpack.c): rows are grouped by R (the workgroup's x size); for row
-// group g, block b (BS elements), word w and lane r the 32-bit word sits at
-//   qw[((g * nb + b) * W + w) * R + r]
-// so the R lanes of a workgroup, one row each, read consecutive words. Block
-// scales that do not fit the word stream (the f16 `d` of Q4_0, Q8_0, Q6_K)
-// sit in sc[] as packed f16 pairs at half index (g * nb + b) * R + r.
-// Each lane keeps its own row's accumulators: no cross-lane reduction unless
-// the K range is split over S = local_size_y slices.
+// Weights are rows of whole blocks split into 16-byte words (core/wpack.c,
+// one row per group): word w of block b of row n is qw[(n * nb + b) * W4 + w];
+// the f16 block scale of Q4_0, Q8_0 and Q6_K sits in sc[] (halves) at
+// n * nb + b. A workgroup is one subgroup of L lanes and owns RPW rows; the
+// lanes split the row into units (a block, or a part of a K-quant block) and
+// take every L-th one, so each lane loads its slice of the input once per
+// pass and reuses it for all RPW rows, and every load moves 16 bytes. The
+// per-row partial sums are added across the lanes once at the end.
+// (On llvmpipe a lane is a SIMD lane and every load is per lane: this shape
+// keeps the loads few and wide. On GPUs the lanes read consecutive words.)
 //
-// Fusions (spec constant FLAGS): NORM_IN computes the RMS norm of the input
-// rows and multiplies by a norm weight; BIAS adds a bias; ADD_OUT accumulates
-// into y (residual connection); SWIGLU treats row pairs (2j, 2j+1) as
-// (gate_j, up_j) and writes silu(gate)*up to output column j; GATHER_IN reads
-// input row idx[t] (from the step buffer) instead of row t.
+// Fusions (FLAGS): NORM_IN applies the RMS norm of the input rows times a
+// norm weight; BIAS adds a bias; ADD_OUT accumulates into y (residual);
+// SWIGLU treats row pairs (2j, 2j+1) as (gate_j, up_j) and writes
+// silu(gate) * up to column j; GATHER_IN reads input row idx[t] of the step
+// buffer instead of row t.
 #version 450
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
-#extension GL_KHR_shader_subgroup_shuffle : require
 
 #include "common.glsl"
 
-layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z = 1) in;
-layout(constant_id = 0) const uint R = 8;      // rows per workgroup (lanes)
-layout(constant_id = 1) const uint S = 1;      // K slices per workgroup
+layout(local_size_x_id = 0) in;                // L lanes: the subgroup size
+layout(constant_id = 1) const uint RPW = 8;    // rows per workgroup
 layout(constant_id = 2) const uint TN = 1;     // tokens per pass
 layout(constant_id = 3) const uint FLAGS = 0;
 
 const uint F_NORM_IN = 1u, F_BIAS = 2u, F_ADD_OUT = 4u, F_SWIGLU = 8u, F_GATHER_IN = 16u;
 
-layout(std430, binding = 0) readonly buffer QW { uint qw[]; };
+layout(std430, binding = 0) readonly buffer QW { uvec4 qw[]; };
 layout(std430, binding = 1) readonly buffer SC { uint sc[]; };
-layout(std430, binding = 2) readonly buffer XV { vec4 x4[]; };
-layout(std430, binding = 3) buffer YV { float y[]; };
-layout(std430, binding = 4) readonly buffer VV { float vecs[]; };
-layout(std430, binding = 5) readonly buffer PV { int step[]; };
+layout(std430, binding = 2) readonly buffer XIn { vec4 x4[]; };
+layout(std430, binding = 3) buffer YOut { float y[]; };
+layout(std430, binding = 4) readonly buffer Vecs { vec4 vecs4[]; };
+layout(std430, binding = 5) readonly buffer Step { int step[]; };
 
 layout(push_constant) uniform Push {
     uint K;          // row length (elements; padded to the block size)
@@ -48,210 +47,233 @@ layout(push_constant) uniform Push {
     uint y_stride;   // floats between output rows
     uint y_off;      // float offset of this chunk's first output in a row
     uint row0;       // index of this chunk's first row in the whole matrix (bias)
-    uint norm_off;   // float offset of the norm weight in vecs (NORM_IN)
+    uint norm_off;   // float offset of the norm weight in vecs (NORM_IN; multiple of 4)
     uint bias_off;   // float offset of the bias in vecs (BIAS)
     uint gather_off; // int offset of the row index list in step (GATHER_IN)
     float eps;       // RMS norm epsilon (NORM_IN)
 } pc;
 
-#include "dequant.glsl"
+// EU: elements per unit; UPB: units per block; W4: 16-byte words per block
+#if defined(TYPE_F32)
+const uint EU = 32u, UPB = 1u, W4 = 8u;
+#elif defined(TYPE_F16)
+const uint EU = 32u, UPB = 1u, W4 = 4u;
+#elif defined(TYPE_Q8_0)
+const uint EU = 32u, UPB = 1u, W4 = 2u;
+#elif defined(TYPE_Q4_0)
+const uint EU = 32u, UPB = 1u, W4 = 1u;
+#elif defined(TYPE_Q4_K)
+const uint EU = 64u, UPB = 4u, W4 = 9u;
+#elif defined(TYPE_Q5_K)
+const uint EU = 64u, UPB = 4u, W4 = 11u;
+#elif defined(TYPE_Q6_K)
+const uint EU = 64u, UPB = 4u, W4 = 13u;
+#else
+#error "define one TYPE_*"
+#endif
+const uint XV = EU / 4u;   // vec4 of input per unit and token
 
-shared float red[TN * R * S];
+float f16_at(uint i) { return unpackHalf2x16(sc[i >> 1])[i & 1u]; }
 
-uint in_row(uint t)
+// The input slice of one unit for TN tokens, and its sums per part (the
+// K-quant formulas subtract min * sum(x) per sub-block).
+vec4 xv[TN * XV];
+
+// sum of x over vec4 range [a, a+n) of token t
+float xsum(uint t, uint a, uint n)
 {
-    return (FLAGS & F_GATHER_IN) != 0 ? uint(step[pc.gather_off + t]) : t;
+    vec4 s = vec4(0.0);
+    for (uint i = 0u; i < n; i++)
+        s += xv[t * XV + a + i];
+    return s.x + s.y + s.z + s.w;
 }
 
-// x[t][k4*4 .. k4*4+3] scaled by the norm weight when NORM_IN (the per-token
-// RMS factor is applied to the accumulated sum instead).
-vec4 xin(uint xbase, uint k4)
+// Add row n's dot products with the unit u to acc[0..TN).
+void unit_dot(uint n, uint u, inout float acc[TN])
 {
-    vec4 v = x4[xbase + k4];
-    if ((FLAGS & F_NORM_IN) != 0) {
-        uint k = k4 * 4u + pc.norm_off;
-        v *= vec4(vecs[k], vecs[k + 1u], vecs[k + 2u], vecs[k + 3u]);
+    const uint nb = pc.K / (EU * UPB);
+    const uint blk = n * nb + u / UPB;
+    const uint q0 = blk * W4;
+#if defined(TYPE_F32)
+    for (uint w = 0u; w < 8u; w++) {
+        const vec4 wv = uintBitsToFloat(qw[q0 + w]);
+        for (uint t = 0u; t < TN; t++)
+            acc[t] += dot(wv, xv[t * XV + w]);
     }
-    return v;
+#elif defined(TYPE_F16)
+    for (uint w = 0u; w < 4u; w++) {
+        const uvec4 q = qw[q0 + w];
+        const vec4 a = vec4(unpackHalf2x16(q.x), unpackHalf2x16(q.y));
+        const vec4 b = vec4(unpackHalf2x16(q.z), unpackHalf2x16(q.w));
+        for (uint t = 0u; t < TN; t++)
+            acc[t] += dot(a, xv[t * XV + 2u * w]) + dot(b, xv[t * XV + 2u * w + 1u]);
+    }
+#elif defined(TYPE_Q8_0)
+    const float d = f16_at(blk);
+    const uvec4 a = qw[q0], b = qw[q0 + 1u];
+    const vec4 w0 = i8x4(a.x), w1 = i8x4(a.y), w2 = i8x4(a.z), w3 = i8x4(a.w);
+    const vec4 w4 = i8x4(b.x), w5 = i8x4(b.y), w6 = i8x4(b.z), w7 = i8x4(b.w);
+    for (uint t = 0u; t < TN; t++) {
+        const uint o = t * XV;
+        acc[t] += d * (dot(w0, xv[o]) + dot(w1, xv[o + 1u]) + dot(w2, xv[o + 2u]) + dot(w3, xv[o + 3u]) +
+                       dot(w4, xv[o + 4u]) + dot(w5, xv[o + 5u]) + dot(w6, xv[o + 6u]) + dot(w7, xv[o + 7u]));
+    }
+#elif defined(TYPE_Q4_0)
+    // element j of the block: low nibble of byte j (j < 16), high nibble of byte j - 16
+    const float d = f16_at(blk);
+    const uvec4 q = qw[q0];
+    const vec4 w0 = u4x4(q.x), w1 = u4x4(q.y), w2 = u4x4(q.z), w3 = u4x4(q.w);
+    const vec4 w4 = u4x4(q.x >> 4), w5 = u4x4(q.y >> 4), w6 = u4x4(q.z >> 4), w7 = u4x4(q.w >> 4);
+    for (uint t = 0u; t < TN; t++) {
+        const uint o = t * XV;
+        const float s = dot(w0, xv[o]) + dot(w1, xv[o + 1u]) + dot(w2, xv[o + 2u]) + dot(w3, xv[o + 3u]) +
+                        dot(w4, xv[o + 4u]) + dot(w5, xv[o + 5u]) + dot(w6, xv[o + 6u]) + dot(w7, xv[o + 7u]);
+        acc[t] += d * (s - 8.0 * xsum(t, 0u, 8u));
+    }
+#elif defined(TYPE_Q4_K) || defined(TYPE_Q5_K)
+    // unit = sub-block pair i (64 elements): low nibbles are sub-block 2i,
+    // high nibbles 2i+1; x = d*sc*q - dmin*m per sub-block
+    const uint i = u % UPB;
+    const uvec4 h = qw[q0];                                  // d|dmin, scales[12]
+    const vec2 dm = unpackHalf2x16(h.x);
+    const vec4 smv = k4_scale_min(2u * i, h.y, h.z, h.w);   // (sc, m) of 2i and 2i+1
+#if defined(TYPE_Q4_K)
+    const uvec4 qa = qw[q0 + 1u + 2u * i], qb = qw[q0 + 2u + 2u * i];
+#else
+    const uvec4 qa = qw[q0 + 3u + 2u * i], qb = qw[q0 + 4u + 2u * i];
+    const uvec4 ha = qw[q0 + 1u], hb = qw[q0 + 2u];          // qh: bit 2i / 2i+1 of byte l
+#endif
+    vec4 lo[8], hi[8];
+    for (uint w = 0u; w < 8u; w++) {
+        const uint q = w < 4u ? qa[w] : qb[w - 4u];
+#if defined(TYPE_Q4_K)
+        lo[w] = u4x4(q);
+        hi[w] = u4x4(q >> 4);
+#else
+        const uint qh = w < 4u ? ha[w] : hb[w - 4u];
+        lo[w] = u8x4((q & 0x0F0F0F0Fu) | (((qh >> (2u * i)) & 0x01010101u) << 4));
+        hi[w] = u8x4(((q >> 4) & 0x0F0F0F0Fu) | (((qh >> (2u * i + 1u)) & 0x01010101u) << 4));
+#endif
+    }
+    for (uint t = 0u; t < TN; t++) {
+        const uint o = t * XV;
+        float sa = 0.0, sb = 0.0;
+        for (uint w = 0u; w < 8u; w++) {
+            sa += dot(lo[w], xv[o + w]);
+            sb += dot(hi[w], xv[o + 8u + w]);
+        }
+        acc[t] += dm.x * (smv.x * sa + smv.z * sb) - dm.y * (smv.y * xsum(t, 0u, 8u) + smv.w * xsum(t, 8u, 8u));
+    }
+#elif defined(TYPE_Q6_K)
+    // unit = (half hf, l-range s of 16): elements 128*hf + 16*s + l + 32*p,
+    // l < 16, p < 4; value d * scale[8*hf + s + 2p] * (q6 - 32)
+    const uint hf = (u % UPB) / 2u, s = u % 2u;
+    const float d = f16_at(blk);
+    const uvec4 A = qw[q0 + 4u * hf + s], B = qw[q0 + 4u * hf + 2u + s];
+    const uvec4 H = qw[q0 + 8u + 2u * hf + s], C = qw[q0 + 12u];
+    const uint cw0 = hf == 0u ? C.x : C.z, cw1 = hf == 0u ? C.y : C.w;   // the half's 8 scales
+    const float c0 = i8_at(cw0, cw1, s), c1 = i8_at(cw0, cw1, s + 2u);
+    const float c2 = i8_at(cw0, cw1, s + 4u), c3 = i8_at(cw0, cw1, s + 6u);
+    vec4 v0[4], v1[4], v2[4], v3[4];
+    for (uint w = 0u; w < 4u; w++) {
+        const uint qa = A[w], qb = B[w], qh = H[w];
+        v0[w] = u8x4((qa & 0x0F0F0F0Fu) | ((qh & 0x03030303u) << 4));
+        v1[w] = u8x4((qb & 0x0F0F0F0Fu) | (((qh >> 2) & 0x03030303u) << 4));
+        v2[w] = u8x4(((qa >> 4) & 0x0F0F0F0Fu) | (((qh >> 4) & 0x03030303u) << 4));
+        v3[w] = u8x4(((qb >> 4) & 0x0F0F0F0Fu) | (((qh >> 6) & 0x03030303u) << 4));
+    }
+    for (uint t = 0u; t < TN; t++) {
+        const uint o = t * XV;
+        float s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+        for (uint w = 0u; w < 4u; w++) {
+            s0 += dot(v0[w], xv[o + w]);
+            s1 += dot(v1[w], xv[o + 4u + w]);
+            s2 += dot(v2[w], xv[o + 8u + w]);
+            s3 += dot(v3[w], xv[o + 12u + w]);
+        }
+        acc[t] += d * (c0 * (s0 - 32.0 * xsum(t, 0u, 4u)) + c1 * (s1 - 32.0 * xsum(t, 4u, 4u)) +
+                       c2 * (s2 - 32.0 * xsum(t, 8u, 4u)) + c3 * (s3 - 32.0 * xsum(t, 12u, 4u)));
+    }
+#endif
 }
 
-float wg_sum(float v, uint li)
+// vec4 index (within an input row) of the i-th vec4 of unit u
+uint unit_x4(uint u, uint i)
 {
-    v = subgroupAdd(v);
-    if (R * S <= gl_SubgroupSize)
-        return v;
-    barrier();
-    if (gl_SubgroupInvocationID == 0u)
-        red[gl_SubgroupID] = v;
-    barrier();
-    float s = 0.0;
-    for (uint i = 0u; i < gl_NumSubgroups; i++)
-        s += red[i];
-    barrier();
-    return s;
+#if defined(TYPE_Q6_K)
+    // parts p of 16 elements at 128*hf + 32p + 16s
+    const uint sb = u / UPB, hf = (u % UPB) / 2u, s = u % 2u;
+    return sb * 64u + hf * 32u + (i / 4u) * 8u + s * 4u + i % 4u;
+#else
+    return u * XV + i;
+#endif
 }
 
 void main()
 {
+    const uint L = gl_WorkGroupSize.x;
     const uint lane = gl_LocalInvocationID.x;
-    const uint slice = gl_LocalInvocationID.y;
-    const uint li = slice * R + lane;
-    const uint g = gl_WorkGroupID.x;
-    const uint n = g * R + lane;                 // this lane's row within the chunk
-    const uint nb = pc.K / BS;
+    const uint r0 = gl_WorkGroupID.x * RPW;
+    const uint n_units = pc.K / EU;
     const uint xs4 = pc.x_stride / 4u;
 
     for (uint t0 = gl_WorkGroupID.y * TN; t0 < pc.T; t0 += TN * gl_NumWorkGroups.y) {
-        float acc[TN];
-        uint xb[TN];
+        float acc[RPW][TN];
+        float ss[TN];
+        uint xrow[TN];
         for (uint t = 0u; t < TN; t++) {
-            acc[t] = 0.0;
-            xb[t] = in_row(min(t0 + t, pc.T - 1u)) * xs4;
+            ss[t] = 0.0;
+            const uint tt = min(t0 + t, pc.T - 1u);
+            xrow[t] = ((FLAGS & F_GATHER_IN) != 0u ? uint(step[pc.gather_off + tt]) : tt) * xs4;
+            for (uint r = 0u; r < RPW; r++)
+                acc[r][t] = 0.0;
         }
-
-        for (uint b = slice; b < nb; b += S) {
-            const uint blk = g * nb + b;             // block index in the group-major order
-            const uint q0 = blk * W * R + lane;      // first word of this lane's block
-            const uint k4 = b * (BS / 4u);           // vec4 index of the block's first element
-#if defined(TYPE_F32)
-            for (uint w = 0u; w < 8u; w++) {
-                vec4 wv = vec4(uintBitsToFloat(qw[q0 + (4u * w) * R]), uintBitsToFloat(qw[q0 + (4u * w + 1u) * R]),
-                               uintBitsToFloat(qw[q0 + (4u * w + 2u) * R]), uintBitsToFloat(qw[q0 + (4u * w + 3u) * R]));
-                for (uint t = 0u; t < TN; t++)
-                    acc[t] += dot(wv, xin(xb[t], k4 + w));
-            }
-#elif defined(TYPE_F16)
-            for (uint w = 0u; w < 8u; w++) {
-                vec4 wv = vec4(unpackHalf2x16(qw[q0 + (2u * w) * R]), unpackHalf2x16(qw[q0 + (2u * w + 1u) * R]));
-                for (uint t = 0u; t < TN; t++)
-                    acc[t] += dot(wv, xin(xb[t], k4 + w));
-            }
-#elif defined(TYPE_Q8_0)
-            const float d = half_at(blk * R + lane);
-            float s[TN];
-            for (uint t = 0u; t < TN; t++)
-                s[t] = 0.0;
-            for (uint w = 0u; w < 8u; w++) {
-                vec4 wv = i8x4(qw[q0 + w * R]);
-                for (uint t = 0u; t < TN; t++)
-                    s[t] += dot(wv, xin(xb[t], k4 + w));
-            }
-            for (uint t = 0u; t < TN; t++)
-                acc[t] += d * s[t];
-#elif defined(TYPE_Q4_0)
-            const float d = half_at(blk * R + lane);
-            float s[TN];
-            for (uint t = 0u; t < TN; t++)
-                s[t] = 0.0;
-            for (uint w = 0u; w < 4u; w++) {
-                const uint q = qw[q0 + w * R];
-                vec4 lo = u4x4(q) - 8.0, hi = u4x4(q >> 4) - 8.0;
-                for (uint t = 0u; t < TN; t++)
-                    s[t] += dot(lo, xin(xb[t], k4 + w)) + dot(hi, xin(xb[t], k4 + 4u + w));
-            }
-            for (uint t = 0u; t < TN; t++)
-                acc[t] += d * s[t];
-#elif defined(TYPE_Q4_K) || defined(TYPE_Q5_K)
-            const vec2 dm = unpackHalf2x16(qw[q0]);
-            const uint s0 = qw[q0 + R], s1 = qw[q0 + 2u * R], s2 = qw[q0 + 3u * R];
-            for (uint i = 0u; i < 4u; i++) {             // sub-block pairs (2i, 2i+1) of 32
-                const vec4 smA = k4_scale_min(2u * i, s0, s1, s2);    // (sc, m) of 2i, (sc, m) of 2i+1
-                float qa[TN], qb[TN], sa[TN], sb[TN];
-                for (uint t = 0u; t < TN; t++) {
-                    qa[t] = 0.0; qb[t] = 0.0; sa[t] = 0.0; sb[t] = 0.0;
-                }
-                for (uint w = 0u; w < 8u; w++) {
-#if defined(TYPE_Q4_K)
-                    const uint q = qw[q0 + (4u + 8u * i + w) * R];
-                    vec4 lo = u4x4(q), hi = u4x4(q >> 4);
-#else
-                    const uint q = qw[q0 + (12u + 8u * i + w) * R];
-                    const uint h = qw[q0 + (4u + w) * R];
-                    vec4 lo = u8x4((q & 0x0F0F0F0Fu) | (((h >> (2u * i)) & 0x01010101u) << 4));
-                    vec4 hi = u8x4(((q >> 4) & 0x0F0F0F0Fu) | (((h >> (2u * i + 1u)) & 0x01010101u) << 4));
-#endif
-                    for (uint t = 0u; t < TN; t++) {
-                        vec4 xa4 = xin(xb[t], k4 + 16u * i + w), xb4 = xin(xb[t], k4 + 16u * i + 8u + w);
-                        qa[t] += dot(lo, xa4);
-                        qb[t] += dot(hi, xb4);
-                        sa[t] += dot(xa4, vec4(1.0));
-                        sb[t] += dot(xb4, vec4(1.0));
-                    }
-                }
-                for (uint t = 0u; t < TN; t++)
-                    acc[t] += dm.x * (smA.x * qa[t] + smA.z * qb[t]) - dm.y * (smA.y * sa[t] + smA.w * sb[t]);
-            }
-#elif defined(TYPE_Q6_K)
-            const float d = half_at(blk * R + lane);
-            for (uint h = 0u; h < 2u; h++) {               // halves of 128 elements
-                const uint scw0 = qw[q0 + (48u + 2u * h) * R], scw1 = qw[q0 + (49u + 2u * h) * R];
-                for (uint w = 0u; w < 8u; w++) {
-                    const uint qa = qw[q0 + (16u * h + w) * R];
-                    const uint qb = qw[q0 + (16u * h + 8u + w) * R];
-                    const uint qh = qw[q0 + (32u + 8u * h + w) * R];
-                    const vec4 v1 = u8x4((qa & 0x0F0F0F0Fu) | ((qh & 0x03030303u) << 4)) - 32.0;
-                    const vec4 v2 = u8x4((qb & 0x0F0F0F0Fu) | (((qh >> 2) & 0x03030303u) << 4)) - 32.0;
-                    const vec4 v3 = u8x4(((qa >> 4) & 0x0F0F0F0Fu) | (((qh >> 4) & 0x03030303u) << 4)) - 32.0;
-                    const vec4 v4 = u8x4(((qb >> 4) & 0x0F0F0F0Fu) | (((qh >> 6) & 0x03030303u) << 4)) - 32.0;
-                    const uint is = w >> 2;                // scale index within the 8 of this half
-                    const float c1 = i8_at(scw0, scw1, is), c2 = i8_at(scw0, scw1, is + 2u);
-                    const float c3 = i8_at(scw0, scw1, is + 4u), c4 = i8_at(scw0, scw1, is + 6u);
-                    const uint kb = k4 + 32u * h + w;      // vec4 index of element 128h + 4w
-                    for (uint t = 0u; t < TN; t++)
-                        acc[t] += d * (c1 * dot(v1, xin(xb[t], kb)) + c2 * dot(v2, xin(xb[t], kb + 8u)) +
-                                       c3 * dot(v3, xin(xb[t], kb + 16u)) + c4 * dot(v4, xin(xb[t], kb + 24u)));
-                }
-            }
-#endif
-        }
-
-        // combine the K slices
-        if (S > 1u) {
-            for (uint t = 0u; t < TN; t++)
-                red[(t * S + slice) * R + lane] = acc[t];
-            barrier();
-            if (slice == 0u) {
-                for (uint t = 0u; t < TN; t++) {
-                    float v = 0.0;
-                    for (uint s = 0u; s < S; s++)
-                        v += red[(t * S + s) * R + lane];
-                    acc[t] = v;
-                }
-            }
-            barrier();
-        }
-
-        // per-token RMS factor of the input rows (all invocations take part)
-        if ((FLAGS & F_NORM_IN) != 0) {
+        for (uint u = lane; u < n_units; u += L) {
             for (uint t = 0u; t < TN; t++) {
-                float ss = 0.0;
-                for (uint k4i = li; k4i < pc.K / 4u; k4i += R * S) {
-                    vec4 v = x4[xb[t] + k4i];
-                    ss += dot(v, v);
+                for (uint i = 0u; i < XV; i++) {
+                    const uint k4 = unit_x4(u, i);
+                    vec4 v = x4[xrow[t] + k4];
+                    if ((FLAGS & F_NORM_IN) != 0u) {
+                        ss[t] += dot(v, v);
+                        v *= vecs4[pc.norm_off / 4u + k4];
+                    }
+                    xv[t * XV + i] = v;
                 }
-                ss = wg_sum(ss, li);
-                acc[t] *= inversesqrt(ss / float(pc.k_real) + pc.eps);
             }
+            for (uint r = 0u; r < RPW; r++)
+                unit_dot(min(r0 + r, pc.N - 1u), u, acc[r]);
         }
 
+        // sums across the lanes (uniform control flow), then one lane per row writes
+        float tot[RPW][TN];
         for (uint t = 0u; t < TN; t++) {
-            float v = acc[t];
-            if ((FLAGS & F_BIAS) != 0 && n < pc.N)
-                v += vecs[pc.bias_off + pc.row0 + n];
-            if ((FLAGS & F_SWIGLU) != 0) {
-                float up = subgroupShuffleXor(v, 1u);
-                v = v / (1.0 + exp(-v)) * up;
+            const float scale = (FLAGS & F_NORM_IN) != 0u
+                ? inversesqrt(subgroupAdd(ss[t]) / float(pc.k_real) + pc.eps) : 1.0;
+            for (uint r = 0u; r < RPW; r++) {
+                tot[r][t] = subgroupAdd(acc[r][t]) * scale;
+                if ((FLAGS & F_BIAS) != 0u) {
+                    const uint bi = pc.bias_off + pc.row0 + min(r0 + r, pc.N - 1u);
+                    tot[r][t] += vecs4[bi / 4u][bi % 4u];
+                }
             }
-            const uint tt = t0 + t;
-            if (slice != 0u || n >= pc.N || tt >= pc.T)
+        }
+        for (uint r = 0u; r < RPW; r++) {
+            const uint n = r0 + r;
+            if (lane != r % L || n >= pc.N)
                 continue;
-            if ((FLAGS & F_SWIGLU) != 0) {
-                if ((lane & 1u) == 0u)
-                    y[tt * pc.y_stride + pc.y_off + n / 2u] = v;
-            } else if ((FLAGS & F_ADD_OUT) != 0) {
-                y[tt * pc.y_stride + pc.y_off + n] += v;
-            } else {
-                y[tt * pc.y_stride + pc.y_off + n] = v;
+            for (uint t = 0u; t < TN; t++) {
+                const uint tt = t0 + t;
+                if (tt >= pc.T)
+                    continue;
+                const float v = tot[r][t];
+                if ((FLAGS & F_SWIGLU) != 0u) {
+                    if ((r & 1u) == 0u)   // RPW and row0 are even: (r, r+1) is a (gate, up) pair
+                        y[tt * pc.y_stride + pc.y_off + n / 2u] = v / (1.0 + exp(-v)) * tot[r + 1u < RPW ? r + 1u : r][t];
+                } else if ((FLAGS & F_ADD_OUT) != 0u) {
+                    y[tt * pc.y_stride + pc.y_off + n] += v;
+                } else {
+                    y[tt * pc.y_stride + pc.y_off + n] = v;
+                }
             }
         }
     }
