@@ -210,7 +210,7 @@ static int get_pipe(em_fwd *f, uint32_t k, uint32_t tn, uint32_t flags, em_vk_pi
         spec[0] = f->L; spec[1] = f->RPW; spec[2] = tn; spec[3] = flags;
         n_spec = 4;
     } else if (k >= EM_K_EMBED_F32 && k <= EM_K_EMBED_Q6_K) {
-        spec[0] = 1;   /* rows per packed group (one: row-major blocks) */
+        spec[0] = f->RPW;   /* rows per packed group */
         n_spec = 1;
     } else if (k == EM_K_ATTN_DEC) {
         spec[0] = f->dec_lanes;
@@ -273,7 +273,7 @@ static int pmat_build(em_fwd *f, const row_src *s, pmat *pm, em_vk_progress *pro
     uint32_t N = 0;
     for (uint32_t i = 0; i < s->n; i++)
         N += (uint32_t)s->t[i]->ne[1];
-    int rc = em_wpack_layout_for(s->t[0]->type, (uint32_t)s->t[0]->ne[0], N, 1, &pm->L, err);
+    int rc = em_wpack_layout_for(s->t[0]->type, (uint32_t)s->t[0]->ne[0], N, f->RPW, &pm->L, err);
     if (rc)
         return em_err_prefix(err, rc, "tensor '%s'", s->t[0]->name);
     const em_wpack_layout *L = &pm->L;
@@ -281,9 +281,7 @@ static int pmat_build(em_fwd *f, const row_src *s, pmat *pm, em_vk_progress *pro
     uint64_t limit = di->max_storage_range;
     if (limit > (1ull << 30))
         limit = 1ull << 30;
-    /* rows per chunk: a multiple of 32 (so every chunk starts on an even
-     * row, which the SwiGLU pairs need, and on a workgroup boundary) */
-    uint32_t gpc = (uint32_t)(limit / L->group_qw_bytes) / 32 * 32;
+    uint32_t gpc = (uint32_t)(limit / L->group_qw_bytes);   /* groups per chunk */
     if (gpc == 0)
         return em_err_set(err, EM_EUNSUPPORTED,
                           "tensor '%s': one row group (%llu bytes) exceeds the device's binding range",
@@ -562,7 +560,7 @@ static void choose_variant(em_fwd *f)
     f->RPW = 8;
     const char *env = getenv("EMBER_MM_RPW");
     unsigned rpw;
-    if (env && sscanf(env, "%u", &rpw) == 1 && rpw >= 2 && rpw <= 32 && rpw % 2 == 0)
+    if (env && sscanf(env, "%u", &rpw) == 1 && rpw >= 8 && rpw <= 32 && rpw % 8 == 0)
         f->RPW = rpw;
     f->dec_lanes = di->type == VK_PHYSICAL_DEVICE_TYPE_CPU ? 16 : (sg < 16 ? 16 : sg);
     snprintf(f->variant, sizeof f->variant, "mm %u lanes x %u rows per workgroup", f->L, f->RPW);

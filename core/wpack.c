@@ -89,7 +89,7 @@ void em_wpack_group(const em_wpack_layout *L, const void *const *rows, uint32_t 
                 tmp[k] = 0;
             for (uint32_t b = 0; b < nb; b++) {
                 const float *x = tmp + (size_t)b * 32;
-                uint32_t *dst = qw + (size_t)b * W * R + r;
+                uint32_t *dst = qw + ((size_t)b * R + r) * W;
                 for (uint32_t w = 0; w < W; w++) {
                     uint32_t v;
                     if (L->type == EM_T_F32) {
@@ -102,14 +102,14 @@ void em_wpack_group(const em_wpack_layout *L, const void *const *rows, uint32_t 
                     } else {
                         v = em_f32_to_f16(x[2 * w]) | (uint32_t)em_f32_to_f16(x[2 * w + 1]) << 16;
                     }
-                    dst[(size_t)w * R] = v;
+                    dst[w] = v;
                 }
             }
             continue;
         }
         for (uint32_t b = 0; b < nb; b++) {
             const uint8_t *blk = row + (size_t)b * src->bytes;
-            uint32_t *dst = qw + (size_t)b * W * R + r;
+            uint32_t *dst = qw + ((size_t)b * R + r) * W;
             const uint8_t *words = blk;
             switch (L->type) {
             case EM_T_Q8_0:
@@ -124,7 +124,7 @@ void em_wpack_group(const em_wpack_layout *L, const void *const *rows, uint32_t 
                 break;
             }
             for (uint32_t w = 0; w < W; w++)
-                dst[(size_t)w * R] = rd32(words + 4 * (size_t)w);
+                dst[w] = rd32(words + 4 * (size_t)w);
         }
     }
 }

@@ -1,14 +1,19 @@
-/* wpack.h — repack weight matrices into the row-interleaved layout the GPU
- * kernels read (shaders/mm.comp, shaders/dequant.glsl).
+/* wpack.h — repack weight matrices into the layout the GPU kernels read
+ * (shaders/mm.comp, shaders/dequant.glsl).
  *
- * Rows are grouped by R; for row group g, block b, word w and lane r the
- * 32-bit word is at qw[((g * nb + b) * W + w) * R + r], so the R lanes of a
- * workgroup (one row each) read consecutive words. The f16 block scale of
- * Q4_0, Q8_0 and Q6_K (whose blocks are not whole words) goes to
- * sc[(g * nb + b) * R + r] (halves). Q4_K and Q5_K blocks are all words and
- * are copied verbatim. Types without a kernel (Q4_1, Q5_0, Q5_1, Q2_K, Q3_K,
- * BF16) are converted to F16; F32/F16 rows are zero-padded to a multiple of
- * 32. Rows past N in the last group are zero. All pointers are borrowed. */
+ * Rows are grouped by R (the rows one workgroup owns); within a group the
+ * blocks come in order and, for each block, the R rows' copies of it follow
+ * each other: the 32-bit word w of block b of row r of group g is at
+ *   qw[((g * nb + b) * R + r) * W + w]
+ * so a workgroup walks one contiguous stream, and a lane that takes block b
+ * for all R rows reads R * W words in a row. The f16 block scale of Q4_0,
+ * Q8_0 and Q6_K (whose blocks are not whole 16-byte words) goes to
+ * sc[(g * nb + b) * R + r] (halves): R rows' scales of one block are
+ * adjacent. Q4_K and Q5_K blocks are all words and are copied verbatim.
+ * Every W is a multiple of 4 (blocks are whole 16-byte words). Types
+ * without a kernel (Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, BF16) are converted to
+ * F16; F32/F16 rows are zero-padded to a multiple of 32. Rows past N in the
+ * last group are zero. All pointers are borrowed. */
 #ifndef EM_WPACK_H
 #define EM_WPACK_H
 

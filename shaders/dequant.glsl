@@ -1,6 +1,6 @@
-// dequant.glsl — element access to weights in the row-interleaved layout
-// (see mm.comp and core/wpack.c): dq4(blk, lane, j4) returns elements
-// 4*j4 .. 4*j4+3 of block blk of the lane's row. Needs qw[] and sc[] bound,
+// dequant.glsl — element access to packed weights (see core/wpack.h):
+// dq4(blk, lane, j4) returns elements 4*j4 .. 4*j4+3 of block blk (= group
+// * nb + block) of row `lane` of the group. Needs qw[] and sc[] bound,
 // R (rows per group) and one TYPE_* define. Used where single elements are
 // wanted (embedding lookup); mm.comp fuses dequantization into its dot
 // products instead.
@@ -25,7 +25,7 @@ const uint BS = 256, W = 52;
 
 uint qword(uint blk, uint lane, uint w)
 {
-    return qw[(blk * W + w) * R + lane];
+    return qw[(blk * R + lane) * W + w];
 }
 
 vec4 dq4(uint blk, uint lane, uint j4)

@@ -2,14 +2,16 @@
 // for every weight type (one SPIR-V module per type via -DTYPE_*); decode
 // (T = 1), batched decode and prefill (T tokens, TN per pass) alike.
 //
-// Weights are rows of whole blocks split into 16-byte words (core/wpack.c,
-// one row per group): word w of block b of row n is qw[(n * nb + b) * W4 + w];
-// the f16 block scale of Q4_0, Q8_0 and Q6_K sits in sc[] (halves) at
-// n * nb + b. A workgroup is one subgroup of L lanes and owns RPW rows; the
-// lanes split the row into units (a block, or a part of a K-quant block) and
-// take every L-th one, so each lane loads its slice of the input once per
-// pass and reuses it for all RPW rows, and every load moves 16 bytes. The
-// per-row partial sums are added across the lanes once at the end.
+// Weights are packed in groups of RPW rows (core/wpack.h): 16-byte word w of
+// block b of row r of group g is qw[((g * nb + b) * RPW + r) * W4 + w], and
+// the f16 block scales of Q4_0, Q8_0 and Q6_K are at sc (halves)
+// (g * nb + b) * RPW + r, so the RPW rows' scales of a block are one or two
+// 16-byte words. A workgroup is one subgroup of L lanes and owns one group;
+// the lanes split the rows into units (a block, or a part of a K-quant
+// block) and take every L-th one, so each lane loads its slice of the input
+// once per pass and reuses it for all RPW rows, every load moves 16 bytes,
+// and the workgroup reads one contiguous stream. The per-row partial sums
+// are added across the lanes once at the end.
 // (On llvmpipe a lane is a SIMD lane and every load is per lane: this shape
 // keeps the loads few and wide. On GPUs the lanes read consecutive words.)
 //
@@ -25,14 +27,14 @@
 #include "common.glsl"
 
 layout(local_size_x_id = 0) in;                // L lanes: the subgroup size
-layout(constant_id = 1) const uint RPW = 8;    // rows per workgroup
+layout(constant_id = 1) const uint RPW = 8;    // rows per workgroup (multiple of 8)
 layout(constant_id = 2) const uint TN = 1;     // tokens per pass
 layout(constant_id = 3) const uint FLAGS = 0;
 
 const uint F_NORM_IN = 1u, F_BIAS = 2u, F_ADD_OUT = 4u, F_SWIGLU = 8u, F_GATHER_IN = 16u;
 
 layout(std430, binding = 0) readonly buffer QW { uvec4 qw[]; };
-layout(std430, binding = 1) readonly buffer SC { uint sc[]; };
+layout(std430, binding = 1) readonly buffer SC { uvec4 sc4[]; };
 layout(std430, binding = 2) readonly buffer XIn { vec4 x4[]; };
 layout(std430, binding = 3) buffer YOut { float y[]; };
 layout(std430, binding = 4) readonly buffer Vecs { vec4 vecs4[]; };
@@ -73,8 +75,6 @@ const uint EU = 64u, UPB = 4u, W4 = 13u;
 #endif
 const uint XV = EU / 4u;   // vec4 of input per unit and token
 
-float f16_at(uint i) { return unpackHalf2x16(sc[i >> 1])[i & 1u]; }
-
 // The input slice of one unit for TN tokens, and its sums per part (the
 // K-quant formulas subtract min * sum(x) per sub-block).
 vec4 xv[TN * XV];
@@ -88,12 +88,10 @@ float xsum(uint t, uint a, uint n)
     return s.x + s.y + s.z + s.w;
 }
 
-// Add row n's dot products with the unit u to acc[0..TN).
-void unit_dot(uint n, uint u, inout float acc[TN])
+// Add the dot products of unit u of the row whose block starts at word q0
+// (block scale d where the type has one) to acc[0..TN).
+void unit_dot(uint q0, uint u, float d, inout float acc[TN])
 {
-    const uint nb = pc.K / (EU * UPB);
-    const uint blk = n * nb + u / UPB;
-    const uint q0 = blk * W4;
 #if defined(TYPE_F32)
     for (uint w = 0u; w < 8u; w++) {
         const vec4 wv = uintBitsToFloat(qw[q0 + w]);
@@ -109,7 +107,6 @@ void unit_dot(uint n, uint u, inout float acc[TN])
             acc[t] += dot(a, xv[t * XV + 2u * w]) + dot(b, xv[t * XV + 2u * w + 1u]);
     }
 #elif defined(TYPE_Q8_0)
-    const float d = f16_at(blk);
     const uvec4 a = qw[q0], b = qw[q0 + 1u];
     const vec4 w0 = i8x4(a.x), w1 = i8x4(a.y), w2 = i8x4(a.z), w3 = i8x4(a.w);
     const vec4 w4 = i8x4(b.x), w5 = i8x4(b.y), w6 = i8x4(b.z), w7 = i8x4(b.w);
@@ -120,7 +117,6 @@ void unit_dot(uint n, uint u, inout float acc[TN])
     }
 #elif defined(TYPE_Q4_0)
     // element j of the block: low nibble of byte j (j < 16), high nibble of byte j - 16
-    const float d = f16_at(blk);
     const uvec4 q = qw[q0];
     const vec4 w0 = u4x4(q.x), w1 = u4x4(q.y), w2 = u4x4(q.z), w3 = u4x4(q.w);
     const vec4 w4 = u4x4(q.x >> 4), w5 = u4x4(q.y >> 4), w6 = u4x4(q.z >> 4), w7 = u4x4(q.w >> 4);
@@ -168,7 +164,6 @@ void unit_dot(uint n, uint u, inout float acc[TN])
     // unit = (half hf, l-range s of 16): elements 128*hf + 16*s + l + 32*p,
     // l < 16, p < 4; value d * scale[8*hf + s + 2p] * (q6 - 32)
     const uint hf = (u % UPB) / 2u, s = u % 2u;
-    const float d = f16_at(blk);
     const uvec4 A = qw[q0 + 4u * hf + s], B = qw[q0 + 4u * hf + 2u + s];
     const uvec4 H = qw[q0 + 8u + 2u * hf + s], C = qw[q0 + 12u];
     const uint cw0 = hf == 0u ? C.x : C.z, cw1 = hf == 0u ? C.y : C.w;   // the half's 8 scales
@@ -213,7 +208,9 @@ void main()
 {
     const uint L = gl_WorkGroupSize.x;
     const uint lane = gl_LocalInvocationID.x;
-    const uint r0 = gl_WorkGroupID.x * RPW;
+    const uint g = gl_WorkGroupID.x;
+    const uint r0 = g * RPW;
+    const uint nb = pc.K / (EU * UPB);
     const uint n_units = pc.K / EU;
     const uint xs4 = pc.x_stride / 4u;
 
@@ -240,8 +237,20 @@ void main()
                     xv[t * XV + i] = v;
                 }
             }
-            for (uint r = 0u; r < RPW; r++)
-                unit_dot(min(r0 + r, pc.N - 1u), u, acc[r]);
+            const uint gb = g * nb + u / UPB;
+#if defined(TYPE_Q4_0) || defined(TYPE_Q8_0) || defined(TYPE_Q6_K)
+            uvec4 scw[RPW / 8u];
+            for (uint k = 0u; k < RPW / 8u; k++)
+                scw[k] = sc4[gb * (RPW / 8u) + k];
+#endif
+            for (uint r = 0u; r < RPW; r++) {
+#if defined(TYPE_Q4_0) || defined(TYPE_Q8_0) || defined(TYPE_Q6_K)
+                const float d = unpackHalf2x16(scw[r / 8u][(r % 8u) / 2u])[r % 2u];
+#else
+                const float d = 0.0;
+#endif
+                unit_dot((gb * RPW + r) * W4, u, d, acc[r]);
+            }
         }
 
         // sums across the lanes (uniform control flow), then one lane per row writes

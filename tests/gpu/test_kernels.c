@@ -68,7 +68,7 @@ static em_vk_pipe *pipe_for(harness *h, uint32_t k, uint32_t tn, uint32_t flags)
             return h->pipes[i];
     uint32_t spec[4] = { h->L, h->RPW, tn, flags };
     if (k >= EM_K_EMBED_F32 && k <= EM_K_EMBED_Q6_K)
-        spec[0] = 1;   /* rows per packed group */
+        spec[0] = h->RPW;   /* rows per packed group */
     em_err err = { 0 };
     em_vk_pipe *p = NULL;
     int rc = em_vk_pipe_create(h->vk, &em_kernels[k], spec, k >= EM_K_EMBED_F32 && k <= EM_K_EMBED_Q6_K ? 1 : 4,
@@ -114,7 +114,7 @@ static void mm_case(harness *h, uint32_t src_type, uint32_t K, uint32_t N, uint3
     size_t rb;
     uint8_t *w = random_rows(src_type, K, N, &rb);
     em_wpack_layout L;
-    int rc = em_wpack_layout_for(src_type, K, N, 1, &L, &err);
+    int rc = em_wpack_layout_for(src_type, K, N, h->RPW, &L, &err);
     CHECK_OK(rc, err);
     if (rc) {
         free(w);
@@ -124,7 +124,9 @@ static void mm_case(harness *h, uint32_t src_type, uint32_t K, uint32_t N, uint3
     uint16_t *sc = calloc(1, L.group_sc_bytes * L.n_groups + 16);
     float *tmp = malloc(L.K_pad * sizeof *tmp);
     for (uint32_t g = 0; g < L.n_groups; g++) {
-        const void *rows[1] = { w + g * rb };
+        const void *rows[32];
+        for (uint32_t r = 0; r < h->RPW; r++)
+            rows[r] = g * h->RPW + r < N ? w + (g * h->RPW + r) * rb : NULL;
         em_wpack_group(&L, rows, (uint32_t *)((uint8_t *)qw + g * L.group_qw_bytes),
                        L.has_sc ? (uint16_t *)((uint8_t *)sc + g * L.group_sc_bytes) : NULL, tmp);
     }
@@ -220,13 +222,15 @@ static void embed_case(harness *h, uint32_t src_type, uint32_t E, uint32_t V)
     size_t rb;
     uint8_t *w = random_rows(src_type, E, V, &rb);
     em_wpack_layout L;
-    int rc = em_wpack_layout_for(src_type, E, V, 1, &L, &err);
+    int rc = em_wpack_layout_for(src_type, E, V, h->RPW, &L, &err);
     CHECK_OK(rc, err);
     uint32_t *qw = malloc(L.group_qw_bytes * L.n_groups);
     uint16_t *sc = calloc(1, L.group_sc_bytes * L.n_groups + 16);
     float *tmp = malloc(L.K_pad * sizeof *tmp);
     for (uint32_t g = 0; g < L.n_groups; g++) {
-        const void *rows[1] = { w + g * rb };
+        const void *rows[32];
+        for (uint32_t r = 0; r < h->RPW; r++)
+            rows[r] = g * h->RPW + r < V ? w + (g * h->RPW + r) * rb : NULL;
         em_wpack_group(&L, rows, (uint32_t *)((uint8_t *)qw + g * L.group_qw_bytes),
                        L.has_sc ? (uint16_t *)((uint8_t *)sc + g * L.group_sc_bytes) : NULL, tmp);
     }
@@ -271,7 +275,7 @@ int main(void)
     harness h = { .vk = vk };
     /* the geometry ember picks for this device, and smaller ones */
     uint32_t sg = di->subgroup_size;
-    uint32_t geoms[3][2] = { { sg, 8 }, { sg, 2 }, { sg > 1 ? sg / 2 : 1, 4 } };
+    uint32_t geoms[3][2] = { { sg, 8 }, { sg, 16 }, { sg > 1 ? sg / 2 : 1, 8 } };
     static const uint32_t types[] = { EM_T_F32, EM_T_F16, EM_T_Q8_0, EM_T_Q4_0, EM_T_Q4_K, EM_T_Q5_K,
                                       EM_T_Q6_K, EM_T_BF16, EM_T_Q4_1, EM_T_Q5_0, EM_T_Q5_1, EM_T_Q2_K,
                                       EM_T_Q3_K };
