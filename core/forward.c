@@ -572,9 +572,9 @@ int em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **o
     const em_hparams *hp = em_model_hparams(m);
     if (!o->max_tokens || !o->max_seqs || !o->max_ctx)
         return em_err_set(err, EM_EINVAL, "forward: max tokens, sequences and context must be positive");
-    if (hp->head_dim > 256 || hp->head_dim_v > 256 || hp->head_dim % 4 || hp->head_dim_v % 4)
+    if (hp->head_dim > 256 || hp->head_dim_v > 256 || hp->head_dim % 8 || hp->head_dim_v % 8)
         return em_err_set(err, EM_EUNSUPPORTED,
-                          "forward: head sizes %u/%u: the GPU kernels need multiples of 4 up to 256",
+                          "forward: head sizes %u/%u: the GPU kernels need multiples of 8 up to 256",
                           hp->head_dim, hp->head_dim_v);
     em_fwd *f = calloc(1, sizeof *f);
     if (!f)

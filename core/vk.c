@@ -993,6 +993,12 @@ int em_vk_create(const em_vk_opts *opts, em_vk **out, em_err *err)
         goto done;
     }
     vk->opts = opts ? *opts : def;
+    if (vk->opts.cpu_threads >= 0 && !getenv("LP_NUM_THREADS")) {
+        /* read by llvmpipe when its screen is created (at enumeration) */
+        char nt[16];
+        snprintf(nt, sizeof nt, "%d", vk->opts.cpu_threads);
+        setenv("LP_NUM_THREADS", nt, 0);
+    }
     if (pthread_mutex_init(&vk->lock, NULL) || pthread_mutex_init(&vk->qlock, NULL) ||
         pthread_mutex_init(&vk->xfer_lock, NULL) || pthread_mutex_init(&vk->val_lock, NULL)) {
         rc = em_err_set(err, EM_ENOMEM, "vulkan: cannot create mutexes");

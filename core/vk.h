@@ -150,13 +150,18 @@ typedef struct em_vk_opts {
     size_t      staging_bytes; /* staging buffer (two halves); 0: 64 MiB */
     size_t      block_bytes;   /* suballocation block; 0: min(256 MiB, maxMemoryAllocationSize) */
     double      wait_timeout_s;/* fence wait limit; 0: 600 s */
+    int         cpu_threads;   /* software rasterizers (llvmpipe) only: worker threads
+                                * for compute; 0 runs dispatches on the submitting
+                                * thread (far cheaper per dispatch: tiny models),
+                                * -1 (or EM_VK_OPTS_INIT): the driver's default.
+                                * Sets LP_NUM_THREADS unless the user set it. */
     const char *cache_path;    /* pipeline cache file loaded at create, saved at
                                 * destroy; NULL: in-memory only */
     uint32_t   *final_errors;  /* when non-NULL: receives the validation error count
                                 * at the end of em_vk_destroy (teardown included) */
 } em_vk_opts;
 
-#define EM_VK_OPTS_INIT { .device = -1 }
+#define EM_VK_OPTS_INIT { .device = -1, .cpu_threads = -1 }
 
 /* Create the instance, pick and open the device, one compute queue. opts may
  * be NULL (defaults). Fails with EM_EDEVICE (no Vulkan/device),

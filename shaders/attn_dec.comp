@@ -1,18 +1,17 @@
 // attn_dec.comp — attention of single query tokens (decode) over their
-// sequence's paged KV cache. Lanes walk KV positions: K and V blocks are
-// stored position-innermost ([blk][hk][d][16]), so the lanes of a workgroup
-// read consecutive addresses for every dimension d. Each lane keeps its own
-// online-softmax state (max m, sum l, o[Dv]); the lanes are merged once at
-// the end. The KV range can be split over nsplit workgroups (split-K): then
-// each writes a partial (m, l, o) that attn_reduce.comp merges.
+// sequence's paged KV cache. Lanes walk KV positions: each lane reads its
+// position's K and V rows ([blk][hk][p][d], f16) in 16-byte words and keeps
+// the query in registers, its own online-softmax state (max m, sum l,
+// o[Dv]); the lanes are merged once at the end. The KV range can be split
+// over nsplit workgroups (split-K): then each writes a partial (m, l, o) that
+// attn_reduce.comp merges.
 // Grid: (H, nsplit, n_dec); the step buffer lists the decode tokens.
 // Query head h reads KV head h / (H / Hk): GQA/MQA without copying K/V.
 // Head sizes are specialization constants so that the per-dimension loops
-// have constant trip counts (llvmpipe unrolls them; it also stops any
-// shader after 65535 dynamic loop iterations, which the host's split keeps
-// this kernel far below).
+// have constant trip counts (llvmpipe unrolls them, and stops any shader
+// after 65535 dynamic loop iterations, which the host's split keeps this
+// kernel far below).
 #version 450
-#extension GL_EXT_shader_16bit_storage : require
 
 layout(local_size_x_id = 0) in;          // lanes (16 = one block per pass)
 layout(constant_id = 1) const uint D = 64;
@@ -21,8 +20,8 @@ const uint BLK = 16u;
 
 layout(std430, binding = 0) readonly buffer QKV { float qkv[]; };
 layout(std430, binding = 1) readonly buffer PV { int step[]; };
-layout(std430, binding = 2) readonly buffer KC { float16_t kc[]; };
-layout(std430, binding = 3) readonly buffer VC { float16_t vc[]; };
+layout(std430, binding = 2) readonly buffer KC { uvec4 kc4[]; };
+layout(std430, binding = 3) readonly buffer VC { uvec4 vc4[]; };
 layout(std430, binding = 4) writeonly buffer OUT { float att[]; };
 layout(std430, binding = 5) writeonly buffer PART { float part[]; };
 
@@ -35,7 +34,6 @@ layout(push_constant) uniform Push {
     float scale;
 } pc;
 
-shared vec4 qs[D / 4u];
 shared float red[gl_WorkGroupSize.x * DV];
 shared float mred[gl_WorkGroupSize.x];
 
@@ -52,36 +50,34 @@ void main()
     const uint per = (nblk + pc.nsplit - 1u) / pc.nsplit;
     const uint b0 = split * per, b1 = min(nblk, b0 + per);
 
-    for (uint d4 = lane; d4 < D / 4u; d4 += WG) {
-        const uint q = t * pc.qkv_stride + h * D + 4u * d4;
-        qs[d4] = vec4(qkv[q], qkv[q + 1u], qkv[q + 2u], qkv[q + 3u]) * pc.scale;
+    vec4 q[D / 4u];
+    for (uint d4 = 0u; d4 < D / 4u; d4++) {
+        const uint a = t * pc.qkv_stride + h * D + 4u * d4;
+        q[d4] = vec4(qkv[a], qkv[a + 1u], qkv[a + 2u], qkv[a + 3u]) * pc.scale;
     }
-    barrier();
-
     float m = -1e30, l = 0.0;
     vec4 o[DV / 4u];
     for (uint d4 = 0u; d4 < DV / 4u; d4++)
         o[d4] = vec4(0.0);
     for (uint b = b0; b < b1; b++) {
         const uint blk = uint(step[bt + b]);
-        const uint kb = (blk * pc.Hk + hk) * D * BLK;
-        const uint vb = (blk * pc.Hk + hk) * DV * BLK;
         for (uint j = lane; j < BLK; j += WG) {
             if (b * BLK + j >= n_kv)
                 break;
+            const uint row = (blk * pc.Hk + hk) * BLK + j;     // this position's K/V row
             float s = 0.0;
-            for (uint d4 = 0u; d4 < D / 4u; d4++) {
-                const uint k = kb + 4u * d4 * BLK + j;
-                s += dot(qs[d4], vec4(float(kc[k]), float(kc[k + BLK]), float(kc[k + 2u * BLK]),
-                                      float(kc[k + 3u * BLK])));
+            for (uint d8 = 0u; d8 < D / 8u; d8++) {
+                const uvec4 k = kc4[row * (D / 8u) + d8];
+                s += dot(q[2u * d8], vec4(unpackHalf2x16(k.x), unpackHalf2x16(k.y))) +
+                     dot(q[2u * d8 + 1u], vec4(unpackHalf2x16(k.z), unpackHalf2x16(k.w)));
             }
             const float mn = max(m, s);
             const float corr = exp(m - mn), w = exp(s - mn);
             l = l * corr + w;
-            for (uint d4 = 0u; d4 < DV / 4u; d4++) {
-                const uint v = vb + 4u * d4 * BLK + j;
-                o[d4] = o[d4] * corr + w * vec4(float(vc[v]), float(vc[v + BLK]), float(vc[v + 2u * BLK]),
-                                                float(vc[v + 3u * BLK]));
+            for (uint d8 = 0u; d8 < DV / 8u; d8++) {
+                const uvec4 v = vc4[row * (DV / 8u) + d8];
+                o[2u * d8] = o[2u * d8] * corr + w * vec4(unpackHalf2x16(v.x), unpackHalf2x16(v.y));
+                o[2u * d8 + 1u] = o[2u * d8 + 1u] * corr + w * vec4(unpackHalf2x16(v.z), unpackHalf2x16(v.w));
             }
             m = mn;
         }

@@ -1,7 +1,8 @@
 // attn_pre.comp — causal attention for tiles of consecutive prompt tokens of
 // one sequence (prefill). Lanes are the tile's query tokens; the loop walks
-// KV positions in blocks of 16, so every K/V load is the same address for
-// all lanes (a broadcast), and q and o live in each lane's registers. Per
+// KV positions in blocks of 16, so every K/V load (16-byte words of the
+// position's row) is the same address for all lanes, and q and o live in
+// each lane's registers. Per
 // block: 16 scores per lane, one rescale of o, 16 accumulations (online
 // softmax; the score matrix never reaches memory). Earlier context (a cached
 // prefix, earlier chunks) is read through the same block table.
@@ -9,7 +10,6 @@
 // Head sizes are specialization constants: the per-dimension loops have
 // constant trip counts (see attn_dec.comp on llvmpipe's loop limit).
 #version 450
-#extension GL_EXT_shader_16bit_storage : require
 
 layout(local_size_x = 16) in;
 layout(constant_id = 0) const uint D = 64;
@@ -18,8 +18,8 @@ const uint BLK = 16u;
 
 layout(std430, binding = 0) readonly buffer QKV { float qkv[]; };
 layout(std430, binding = 1) readonly buffer PV { int step[]; };
-layout(std430, binding = 2) readonly buffer KC { float16_t kc[]; };
-layout(std430, binding = 3) readonly buffer VC { float16_t vc[]; };
+layout(std430, binding = 2) readonly buffer KC { uvec4 kc4[]; };   // [blk][hk][p][d] f16
+layout(std430, binding = 3) readonly buffer VC { uvec4 vc4[]; };
 layout(std430, binding = 4) writeonly buffer OUT { float att[]; };
 
 layout(push_constant) uniform Push {
@@ -53,8 +53,7 @@ void main()
     const uint nblk = last_pos / BLK + 1u;
     for (uint b = 0u; b < nblk; b++) {
         const uint blk = uint(step[bt + b]);
-        const uint kb = (blk * pc.Hk + hk) * D * BLK;
-        const uint vb = (blk * pc.Hk + hk) * DV * BLK;
+        const uint row0 = (blk * pc.Hk + hk) * BLK;
         // positions past the tile's last one were never written: they are
         // skipped, never multiplied by zero (the memory may hold NaNs)
         const uint nj = min(BLK, last_pos + 1u - b * BLK);
@@ -65,10 +64,10 @@ void main()
             if (j >= nj)
                 break;
             float acc = 0.0;
-            for (uint d4 = 0u; d4 < D / 4u; d4++) {
-                const uint k = kb + 4u * d4 * BLK + j;
-                acc += dot(q[d4], vec4(float(kc[k]), float(kc[k + BLK]), float(kc[k + 2u * BLK]),
-                                       float(kc[k + 3u * BLK])));
+            for (uint d8 = 0u; d8 < D / 8u; d8++) {
+                const uvec4 k = kc4[(row0 + j) * (D / 8u) + d8];
+                acc += dot(q[2u * d8], vec4(unpackHalf2x16(k.x), unpackHalf2x16(k.y))) +
+                       dot(q[2u * d8 + 1u], vec4(unpackHalf2x16(k.z), unpackHalf2x16(k.w)));
             }
             s[j] = b * BLK + j <= my_pos ? acc : -1e30;
             bm = max(bm, s[j]);
@@ -80,10 +79,10 @@ void main()
         for (uint j = 0u; j < nj; j++) {
             const float w = s[j] > -1e29 ? exp(s[j] - bm) : 0.0;
             l += w;
-            for (uint d4 = 0u; d4 < DV / 4u; d4++) {
-                const uint v = vb + 4u * d4 * BLK + j;
-                o[d4] += w * vec4(float(vc[v]), float(vc[v + BLK]), float(vc[v + 2u * BLK]),
-                                  float(vc[v + 3u * BLK]));
+            for (uint d8 = 0u; d8 < DV / 8u; d8++) {
+                const uvec4 v = vc4[(row0 + j) * (DV / 8u) + d8];
+                o[2u * d8] += w * vec4(unpackHalf2x16(v.x), unpackHalf2x16(v.y));
+                o[2u * d8 + 1u] += w * vec4(unpackHalf2x16(v.z), unpackHalf2x16(v.w));
             }
         }
         m = bm;

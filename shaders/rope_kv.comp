@@ -5,8 +5,8 @@
 // Grid: (H + Hk, T); one workgroup per (head, token).
 //
 // KV cache layout per layer (block = BLK positions):
-//   K[blk][hk][d][p], V[blk][hk][d][p]   (positions innermost: the lanes of
-//   attn_dec.comp, one position each, read consecutive addresses)
+//   K[blk][hk][p][d], V[blk][hk][p][d]   (a position's row is contiguous: the
+//   attention kernels read it in 16-byte words)
 #version 450
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_KHR_shader_subgroup_basic : require
@@ -106,8 +106,8 @@ void main()
     const uint blk = uint(step[pc.bt_off + seq * pc.bt_stride + pos / BLK]);
     const uint p = pos % BLK;
     for (uint d = lid; d < pc.D; d += 64u)
-        kc[((blk * pc.Hk + hk) * pc.D + d) * BLK + p] = float16_t(qkv[base + d]);
+        kc[((blk * pc.Hk + hk) * BLK + p) * pc.D + d] = float16_t(qkv[base + d]);
     const uint vbase = t * pc.qkv_stride + pc.H * pc.D + pc.Hk * pc.D + hk * pc.Dv;
     for (uint d = lid; d < pc.Dv; d += 64u)
-        vc[((blk * pc.Hk + hk) * pc.Dv + d) * BLK + p] = float16_t(qkv[vbase + d]);
+        vc[((blk * pc.Hk + hk) * BLK + p) * pc.Dv + d] = float16_t(qkv[vbase + d]);
 }

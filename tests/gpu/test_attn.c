@@ -53,7 +53,7 @@ static void scenario(em_vk *vk, uint32_t H, uint32_t Hk, uint32_t D, uint32_t Dv
     for (uint32_t s = 1; s < n_seq; s++)
         for (uint32_t b = 0; b < shared && (b + 1) * BLK <= ctx[s]; b++)
             tables[s * bt_stride + b] = tables[b];
-    /* K/V pool, f16, layout [blk][hk][d][16] */
+    /* K/V pool, f16, layout [blk][hk][16][d] */
     size_t kn = (size_t)n_blocks * Hk * D * BLK, vn = (size_t)n_blocks * Hk * Dv * BLK;
     uint16_t *kh = malloc(kn * 2), *vh = malloc(vn * 2);
     for (size_t i = 0; i < kn; i++)
@@ -143,9 +143,9 @@ static void scenario(em_vk *vk, uint32_t H, uint32_t Hk, uint32_t D, uint32_t Dv
             uint32_t blk = (uint32_t)tables[s * bt_stride + p2 / BLK], j = p2 % BLK;
             for (uint32_t hk = 0; hk < Hk; hk++) {
                 for (uint32_t d = 0; d < D; d++)
-                    kr[p2 * kd + hk * D + d] = em_f16_to_f32(kh[((size_t)(blk * Hk + hk) * D + d) * BLK + j]);
+                    kr[p2 * kd + hk * D + d] = em_f16_to_f32(kh[((size_t)(blk * Hk + hk) * BLK + j) * D + d]);
                 for (uint32_t d = 0; d < Dv; d++)
-                    vr[p2 * vd + hk * Dv + d] = em_f16_to_f32(vh[((size_t)(blk * Hk + hk) * Dv + d) * BLK + j]);
+                    vr[p2 * vd + hk * Dv + d] = em_f16_to_f32(vh[((size_t)(blk * Hk + hk) * BLK + j) * Dv + d]);
             }
         }
         for (uint32_t i = 0; i < H * D; i++)
@@ -192,6 +192,7 @@ int main(int argc, char **argv)
     uint32_t c[1] = { 33 };
     scenario(vk, 8, 4, 8, 8, 1, c, 33, 1, 0);                        /* tiny heads, whole prompt */
     scenario(vk, 2, 1, 16, 32, 1, c, 1, 3, 0);                       /* Dv != D, more splits than blocks */
+    scenario(vk, 2, 1, 16, 32, 1, c, 33, 1, 0);
     gpu_close(vk);
     return test_summary("attn");
 }
