@@ -110,6 +110,7 @@ struct em_fwd {
     pipe_entry pipes[MAX_PIPES];
     uint32_t   n_pipes;
     recorded   rec[MAX_RECORDED];
+    em_vk_cmd *copy_cmd;          /* block copies (copy on write) */
     uint64_t   clock;
 
     em_fwd_stats st;
@@ -747,6 +748,7 @@ void em_fwd_destroy(em_fwd *f)
         return;
     for (uint32_t i = 0; i < MAX_RECORDED; i++)
         em_vk_cmd_destroy(f->rec[i].cmd);
+    em_vk_cmd_destroy(f->copy_cmd);
     for (uint32_t il = 0; f->layers && il < f->hp->n_layer; il++) {
         layer *ly = &f->layers[il];
         site_free(f, &ly->qkv);
@@ -983,6 +985,34 @@ int em_fwd_step(em_fwd *f, const em_fwd_batch *b, float *logits, em_err *err)
     if (L && logits)
         memcpy(logits, f->logits.map, (size_t)L * f->hp->n_vocab * sizeof *logits);
     return 0;
+}
+
+int em_fwd_copy_blocks(em_fwd *f, const int32_t *src, const int32_t *dst, uint32_t n, em_err *err)
+{
+    const em_hparams *hp = f->hp;
+    uint64_t kb = (uint64_t)hp->n_head_kv * hp->head_dim * EM_KV_BLOCK * 2;
+    uint64_t vb = (uint64_t)hp->n_head_kv * hp->head_dim_v * EM_KV_BLOCK * 2;
+    for (uint32_t i = 0; i < n; i++)
+        if (src[i] < 0 || dst[i] < 0 || (uint32_t)src[i] >= f->o.n_blocks || (uint32_t)dst[i] >= f->o.n_blocks)
+            return em_err_set(err, EM_ERANGE, "forward: block copy %d -> %d out of range", src[i], dst[i]);
+    if (!f->copy_cmd) {
+        int rc = em_vk_cmd_create(f->vk, 0, &f->copy_cmd, err);
+        if (rc)
+            return rc;
+    }
+    int rc = em_vk_cmd_begin(f->copy_cmd, err);
+    if (rc)
+        return rc;
+    for (uint32_t il = 0; il < hp->n_layer; il++) {
+        const layer *ly = &f->layers[il];
+        for (uint32_t i = 0; i < n; i++) {
+            em_vk_cmd_copy(f->copy_cmd, &ly->kc, (uint64_t)src[i] * kb, &ly->kc, (uint64_t)dst[i] * kb, kb);
+            em_vk_cmd_copy(f->copy_cmd, &ly->vc, (uint64_t)src[i] * vb, &ly->vc, (uint64_t)dst[i] * vb, vb);
+        }
+    }
+    if ((rc = em_vk_cmd_end(f->copy_cmd, err)))
+        return rc;
+    return em_vk_cmd_submit_wait(f->copy_cmd, err);
 }
 
 void em_fwd_get_stats(const em_fwd *f, em_fwd_stats *st)

@@ -54,6 +54,10 @@ typedef struct {
  * positions, slots or blocks out of range; EM_EDEVICE if the device fails. */
 int em_fwd_step(em_fwd *f, const em_fwd_batch *b, float *logits, em_err *err);
 
+/* Copy whole KV blocks (all layers' K and V), src[i] -> dst[i], before the
+ * next step (copy on write of shared blocks). Arrays borrowed. */
+int em_fwd_copy_blocks(em_fwd *f, const int32_t *src, const int32_t *dst, uint32_t n, em_err *err);
+
 typedef struct {
     uint32_t dispatches;      /* in the last step's command buffer */
     uint32_t barriers;

@@ -1,0 +1,65 @@
+/* backend_gpu.c — the scheduler's backend over the GPU forward pass
+ * (core/forward.c): a step is em_fwd_step, copy on write is
+ * em_fwd_copy_blocks. */
+#include <stdlib.h>
+
+#include "core/forward.h"
+#include "scheduler/scheduler.h"
+
+typedef struct {
+    em_fwd  *f;
+    int32_t *src, *dst;
+    uint32_t cap;
+} gpu_ctx;
+
+static int gpu_copy(void *ctx, const em_kv_copy *copies, uint32_t n, em_err *err)
+{
+    gpu_ctx *g = ctx;
+    if (n > g->cap) {
+        int32_t *ns = realloc(g->src, n * sizeof *ns), *nd = NULL;
+        if (ns)
+            g->src = ns;
+        if (ns && (nd = realloc(g->dst, n * sizeof *nd)))
+            g->dst = nd;
+        if (!ns || !nd)
+            return em_err_set(err, EM_ENOMEM, "scheduler: out of memory");
+        g->cap = n;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        g->src[i] = copies[i].src;
+        g->dst[i] = copies[i].dst;
+    }
+    return em_fwd_copy_blocks(g->f, g->src, g->dst, n, err);
+}
+
+static int gpu_step(void *ctx, const em_sched_batch *b, float *logits, em_err *err)
+{
+    gpu_ctx *g = ctx;
+    em_fwd_batch fb = { b->n_tokens, b->tokens, b->pos, b->seq, b->n_logits, b->logit_rows, b->tables };
+    return em_fwd_step(g->f, &fb, logits, err);
+}
+
+static void gpu_destroy(void *ctx)
+{
+    gpu_ctx *g = ctx;
+    if (!g)
+        return;
+    free(g->src);
+    free(g->dst);
+    free(g);
+}
+
+void em_sched_backend_gpu(struct em_fwd *f, struct em_vk *vk, uint32_t n_vocab, uint32_t max_tokens,
+                          uint32_t max_logits, uint32_t max_seqs, uint32_t max_ctx,
+                          uint32_t n_blocks, em_sched_backend *out)
+{
+    (void)vk;
+    gpu_ctx *g = calloc(1, sizeof *g);
+    if (g)
+        g->f = f;
+    *out = (em_sched_backend){
+        .ctx = g, .n_vocab = n_vocab, .max_tokens = max_tokens, .max_logits = max_logits,
+        .max_seqs = max_seqs, .max_ctx = max_ctx, .n_blocks = n_blocks,
+        .copy = gpu_copy, .step = gpu_step, .destroy = gpu_destroy,
+    };
+}

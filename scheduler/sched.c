@@ -1,0 +1,644 @@
+/* sched.c — the scheduler thread and its step planner: continuous batching
+ * of interactive and background requests over one device (see scheduler.h). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/kparams.h"
+#include "scheduler/sched_int.h"
+
+#define RATE_WINDOW 64   /* steps in the tokens/s window */
+
+struct em_sched {
+    em_sched_opts       o;
+    em_sched_backend    be;
+    const em_tokenizer *tok;
+    em_kv              *kv;
+
+    pthread_t           th;
+    int                 started;
+    pthread_mutex_t     mu;          /* waiting queues, counters, stats, stop */
+    pthread_cond_t      cv;          /* work arrived */
+    pthread_cond_t      idle_cv;     /* nothing queued or running */
+    int                 stop;
+    int                 idle;        /* the thread found nothing to do and waits */
+    uint64_t            next_order;
+    em_request         *waitq[EM_CLASS_COUNT];   /* by submit order */
+    uint32_t            n_waiting[EM_CLASS_COUNT];
+    uint32_t            n_running[EM_CLASS_COUNT];
+    em_request         *running;     /* scheduler thread only; interactive first, then by order */
+
+    /* one step's batch (scheduler thread only) */
+    int32_t            *b_tok, *b_pos, *b_seq, *b_rows;
+    const int32_t     **b_tables;
+    em_request        **b_req;       /* [max_tokens]: request of each row of the batch */
+    uint32_t           *b_cnt;       /* [max_tokens]: tokens of that request in the batch */
+    em_kv_copy         *copies;
+    uint32_t            max_copies;
+    float              *logits;
+
+    em_sched_stats      st;
+    double              win_t[RATE_WINDOW], win_busy[RATE_WINDOW];
+    uint32_t            win_tok[RATE_WINDOW], win_i;
+};
+
+void em_sched_opts_init(em_sched_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->step_tokens = 512;
+    o->max_waiting[EM_CLASS_INTERACTIVE] = 256;
+    o->max_waiting[EM_CLASS_BACKGROUND] = 1024;
+    o->aging_ms = 10000;
+    o->prefix_cache = 1;
+}
+
+/* ---- lists --------------------------------------------------------------------- */
+
+/* Insert into a singly linked list kept in (class, order) order. */
+static void list_insert(em_request **head, em_request *r)
+{
+    em_request **pp = head;
+    while (*pp && ((*pp)->cls < r->cls || ((*pp)->cls == r->cls && (*pp)->order < r->order)))
+        pp = &(*pp)->next;
+    r->next = *pp;
+    *pp = r;
+}
+
+static void list_remove(em_request **head, em_request *r)
+{
+    for (em_request **pp = head; *pp; pp = &(*pp)->next) {
+        if (*pp == r) {
+            *pp = r->next;
+            r->next = NULL;
+            return;
+        }
+    }
+}
+
+/* ---- finishing and preempting ---------------------------------------------------- */
+
+static void release_slot(em_sched *s, em_request *r)
+{
+    if (r->slot >= 0) {
+        em_kv_seq_close(s->kv, r->slot);
+        r->slot = -1;
+    }
+    r->n_done = 0;
+}
+
+/* A running request ends: blocks released, DONE sent, the scheduler's
+ * reference dropped. */
+static void finish_running(em_sched *s, em_request *r, em_finish f, const char *error)
+{
+    release_slot(s, r);
+    list_remove(&s->running, r);
+    pthread_mutex_lock(&s->mu);
+    s->n_running[r->cls]--;
+    pthread_mutex_unlock(&s->mu);
+    em_req_finish(r, s->tok, f, error, em_sched_now());
+    em_req_unref(r);
+}
+
+/* Send a running request back to the waiting queue; it is recomputed
+ * (prompt + what it generated) when admitted again. */
+static void preempt(em_sched *s, em_request *r)
+{
+    release_slot(s, r);
+    list_remove(&s->running, r);
+    r->state = R_WAITING;
+    r->m.preemptions++;
+    pthread_mutex_lock(&s->mu);
+    s->n_running[r->cls]--;
+    list_insert(&s->waitq[r->cls], r);
+    s->n_waiting[r->cls]++;
+    s->st.preemptions++;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static int in_batch(const em_sched *s, uint32_t n_rows, const em_request *r)
+{
+    for (uint32_t i = 0; i < n_rows; i++)
+        if (s->b_req[i] == r)
+            return 1;
+    return 0;
+}
+
+/* The running request to preempt so that `for_r` can get blocks: the newest
+ * background one not already in this step's batch (for a background
+ * requester, only newer ones). NULL if none. */
+static em_request *pick_victim(em_sched *s, const em_request *for_r, uint32_t n_rows)
+{
+    em_request *v = NULL;
+    for (em_request *r = s->running; r; r = r->next) {
+        if (r == for_r || r->cls != EM_CLASS_BACKGROUND || in_batch(s, n_rows, r))
+            continue;
+        if (for_r->cls == EM_CLASS_BACKGROUND && r->order < for_r->order)
+            continue;
+        if (!v || r->order > v->order)
+            v = r;
+    }
+    return v;
+}
+
+/* Reserve positions [from, to) for r, preempting background work if r may.
+ * Returns 0, or EM_EBUSY when the blocks cannot be had this step. */
+static int reserve(em_sched *s, em_request *r, uint32_t from, uint32_t to, uint32_t n_rows,
+                   uint32_t *n_copies)
+{
+    for (;;) {
+        int rc = em_kv_seq_reserve(s->kv, r->slot, from, to, s->copies, s->max_copies, n_copies, NULL);
+        if (rc != EM_EBUSY)
+            return rc;
+        em_request *v = pick_victim(s, r, n_rows);
+        if (!v)
+            return EM_EBUSY;
+        preempt(s, v);
+    }
+}
+
+/* ---- planning ---------------------------------------------------------------------- */
+
+/* Add tokens [r->n_done, r->n_done + c) of r to the batch. */
+static void add_rows(em_sched *s, em_request *r, uint32_t c, uint32_t *T, uint32_t *L)
+{
+    for (uint32_t i = 0; i < c; i++) {
+        uint32_t p = r->n_done + i;
+        s->b_tok[*T] = r->toks[p];
+        s->b_pos[*T] = (int32_t)p;
+        s->b_seq[*T] = r->slot;
+        s->b_req[*T] = r;
+        s->b_cnt[*T] = i == 0 ? c : 0;
+        if (p + 1 == r->n_toks)
+            s->b_rows[(*L)++] = (int32_t)*T;
+        (*T)++;
+    }
+    s->b_tables[r->slot] = em_kv_seq_table(s->kv, r->slot);
+}
+
+/* The next waiting request to admit: an aged background one first (so none
+ * waits forever), else the oldest interactive, else the oldest background. */
+static int aged_out(const em_sched *s, const em_request *r, double now)
+{
+    double aging = s->o.aging_ms > 0 ? s->o.aging_ms : 10000;
+    return (now - r->m.t_submit) * 1e3 >= aging;
+}
+
+static em_request *next_waiting(em_sched *s, double now)
+{
+    em_request *bg = s->waitq[EM_CLASS_BACKGROUND], *ia = s->waitq[EM_CLASS_INTERACTIVE];
+    if (bg && aged_out(s, bg, now))
+        return bg;
+    return ia ? ia : bg;
+}
+
+/* Try to admit r: a slot, its cached prefix, room for its whole pending
+ * prompt (preempting background work for an interactive request), and a
+ * first chunk of at most budget tokens. 0 when admitted. */
+static int admit(em_sched *s, em_request *r, uint32_t budget, uint32_t *T, uint32_t *L,
+                 uint32_t *n_copies, double now)
+{
+    int32_t slot;
+    if (em_kv_seq_open(s->kv, &slot, NULL))
+        return EM_EBUSY;
+    r->slot = slot;
+    uint32_t matched = em_kv_seq_match(s->kv, slot, r->toks, r->n_toks);
+    /* room for the whole pending prompt and one generated token */
+    uint32_t need = (r->n_toks + 1 + EM_KV_BLOCK - 1) / EM_KV_BLOCK - matched / EM_KV_BLOCK;
+    while (em_kv_available(s->kv) < need) {
+        em_request *v = r->cls == EM_CLASS_INTERACTIVE ? pick_victim(s, r, *T) : NULL;
+        if (!v) {
+            release_slot(s, r);
+            return EM_EBUSY;
+        }
+        preempt(s, v);
+    }
+    r->n_done = matched;
+    uint32_t c = r->n_toks - matched;
+    if (c > budget)
+        c = budget;
+    if (em_kv_seq_reserve(s->kv, slot, matched, matched + c, s->copies, s->max_copies, n_copies, NULL)) {
+        release_slot(s, r);
+        return EM_EBUSY;
+    }
+    pthread_mutex_lock(&s->mu);
+    list_remove(&s->waitq[r->cls], r);
+    s->n_waiting[r->cls]--;
+    s->n_running[r->cls]++;
+    pthread_mutex_unlock(&s->mu);
+    r->state = R_RUNNING;
+    list_insert(&s->running, r);
+    if (!r->admitted_once) {
+        r->admitted_once = 1;
+        r->m.t_start = now;
+        r->m.cached_tokens = matched < r->n_prompt ? matched : r->n_prompt;
+    }
+    add_rows(s, r, c, T, L);
+    return 0;
+}
+
+/* Requests cancelled while waiting end here; running ones in the step. */
+static void reap_cancelled(em_sched *s)
+{
+    for (em_request *r = s->running, *next; r; r = next) {
+        next = r->next;
+        if (atomic_load(&r->cancel))
+            finish_running(s, r, EM_FINISH_CANCELLED, NULL);
+    }
+    for (int c = 0; c < EM_CLASS_COUNT; c++) {
+        for (;;) {
+            em_request *found = NULL;
+            pthread_mutex_lock(&s->mu);
+            for (em_request *r = s->waitq[c]; r; r = r->next) {
+                if (atomic_load(&r->cancel)) {
+                    found = r;
+                    list_remove(&s->waitq[c], r);
+                    s->n_waiting[c]--;
+                    break;
+                }
+            }
+            pthread_mutex_unlock(&s->mu);
+            if (!found)
+                break;
+            em_req_finish(found, s->tok, EM_FINISH_CANCELLED, NULL, em_sched_now());
+            em_req_unref(found);
+        }
+    }
+}
+
+static int is_stop_token(const em_request *r, int32_t id)
+{
+    for (uint32_t i = 0; i < r->n_stop_tokens; i++)
+        if (r->stop_tokens[i] == id)
+            return 1;
+    return 0;
+}
+
+/* After the step: advance every request in the batch, sample where it
+ * produced logits, emit, and finish what is done. */
+static void advance(em_sched *s, uint32_t T, uint32_t L, double now)
+{
+    uint32_t gen = 0, pre = 0;
+    uint32_t li = 0;
+    for (uint32_t i = 0; i < T; i++) {
+        if (!s->b_cnt[i])
+            continue;
+        em_request *r = s->b_req[i];
+        uint32_t c = s->b_cnt[i];
+        r->n_done += c;
+        em_kv_seq_commit(s->kv, r->slot, r->toks, r->n_done);
+        if (r->n_done < r->n_toks) {   /* a prompt chunk: no logits yet */
+            pre += c;
+            continue;
+        }
+        pre += c > 1 ? c - 1 : 0;
+        while (li < L && (uint32_t)s->b_rows[li] < i)
+            li++;
+        const float *lg = s->logits + (size_t)li * s->be.n_vocab;
+        int32_t id = em_sampler_sample(r->sampler, lg);
+        gen++;
+        if ((!r->ignore_eog && em_tokenizer_is_eog(s->tok, id)) || is_stop_token(r, id)) {
+            finish_running(s, r, EM_FINISH_STOP, NULL);
+            continue;
+        }
+        if (em_req_push_token(r, id)) {
+            finish_running(s, r, EM_FINISH_ERROR, "out of memory");
+            continue;
+        }
+        int stopped = em_req_emit_token(r, s->tok, id, now);
+        if (stopped)
+            finish_running(s, r, EM_FINISH_STOP, NULL);
+        else if ((r->max_tokens && r->n_gen >= r->max_tokens) || r->n_toks >= s->be.max_ctx)
+            finish_running(s, r, EM_FINISH_LENGTH, NULL);
+    }
+    pthread_mutex_lock(&s->mu);
+    s->st.tokens_generated += gen;
+    s->st.tokens_prefilled += pre;
+    s->win_tok[s->win_i % RATE_WINDOW] = gen;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Fail every running request (device error): their blocks are freed. */
+static void fail_all(em_sched *s, const char *msg)
+{
+    while (s->running)
+        finish_running(s, s->running, EM_FINISH_ERROR, msg);
+}
+
+static void plan_and_run(em_sched *s);
+
+/* One step, then the KV counters for em_sched_get_stats. */
+static void step_once(em_sched *s)
+{
+    plan_and_run(s);
+    em_kv_stats ks;
+    em_kv_get_stats(s->kv, &ks);
+    pthread_mutex_lock(&s->mu);
+    s->st.kv = ks;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void plan_and_run(em_sched *s)
+{
+    double t0 = em_sched_now();
+    reap_cancelled(s);
+    uint32_t budget = s->o.step_tokens, T = 0, L = 0, n_copies = 0;
+
+    /* Interactive work first, then background: for each class its running
+     * decodes (every one keeps going), its running prompt chunks, then its
+     * admissions. Background rows are placed last, so an interactive request
+     * can still preempt any background sequence this step. A background
+     * request that has waited past the aging bound is admitted in the
+     * interactive phase. */
+    em_request *snap[1024];
+    uint32_t n_snap = 0;
+    for (em_request *r = s->running; r && n_snap < 1024; r = r->next)
+        snap[n_snap++] = r;
+    for (int cls = 0; cls < EM_CLASS_COUNT; cls++) {
+        for (int pass = 0; pass < 2; pass++) {
+            for (uint32_t k = 0; k < n_snap && T < budget; k++) {
+                em_request *r = snap[k];
+                if (r->state != R_RUNNING || (int)r->cls != cls)   /* preempted earlier in this step */
+                    continue;
+                uint32_t pending = r->n_toks - r->n_done;
+                if ((pass == 0) != (pending == 1) || in_batch(s, T, r))
+                    continue;
+                uint32_t c = pending < budget - T ? pending : budget - T;
+                if (L == s->be.max_logits && r->n_done + c == r->n_toks)
+                    continue;
+                if (reserve(s, r, r->n_done, r->n_done + c, T, &n_copies))
+                    continue;   /* waits a step; may be preempted if this persists */
+                add_rows(s, r, c, &T, &L);
+            }
+        }
+        while (T < budget && L < s->be.max_logits) {
+            pthread_mutex_lock(&s->mu);
+            em_request *r = next_waiting(s, t0);
+            int aged = r && r->cls == EM_CLASS_BACKGROUND && aged_out(s, r, t0);
+            pthread_mutex_unlock(&s->mu);
+            if (!r)
+                break;
+            /* the interactive phase admits interactive and aged background
+             * requests; an interactive request still waiting in the
+             * background phase could not get room, nor may anything behind it */
+            if (cls == EM_CLASS_INTERACTIVE ? (r->cls != EM_CLASS_INTERACTIVE && !aged)
+                                            : r->cls == EM_CLASS_INTERACTIVE)
+                break;
+            if (admit(s, r, budget - T, &T, &L, &n_copies, t0))
+                break;
+        }
+    }
+    if (T == 0) {
+        /* nothing could run: every running sequence waits for blocks held by
+         * the others — recompute the newest later so the rest can go on — or
+         * a request alone cannot get the blocks it needs: it fails. */
+        em_request *newest = NULL;
+        for (em_request *r = s->running; r; r = r->next)
+            if (!newest || r->cls > newest->cls || (r->cls == newest->cls && r->order > newest->order))
+                newest = r;
+        if (newest && s->running->next) {
+            preempt(s, newest);
+        } else if (newest) {
+            finish_running(s, newest, EM_FINISH_ERROR, "the request does not fit the KV cache");
+        } else {
+            pthread_mutex_lock(&s->mu);
+            em_request *r = next_waiting(s, t0);
+            if (r) {
+                list_remove(&s->waitq[r->cls], r);
+                s->n_waiting[r->cls]--;
+            }
+            pthread_mutex_unlock(&s->mu);
+            if (r) {
+                em_req_finish(r, s->tok, EM_FINISH_ERROR, "the request does not fit the KV cache",
+                              em_sched_now());
+                em_req_unref(r);
+            }
+        }
+        return;
+    }
+
+    em_err err = { 0 };
+    int rc = n_copies ? s->be.copy(s->be.ctx, s->copies, n_copies, &err) : 0;
+    if (!rc) {
+        em_sched_batch b = { T, s->b_tok, s->b_pos, s->b_seq, L, s->b_rows, s->b_tables };
+        rc = s->be.step(s->be.ctx, &b, s->logits, &err);
+    }
+    double t1 = em_sched_now();
+    if (rc) {
+        fail_all(s, err.msg[0] ? err.msg : em_err_str(rc));
+        return;
+    }
+    advance(s, T, L, t1);
+    pthread_mutex_lock(&s->mu);
+    s->st.steps++;
+    s->win_t[s->win_i % RATE_WINDOW] = t1;
+    s->win_busy[s->win_i % RATE_WINDOW] = t1 - t0;
+    s->win_i++;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void *thread_main(void *arg)
+{
+    em_sched *s = arg;
+    pthread_mutex_lock(&s->mu);
+    while (!s->stop) {
+        uint32_t work = s->n_waiting[0] + s->n_waiting[1] + s->n_running[0] + s->n_running[1];
+        if (!work) {
+            s->idle = 1;
+            pthread_cond_broadcast(&s->idle_cv);
+            pthread_cond_wait(&s->cv, &s->mu);
+            continue;
+        }
+        s->idle = 0;
+        pthread_mutex_unlock(&s->mu);
+        step_once(s);
+        pthread_mutex_lock(&s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+    /* shutting down: everything still here is cancelled */
+    while (s->running)
+        finish_running(s, s->running, EM_FINISH_CANCELLED, NULL);
+    for (int c = 0; c < EM_CLASS_COUNT; c++) {
+        for (;;) {
+            pthread_mutex_lock(&s->mu);
+            em_request *r = s->waitq[c];
+            if (r) {
+                s->waitq[c] = r->next;
+                s->n_waiting[c]--;
+            }
+            pthread_mutex_unlock(&s->mu);
+            if (!r)
+                break;
+            em_req_finish(r, s->tok, EM_FINISH_CANCELLED, NULL, em_sched_now());
+            em_req_unref(r);
+        }
+    }
+    em_kv_stats ks;
+    em_kv_get_stats(s->kv, &ks);
+    pthread_mutex_lock(&s->mu);
+    s->st.kv = ks;
+    pthread_cond_broadcast(&s->idle_cv);
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* ---- public ------------------------------------------------------------------------ */
+
+int em_sched_create(const em_sched_opts *o, const em_sched_backend *backend,
+                    const em_tokenizer *tok, em_sched **out, em_err *err)
+{
+    *out = NULL;
+    em_sched *s = calloc(1, sizeof *s);
+    if (!s) {
+        if (backend->destroy)
+            backend->destroy(backend->ctx);
+        return em_err_set(err, EM_ENOMEM, "scheduler: out of memory");
+    }
+    s->o = *o;
+    s->be = *backend;
+    s->idle = 0;
+    s->tok = tok;
+    if (!s->o.step_tokens || s->o.step_tokens > s->be.max_tokens)
+        s->o.step_tokens = s->be.max_tokens;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    pthread_cond_init(&s->idle_cv, NULL);
+    uint32_t T = s->be.max_tokens;
+    s->max_copies = 4 * s->be.max_seqs + 64;
+    em_kv_opts ko = { s->be.n_blocks, s->be.max_seqs, s->be.max_ctx, s->o.prefix_cache };
+    int rc = em_kv_create(&ko, &s->kv, err);
+    if (!rc)
+        em_kv_get_stats(s->kv, &s->st.kv);
+    if (!rc) {
+        s->b_tok = malloc(T * sizeof *s->b_tok);
+        s->b_pos = malloc(T * sizeof *s->b_pos);
+        s->b_seq = malloc(T * sizeof *s->b_seq);
+        s->b_rows = malloc(T * sizeof *s->b_rows);
+        s->b_req = malloc(T * sizeof *s->b_req);
+        s->b_cnt = malloc(T * sizeof *s->b_cnt);
+        s->b_tables = calloc(s->be.max_seqs, sizeof *s->b_tables);
+        s->copies = malloc(s->max_copies * sizeof *s->copies);
+        s->logits = malloc((size_t)s->be.max_logits * s->be.n_vocab * sizeof *s->logits);
+        if (!s->b_tok || !s->b_pos || !s->b_seq || !s->b_rows || !s->b_req || !s->b_cnt ||
+            !s->b_tables || !s->copies || !s->logits)
+            rc = em_err_set(err, EM_ENOMEM, "scheduler: out of memory");
+    }
+    if (!rc && pthread_create(&s->th, NULL, thread_main, s) != 0)
+        rc = em_err_set(err, EM_ENOMEM, "scheduler: cannot start its thread");
+    if (rc) {
+        em_sched_destroy(s);
+        return rc;
+    }
+    s->started = 1;
+    *out = s;
+    return 0;
+}
+
+void em_sched_destroy(em_sched *s)
+{
+    if (!s)
+        return;
+    if (s->started) {
+        pthread_mutex_lock(&s->mu);
+        s->stop = 1;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->th, NULL);
+    }
+    if (s->be.destroy)
+        s->be.destroy(s->be.ctx);
+    em_kv_destroy(s->kv);
+    free(s->b_tok); free(s->b_pos); free(s->b_seq); free(s->b_rows); free(s->b_req);
+    free(s->b_cnt); free(s->b_tables); free(s->copies); free(s->logits);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    pthread_cond_destroy(&s->idle_cv);
+    free(s);
+}
+
+int em_sched_submit(em_sched *s, const em_req_params *p, em_request **out, uint32_t *retry_ms,
+                    em_err *err)
+{
+    *out = NULL;
+    if (retry_ms)
+        *retry_ms = 0;
+    if (!p->prompt || p->n_prompt == 0)
+        return em_err_set(err, EM_EINVAL, "request: the prompt is empty");
+    if ((unsigned)p->cls >= EM_CLASS_COUNT)
+        return em_err_set(err, EM_EINVAL, "request: unknown class %d", (int)p->cls);
+    for (uint32_t i = 0; i < p->n_prompt; i++)
+        if (p->prompt[i] < 0 || (uint32_t)p->prompt[i] >= s->be.n_vocab)
+            return em_err_set(err, EM_EINVAL, "request: token id %d is out of range", p->prompt[i]);
+    uint32_t gen = p->max_tokens ? p->max_tokens : 1;
+    if ((uint64_t)p->n_prompt + gen > s->be.max_ctx)
+        return em_err_set(err, EM_ERANGE,
+                          "request: %u prompt tokens + %u to generate exceed the %u-token context",
+                          p->n_prompt, gen, s->be.max_ctx);
+    uint64_t blocks = ((uint64_t)p->n_prompt + gen + EM_KV_BLOCK - 1) / EM_KV_BLOCK;
+    if (blocks > s->be.n_blocks)
+        return em_err_set(err, EM_ERANGE,
+                          "request: %llu KV blocks needed, the cache holds %u: it does not fit the KV cache",
+                          (unsigned long long)blocks, s->be.n_blocks);
+    pthread_mutex_lock(&s->mu);
+    if (s->n_waiting[p->cls] >= s->o.max_waiting[p->cls]) {
+        uint32_t w = s->n_waiting[p->cls], run = s->n_running[0] + s->n_running[1];
+        s->st.rejected_busy++;
+        pthread_mutex_unlock(&s->mu);
+        uint32_t hint = 500 * (1 + w / (run + 1));
+        if (hint > 30000)
+            hint = 30000;
+        if (retry_ms)
+            *retry_ms = hint;
+        return em_err_set(err, EM_EBUSY, "busy: %u %s requests are waiting; retry in %u ms", w,
+                          em_class_name(p->cls), hint);
+    }
+    uint64_t order = s->next_order++;
+    pthread_mutex_unlock(&s->mu);
+    em_request *r = em_req_new(p, s->be.n_vocab, order, err);
+    if (!r)
+        return err ? err->code : EM_ENOMEM;
+    r->m.t_submit = em_sched_now();
+    pthread_mutex_lock(&s->mu);
+    list_insert(&s->waitq[r->cls], r);
+    s->n_waiting[r->cls]++;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    *out = r;
+    return 0;
+}
+
+void em_sched_get_stats(em_sched *s, em_sched_stats *st)
+{
+    pthread_mutex_lock(&s->mu);
+    *st = s->st;
+    for (int c = 0; c < EM_CLASS_COUNT; c++) {
+        st->running[c] = s->n_running[c];
+        st->waiting[c] = s->n_waiting[c];
+    }
+    uint32_t n = s->win_i < RATE_WINDOW ? s->win_i : RATE_WINDOW;
+    if (n >= 2) {
+        uint32_t newest = (s->win_i - 1) % RATE_WINDOW, oldest = (s->win_i - n) % RATE_WINDOW;
+        double span = s->win_t[newest] - s->win_t[oldest];
+        double tok = 0, busy = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            uint32_t k = (s->win_i - 1 - i) % RATE_WINDOW;
+            if (i + 1 < n)
+                tok += s->win_tok[k];
+            busy += s->win_busy[k];
+        }
+        if (span > 0) {
+            st->tokens_per_s = tok / span;
+            st->busy_ratio = busy / (span + s->win_busy[oldest]);
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+void em_sched_drain(em_sched *s)
+{
+    pthread_mutex_lock(&s->mu);
+    while ((s->n_waiting[0] + s->n_waiting[1] + s->n_running[0] + s->n_running[1] || !s->idle) &&
+           !s->stop)
+        pthread_cond_wait(&s->idle_cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+}

@@ -1,0 +1,191 @@
+/* scheduler.h — the scheduler: many requests, one device.
+ *
+ * Requests of two classes share the device: `interactive` (chat: low time to
+ * first token, smooth streaming) and `background` (batch work: throughput).
+ * One scheduler thread owns the device and runs steps. Each step it keeps
+ * every running sequence decoding, adds prompt chunks under a token budget
+ * (interactive first), admits new sequences when their KV blocks fit, ages
+ * waiting background requests so that none waits forever, preempts the
+ * newest background sequences (freeing their blocks; they are recomputed
+ * later) before it ever refuses an interactive one, runs one batched forward
+ * pass, samples, and hands tokens back through each request's event queue.
+ *
+ * The backend is an interface (em_sched_backend) so that the planner can be
+ * tested without a GPU; em_sched_backend_gpu() wraps core/forward.c.
+ *
+ * Threads: em_sched_submit, em_request_* may be called from any thread. The
+ * notify callback of a request runs on the scheduler thread and must only
+ * wake its consumer (e.g. lws_cancel_service). */
+#ifndef EM_SCHEDULER_H
+#define EM_SCHEDULER_H
+
+#include <stdint.h>
+
+#include "core/err.h"
+#include "core/kv.h"
+#include "core/sample.h"
+#include "core/tokenizer.h"
+
+typedef enum { EM_CLASS_INTERACTIVE = 0, EM_CLASS_BACKGROUND = 1, EM_CLASS_COUNT } em_class;
+
+const char *em_class_name(em_class c);                       /* "interactive", "background" */
+int         em_class_parse(const char *s, em_class *out);    /* EM_EINVAL if unknown */
+
+/* ---- the backend ------------------------------------------------------------ */
+
+typedef struct {
+    uint32_t       n_tokens;
+    const int32_t *tokens, *pos, *seq;      /* [n_tokens] */
+    uint32_t       n_logits;
+    const int32_t *logit_rows;              /* [n_logits] indices into the tokens */
+    const int32_t *const *tables;           /* [max_seqs] block tables */
+} em_sched_batch;
+
+typedef struct em_sched_backend {
+    void    *ctx;
+    uint32_t n_vocab;
+    uint32_t max_tokens;    /* tokens per step the backend accepts */
+    uint32_t max_logits;    /* logit rows per step */
+    uint32_t max_seqs;      /* sequence slots */
+    uint32_t max_ctx;       /* positions per sequence */
+    uint32_t n_blocks;      /* KV pool blocks */
+    /* Copy KV blocks (copy on write) before the next step. */
+    int  (*copy)(void *ctx, const em_kv_copy *copies, uint32_t n, em_err *err);
+    /* Run one step; logits[n_logits][n_vocab]. */
+    int  (*step)(void *ctx, const em_sched_batch *b, float *logits, em_err *err);
+    void (*destroy)(void *ctx);
+} em_sched_backend;
+
+struct em_fwd;
+struct em_vk;
+/* The GPU backend over a forward pass (borrowed; must outlive the scheduler). */
+void em_sched_backend_gpu(struct em_fwd *f, struct em_vk *vk, uint32_t n_vocab, uint32_t max_tokens,
+                          uint32_t max_logits, uint32_t max_seqs, uint32_t max_ctx,
+                          uint32_t n_blocks, em_sched_backend *out);
+
+/* ---- requests --------------------------------------------------------------- */
+
+#define EM_MAX_STOP 4
+
+typedef struct {
+    const int32_t   *prompt;        /* copied at submit */
+    uint32_t         n_prompt;
+    em_sample_params sample;
+    em_class         cls;
+    uint32_t         max_tokens;    /* generated tokens at most; 0: up to the context */
+    const int32_t   *stop_tokens;   /* extra ids that end the request (copied); EOG ids always do */
+    uint32_t         n_stop_tokens;
+    const char      *stop[EM_MAX_STOP];   /* stop strings (copied), NULL-padded */
+    int              ignore_eog;    /* generate through end-of-text tokens (benchmarks) */
+    void           (*notify)(void *user);  /* called on the scheduler thread after events */
+    void            *user;          /* passed to notify, never dereferenced */
+} em_req_params;
+
+typedef enum {
+    EM_FINISH_NONE = 0,     /* still running */
+    EM_FINISH_STOP,         /* end-of-text token or stop string/token */
+    EM_FINISH_LENGTH,       /* max_tokens or the context was reached */
+    EM_FINISH_CANCELLED,
+    EM_FINISH_ERROR,
+} em_finish;
+
+const char *em_finish_name(em_finish f);   /* "stop", "length", "cancelled", "error" */
+
+/* What a finished request measured. Times in milliseconds. */
+typedef struct {
+    em_class cls;
+    uint32_t prompt_tokens;      /* as submitted */
+    uint32_t cached_tokens;      /* prompt positions taken from the prefix cache */
+    uint32_t completion_tokens;
+    uint32_t preemptions;
+    double   queue_ms;           /* submit -> first admitted */
+    double   ttft_ms;            /* submit -> first token */
+    double   tpot_mean_ms;       /* between consecutive tokens */
+    double   tpot_p99_ms;
+    double   total_ms;           /* submit -> finish */
+    double   t_submit, t_start, t_first, t_end;   /* monotonic seconds */
+} em_req_metrics;
+
+typedef enum { EM_EV_TOKEN, EM_EV_DONE } em_event_kind;
+
+/* One event. A TOKEN carries the new text (may be empty while a UTF-8
+ * character or a possible stop string is incomplete); DONE carries the
+ * finish reason, any final text, error text and metrics. */
+typedef struct {
+    em_event_kind  kind;
+    int32_t        token;        /* TOKEN: the id */
+    char          *text;         /* malloc'd, NUL-terminated; owned by the event */
+    uint32_t       text_len;
+    em_finish      finish;       /* DONE */
+    char           error[256];   /* DONE with EM_FINISH_ERROR */
+    em_req_metrics metrics;      /* DONE */
+} em_event;
+
+void em_event_clear(em_event *ev);   /* frees ev->text */
+
+typedef struct em_request em_request;
+
+/* Pop the next event into *ev (caller owns its text: em_event_clear).
+ * Returns 1 when an event was popped, 0 when none arrived within
+ * timeout_ms (0: do not wait, -1: wait forever). */
+int em_request_next(em_request *r, em_event *ev, int timeout_ms);
+
+/* Ask the scheduler to stop the request: its blocks are freed within one
+ * step and a DONE (cancelled) event follows. Safe to call repeatedly. */
+void em_request_cancel(em_request *r);
+
+/* Drop the caller's reference (after DONE, or to abandon the request:
+ * release implies cancel). Accepts NULL. */
+void em_request_release(em_request *r);
+
+/* ---- the scheduler ---------------------------------------------------------- */
+
+typedef struct {
+    uint32_t step_tokens;     /* tokens per step (prefill chunks + decodes); <= backend max_tokens */
+    uint32_t max_waiting[EM_CLASS_COUNT];   /* queue bounds: beyond, submit says busy */
+    double   aging_ms;        /* a background request waiting this long is admitted like
+                                 an interactive one (0: 10 s) */
+    int      prefix_cache;    /* share full KV blocks between sequences by prefix */
+} em_sched_opts;
+
+void em_sched_opts_init(em_sched_opts *o);   /* 512 tokens, 256/1024 waiting, 10 s, cache on */
+
+typedef struct em_sched em_sched;
+
+/* Start the scheduler thread over backend (takes ownership: its destroy is
+ * called by em_sched_destroy) and tokenizer (borrowed: EOG ids, stop
+ * strings, text of events). */
+int  em_sched_create(const em_sched_opts *o, const em_sched_backend *backend,
+                     const em_tokenizer *tok, em_sched **out, em_err *err);
+
+/* Finish or cancel everything still queued or running (DONE events with
+ * EM_FINISH_CANCELLED), stop the thread, free everything. Accepts NULL. */
+void em_sched_destroy(em_sched *s);
+
+/* Queue a request. On success *out is the caller's reference (release it).
+ * EM_EBUSY when the class's queue is full: err says so and *retry_ms (if
+ * non-NULL) suggests when to try again. EM_ERANGE when the request can never
+ * fit (prompt + max_tokens beyond the context, or more blocks than the pool
+ * has). EM_EINVAL for bad parameters (empty prompt, token ids out of range). */
+int em_sched_submit(em_sched *s, const em_req_params *p, em_request **out, uint32_t *retry_ms,
+                    em_err *err);
+
+typedef struct {
+    uint32_t running[EM_CLASS_COUNT];
+    uint32_t waiting[EM_CLASS_COUNT];
+    em_kv_stats kv;
+    uint64_t steps;
+    uint64_t tokens_generated;
+    uint64_t tokens_prefilled;
+    uint64_t preemptions;
+    uint64_t rejected_busy;
+    double   tokens_per_s;     /* generated, over the last few seconds */
+    double   busy_ratio;       /* share of wall time spent in steps (last few seconds) */
+} em_sched_stats;
+
+void em_sched_get_stats(em_sched *s, em_sched_stats *st);
+
+/* Block until no request is queued or running (tests, benchmarks). */
+void em_sched_drain(em_sched *s);
+
+#endif

@@ -1,0 +1,573 @@
+/* test_sched.c — the scheduler's planner over a fake backend (no GPU).
+ *
+ * The fake model keeps its own KV memory: a step writes each token id into
+ * the block slot its position maps to through the sequence's block table,
+ * and the "next token" of a sequence is a hash of the ids it reads back, in
+ * order, through that table. So a wrong table, a bad prefix match, a missed
+ * copy on write or a lost recompute after preemption all change the output,
+ * which must equal the same request computed alone. Directed tests cover
+ * priority order, aging, preemption and resume, cancellation, the queue
+ * bound, requests that cannot fit and stop strings; a randomized test runs
+ * hundreds of scenarios and checks that every request finishes exactly once,
+ * correctly, and that no KV block leaks. */
+#include <pthread.h>
+#include <stdint.h>
+#include <unistd.h>
+
+#include "core/gguf.h"
+#include "core/kparams.h"
+#include "core/tokenizer.h"
+#include "scheduler/scheduler.h"
+#include "tests/common/testutil.h"
+
+#define V 300       /* vocabulary: <unk> <s> </s>, 256 bytes, 41 words */
+#define EOS 2
+
+/* ---- a small SPM vocabulary, built in memory ---------------------------------- */
+
+static char *vocab_mem;
+static size_t vocab_len;
+
+static em_tokenizer *make_tokenizer(void)
+{
+    em_gguf_writer *w = NULL;
+    em_gguf_writer_create(32, &w, NULL);
+    const char *toks[V];
+    char buf[V][16];
+    float scores[V];
+    int32_t types[V];
+    for (int i = 0; i < V; i++) {
+        if (i < 3)
+            snprintf(buf[i], 16, "%s", i == 0 ? "<unk>" : i == 1 ? "<s>" : "</s>");
+        else if (i < 259)
+            snprintf(buf[i], 16, "<0x%02X>", i - 3);
+        else
+            snprintf(buf[i], 16, "\xe2\x96\x81w%d", i - 259);
+        toks[i] = buf[i];
+        scores[i] = -(float)i;
+        types[i] = i == 0 ? 2 : i < 3 ? 3 : i < 259 ? 6 : 1;
+    }
+    em_gguf_w_str(w, "tokenizer.ggml.model", "llama");
+    em_gguf_w_arr_str(w, "tokenizer.ggml.tokens", toks, V);
+    em_gguf_w_arr(w, "tokenizer.ggml.scores", EM_GGUF_F32, scores, V);
+    em_gguf_w_arr(w, "tokenizer.ggml.token_type", EM_GGUF_I32, types, V);
+    em_gguf_w_u32(w, "tokenizer.ggml.bos_token_id", 1);
+    em_gguf_w_u32(w, "tokenizer.ggml.eos_token_id", EOS);
+    FILE *f = open_memstream(&vocab_mem, &vocab_len);
+    em_gguf_w_header(w, f, NULL);
+    fclose(f);
+    em_gguf_writer_destroy(w);
+    em_gguf *g = NULL;
+    em_tokenizer *t = NULL;
+    em_err e = { 0 };
+    if (em_gguf_open_mem(vocab_mem, vocab_len, "vocab", &g, &e) || em_tokenizer_create(g, &t, &e))
+        fprintf(stderr, "vocab: %s\n", e.msg);
+    em_gguf_close(g);
+    return t;
+}
+
+/* ---- the fake model -------------------------------------------------------------- */
+
+static uint32_t next_of(uint64_t h)
+{
+    if (h % 97 == 0)
+        return EOS;
+    return 259 + (uint32_t)(h % 41);     /* a word token */
+}
+
+static uint64_t mix(uint64_t h, int32_t t)
+{
+    return (h ^ (uint64_t)(uint32_t)t) * 0x100000001b3ull;
+}
+
+typedef struct {
+    uint32_t n_blocks, max_seqs, max_ctx, max_tokens;
+    int32_t *mem;                 /* [n_blocks][16] token ids written by steps */
+    pthread_mutex_t gate_mu;
+    pthread_cond_t gate_cv;
+    int gate_closed;              /* steps wait while set */
+    unsigned delay_us;            /* per step: lets tests act while requests run */
+    uint64_t steps;
+    uint32_t max_batch_seen;
+} fake;
+
+static int fake_copy(void *ctx, const em_kv_copy *c, uint32_t n, em_err *err)
+{
+    fake *f = ctx;
+    (void)err;
+    for (uint32_t i = 0; i < n; i++)
+        memcpy(f->mem + (size_t)c[i].dst * EM_KV_BLOCK, f->mem + (size_t)c[i].src * EM_KV_BLOCK,
+               EM_KV_BLOCK * sizeof *f->mem);
+    return 0;
+}
+
+static int fake_step(void *ctx, const em_sched_batch *b, float *logits, em_err *err)
+{
+    fake *f = ctx;
+    pthread_mutex_lock(&f->gate_mu);
+    while (f->gate_closed)
+        pthread_cond_wait(&f->gate_cv, &f->gate_mu);
+    f->steps++;
+    if (b->n_tokens > f->max_batch_seen)
+        f->max_batch_seen = b->n_tokens;
+    pthread_mutex_unlock(&f->gate_mu);
+    if (f->delay_us)
+        usleep(f->delay_us);
+    if (b->n_tokens > f->max_tokens)
+        return em_err_set(err, EM_ERANGE, "fake: %u tokens in a step", b->n_tokens);
+    for (uint32_t i = 0; i < b->n_tokens; i++) {
+        const int32_t *t = b->tables[b->seq[i]];
+        f->mem[(size_t)t[b->pos[i] / EM_KV_BLOCK] * EM_KV_BLOCK + b->pos[i] % EM_KV_BLOCK] = b->tokens[i];
+    }
+    for (uint32_t r = 0; r < b->n_logits; r++) {
+        uint32_t i = (uint32_t)b->logit_rows[r];
+        const int32_t *t = b->tables[b->seq[i]];
+        uint64_t h = 0xcbf29ce484222325ull;
+        for (int32_t p = 0; p <= b->pos[i]; p++)
+            h = mix(h, f->mem[(size_t)t[p / EM_KV_BLOCK] * EM_KV_BLOCK + p % EM_KV_BLOCK]);
+        float *lg = logits + (size_t)r * V;
+        for (int v = 0; v < V; v++)
+            lg[v] = 0;
+        lg[next_of(h)] = 12.0f;
+    }
+    return 0;
+}
+
+static fake *fake_new(uint32_t n_blocks, uint32_t max_seqs, uint32_t max_ctx, uint32_t max_tokens,
+                      em_sched_backend *be)
+{
+    fake *f = calloc(1, sizeof *f);
+    f->n_blocks = n_blocks;
+    f->max_seqs = max_seqs;
+    f->max_ctx = max_ctx;
+    f->max_tokens = max_tokens;
+    f->mem = calloc((size_t)n_blocks * EM_KV_BLOCK, sizeof *f->mem);
+    pthread_mutex_init(&f->gate_mu, NULL);
+    pthread_cond_init(&f->gate_cv, NULL);
+    *be = (em_sched_backend){ .ctx = f, .n_vocab = V, .max_tokens = max_tokens, .max_logits = max_seqs,
+                              .max_seqs = max_seqs, .max_ctx = max_ctx, .n_blocks = n_blocks,
+                              .copy = fake_copy, .step = fake_step, .destroy = NULL };
+    return f;
+}
+
+static void fake_free(fake *f)
+{
+    free(f->mem);
+    pthread_mutex_destroy(&f->gate_mu);
+    pthread_cond_destroy(&f->gate_cv);
+    free(f);
+}
+
+static void gate(fake *f, int closed)
+{
+    pthread_mutex_lock(&f->gate_mu);
+    f->gate_closed = closed;
+    pthread_cond_broadcast(&f->gate_cv);
+    pthread_mutex_unlock(&f->gate_mu);
+}
+
+/* What a greedy request produces alone: ids until max_tokens, EOS or the context. */
+static uint32_t alone(const int32_t *prompt, uint32_t n, uint32_t max_tokens, uint32_t max_ctx,
+                      int32_t *out, em_finish *fin)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (uint32_t i = 0; i < n; i++)
+        h = mix(h, prompt[i]);
+    uint32_t k = 0;
+    *fin = EM_FINISH_LENGTH;
+    while (k < max_tokens && n + k < max_ctx) {
+        uint32_t t = next_of(h);
+        if (t == EOS) {
+            *fin = EM_FINISH_STOP;
+            break;
+        }
+        out[k++] = (int32_t)t;
+        h = mix(h, (int32_t)t);
+    }
+    return k;
+}
+
+/* ---- helpers ------------------------------------------------------------------------ */
+
+typedef struct {
+    em_request *r;
+    int32_t     prompt[400];
+    uint32_t    n_prompt, max_tokens;
+    int32_t     got[400];
+    uint32_t    n_got;
+    int         done;
+    em_finish   finish;
+    em_req_metrics m;
+} job;
+
+static int submit(em_sched *s, job *j, em_class cls, em_err *e)
+{
+    em_req_params p = { .prompt = j->prompt, .n_prompt = j->n_prompt, .cls = cls,
+                        .max_tokens = j->max_tokens };
+    p.sample.temp = 0;
+    p.sample.top_p = 1;
+    j->n_got = 0;
+    j->done = 0;
+    return em_sched_submit(s, &p, &j->r, NULL, e);
+}
+
+/* Drain j's events; returns 1 once DONE was seen. */
+static int pump(job *j, int timeout_ms)
+{
+    em_event ev;
+    while (!j->done && em_request_next(j->r, &ev, timeout_ms)) {
+        if (ev.kind == EM_EV_TOKEN) {
+            if (j->n_got < 400)
+                j->got[j->n_got++] = ev.token;
+        } else {
+            j->done = 1;
+            j->finish = ev.finish;
+            j->m = ev.metrics;
+        }
+        em_event_clear(&ev);
+    }
+    return j->done;
+}
+
+static void finish_job(job *j)
+{
+    while (!pump(j, 1000))
+        ;
+    em_request_release(j->r);
+    j->r = NULL;
+}
+
+static void check_alone(const job *j, uint32_t max_ctx, const char *what)
+{
+    int32_t ref[400];
+    em_finish fin;
+    uint32_t n = alone(j->prompt, j->n_prompt, j->max_tokens ? j->max_tokens : 400, max_ctx, ref, &fin);
+    CHECKF(j->n_got == n && memcmp(j->got, ref, n * sizeof *ref) == 0 && j->finish == fin,
+           "%s: %u tokens (finish %s), alone %u (finish %s)", what, j->n_got, em_finish_name(j->finish),
+           n, em_finish_name(fin));
+}
+
+static em_sched *mk(em_sched_backend *be, uint32_t step_tokens, double aging_ms, uint32_t max_wait,
+                    em_tokenizer *tok)
+{
+    em_sched_opts o;
+    em_sched_opts_init(&o);
+    o.step_tokens = step_tokens;
+    if (aging_ms > 0)
+        o.aging_ms = aging_ms;
+    if (max_wait)
+        o.max_waiting[0] = o.max_waiting[1] = max_wait;
+    em_sched *s = NULL;
+    em_err e = { 0 };
+    CHECKF(em_sched_create(&o, be, tok, &s, &e) == 0, "%s", e.msg);
+    return s;
+}
+
+static void fill_prompt(job *j, uint32_t n, uint32_t seed, uint32_t shared_prefix)
+{
+    for (uint32_t i = 0; i < n; i++)
+        j->prompt[i] = (int32_t)(i < shared_prefix ? 3 + (i * 7) % 250 : 3 + (seed * 131 + i * 17) % 250);
+    j->n_prompt = n;
+}
+
+static void no_leak(em_sched *s, const char *what)
+{
+    em_sched_stats st;
+    em_sched_get_stats(s, &st);
+    CHECKF(st.kv.used == 0 && st.kv.free + st.kv.cached == st.kv.n_blocks,
+           "%s: blocks used %u free %u cached %u of %u", what, st.kv.used, st.kv.free, st.kv.cached,
+           st.kv.n_blocks);
+}
+
+/* ---- directed tests ------------------------------------------------------------------------ */
+
+static void test_concurrent(em_tokenizer *tok)
+{
+    em_sched_backend be;
+    fake *f = fake_new(256, 16, 512, 64, &be);
+    em_sched *s = mk(&be, 64, 0, 0, tok);
+    static job jobs[32];
+    for (int i = 0; i < 32; i++) {
+        fill_prompt(&jobs[i], 5 + (uint32_t)(i * 37) % 120, (uint32_t)i, i % 3 == 0 ? 40 : 0);
+        jobs[i].max_tokens = 10 + (uint32_t)(i * 13) % 60;
+        em_err e = { 0 };
+        CHECKF(submit(s, &jobs[i], i % 2 ? EM_CLASS_BACKGROUND : EM_CLASS_INTERACTIVE, &e) == 0, "%s",
+               e.msg);
+    }
+    for (int i = 0; i < 32; i++) {
+        finish_job(&jobs[i]);
+        check_alone(&jobs[i], 512, "concurrent");
+    }
+    em_sched_drain(s);
+    no_leak(s, "concurrent");
+    em_sched_stats st;
+    em_sched_get_stats(s, &st);
+    CHECK(st.kv.hit_blocks > 0);               /* the shared prefixes were reused */
+    CHECK(f->max_batch_seen > 1);               /* and requests were batched */
+    em_sched_destroy(s);
+    fake_free(f);
+}
+
+static void test_priority_and_aging(em_tokenizer *tok)
+{
+    /* the gate holds the first step: everything is queued before planning */
+    for (int aged = 0; aged < 2; aged++) {
+        em_sched_backend be;
+        fake *f = fake_new(256, 8, 512, 32, &be);
+        gate(f, 1);
+        em_sched *s = mk(&be, 32, aged ? 1.0 : 60000, 0, tok);
+        static job bg, ia, first;
+        fill_prompt(&first, 8, 99, 0);
+        first.max_tokens = 2;
+        CHECK(submit(s, &first, EM_CLASS_BACKGROUND, NULL) == 0);   /* occupies the gated step */
+        usleep(20000);
+        fill_prompt(&bg, 30, 1, 0);
+        bg.max_tokens = 5;
+        fill_prompt(&ia, 30, 2, 0);
+        ia.max_tokens = 5;
+        CHECK(submit(s, &bg, EM_CLASS_BACKGROUND, NULL) == 0);
+        CHECK(submit(s, &ia, EM_CLASS_INTERACTIVE, NULL) == 0);
+        usleep(20000);   /* with aging 1 ms the background request is now aged */
+        gate(f, 0);
+        finish_job(&first);
+        finish_job(&bg);
+        finish_job(&ia);
+        /* both may be admitted in one step, but the first in line gets the
+         * step's budget and so its first token a step earlier */
+        if (aged)
+            CHECKF(bg.m.t_first < ia.m.t_first, "aged background request not served first");
+        else
+            CHECKF(ia.m.t_first < bg.m.t_first, "interactive request not served first");
+        check_alone(&bg, 512, "bg");
+        check_alone(&ia, 512, "ia");
+        em_sched_drain(s);
+        no_leak(s, "priority");
+        em_sched_destroy(s);
+        fake_free(f);
+    }
+}
+
+static void test_preemption(em_tokenizer *tok)
+{
+    /* 20 blocks: two background requests hold 7 each while decoding; an
+     * interactive one needing 8 must push one of them out */
+    em_sched_backend be;
+    fake *f = fake_new(20, 4, 512, 64, &be);
+    f->delay_us = 2000;
+    em_sched *s = mk(&be, 64, 60000, 0, tok);
+    static job b1, b2, ia;
+    fill_prompt(&b1, 100, 11, 0);
+    b1.max_tokens = 40;
+    fill_prompt(&b2, 100, 12, 0);
+    b2.max_tokens = 40;
+    CHECK(submit(s, &b1, EM_CLASS_BACKGROUND, NULL) == 0);
+    CHECK(submit(s, &b2, EM_CLASS_BACKGROUND, NULL) == 0);
+    while (!pump(&b2, 0) && b2.n_got < 3)    /* both are decoding */
+        usleep(1000);
+    fill_prompt(&ia, 120, 13, 0);
+    ia.max_tokens = 10;
+    CHECK(submit(s, &ia, EM_CLASS_INTERACTIVE, NULL) == 0);
+    finish_job(&ia);
+    finish_job(&b1);
+    finish_job(&b2);
+    check_alone(&ia, 512, "interactive after preemption");
+    check_alone(&b1, 512, "background 1 resumed");
+    check_alone(&b2, 512, "background 2 resumed");
+    CHECKF(b1.m.preemptions + b2.m.preemptions >= 1, "no background request was preempted");
+    CHECK(ia.m.preemptions == 0);
+    em_sched_drain(s);
+    no_leak(s, "preemption");
+    em_sched_destroy(s);
+    fake_free(f);
+}
+
+static void test_cancel_and_limits(em_tokenizer *tok)
+{
+    em_sched_backend be;
+    fake *f = fake_new(64, 4, 256, 16, &be);
+    f->delay_us = 2000;
+    em_sched *s = mk(&be, 16, 60000, 2, tok);
+    static job a, q[4];
+    /* a prompt whose greedy continuation runs to the context without EOS */
+    for (uint32_t sd = 0;; sd++) {
+        int32_t ref[400];
+        em_finish fin;
+        fill_prompt(&a, 40, sd, 0);
+        if (alone(a.prompt, 40, 400, 256, ref, &fin) == 216 && fin == EM_FINISH_LENGTH)
+            break;
+    }
+    a.max_tokens = 0;                     /* until the context */
+    CHECK(submit(s, &a, EM_CLASS_INTERACTIVE, NULL) == 0);
+    while (!pump(&a, 0) && a.n_got < 2)
+        usleep(1000);
+    em_sched_stats st;
+    em_sched_get_stats(s, &st);
+    CHECK(st.kv.used > 0);
+    em_request_cancel(a.r);
+    finish_job(&a);
+    CHECKF(a.finish == EM_FINISH_CANCELLED, "finish %s after %u tokens", em_finish_name(a.finish), a.n_got);
+    CHECKF(a.n_got < 20, "cancel took %u tokens", a.n_got);
+    em_sched_drain(s);
+    no_leak(s, "cancel");
+    f->delay_us = 0;
+
+    /* queue bound: the gate holds the step, two may wait, the third is busy */
+    gate(f, 1);
+    for (int i = 0; i < 3; i++) {
+        fill_prompt(&q[i], 10, (uint32_t)(20 + i), 0);
+        q[i].max_tokens = 3;
+    }
+    CHECK(submit(s, &q[0], EM_CLASS_BACKGROUND, NULL) == 0);
+    usleep(20000);   /* q[0] is in the gated step, no longer waiting */
+    CHECK(submit(s, &q[1], EM_CLASS_BACKGROUND, NULL) == 0);
+    CHECK(submit(s, &q[2], EM_CLASS_BACKGROUND, NULL) == 0);
+    em_req_params p = { .prompt = q[3].prompt, .n_prompt = 10, .cls = EM_CLASS_BACKGROUND, .max_tokens = 3 };
+    p.sample.top_p = 1;
+    fill_prompt(&q[3], 10, 23, 0);
+    em_request *r = NULL;
+    uint32_t retry = 0;
+    em_err e = { 0 };
+    CHECK(em_sched_submit(s, &p, &r, &retry, &e) == EM_EBUSY && retry > 0 && strstr(e.msg, "busy") && !r);
+    /* the interactive queue is separate */
+    p.cls = EM_CLASS_INTERACTIVE;
+    CHECK(em_sched_submit(s, &p, &r, NULL, &e) == 0);
+    gate(f, 0);
+    for (int i = 0; i < 3; i++)
+        finish_job(&q[i]);
+    job tmp = { .r = r };
+    finish_job(&tmp);
+    CHECK(tmp.finish == EM_FINISH_LENGTH);
+
+    /* requests that can never fit */
+    p.n_prompt = 10;
+    p.max_tokens = 300;
+    CHECK(em_sched_submit(s, &p, &r, NULL, &e) == EM_ERANGE && strstr(e.msg, "context"));
+    int32_t bad = V + 5;
+    em_req_params pb = { .prompt = &bad, .n_prompt = 1, .max_tokens = 1 };
+    CHECK(em_sched_submit(s, &pb, &r, NULL, &e) == EM_EINVAL);
+    pb.n_prompt = 0;
+    CHECK(em_sched_submit(s, &pb, &r, NULL, &e) == EM_EINVAL);
+    em_sched_drain(s);
+    no_leak(s, "limits");
+    em_sched_destroy(s);
+    fake_free(f);
+
+    /* a pool smaller than one request */
+    f = fake_new(4, 2, 256, 16, &be);
+    s = mk(&be, 16, 60000, 0, tok);
+    p.n_prompt = 10;
+    p.max_tokens = 100;
+    CHECK(em_sched_submit(s, &p, &r, NULL, &e) == EM_ERANGE && strstr(e.msg, "KV cache"));
+    em_sched_destroy(s);
+    fake_free(f);
+}
+
+static void test_stop_string(em_tokenizer *tok)
+{
+    em_sched_backend be;
+    fake *f = fake_new(64, 2, 256, 32, &be);
+    em_sched *s = mk(&be, 32, 60000, 0, tok);
+    job j;
+    fill_prompt(&j, 12, 7, 0);
+    int32_t ref[400];
+    em_finish fin;
+    uint32_t n = alone(j.prompt, 12, 20, 256, ref, &fin);
+    CHECK(n >= 6);
+    /* stop at the text of generated tokens 4 and 5 */
+    char stop[64], full[512] = "", piece[64];
+    int k1 = em_tokenizer_piece(tok, ref[4], 0, piece, sizeof piece);
+    snprintf(stop, sizeof stop, "%.*s", k1, piece);
+    int k2 = em_tokenizer_piece(tok, ref[5], 0, piece, sizeof piece);
+    snprintf(stop + strlen(stop), sizeof stop - strlen(stop), "%.*s", k2, piece);
+    for (uint32_t i = 0; i < 4; i++) {
+        int k = em_tokenizer_piece(tok, ref[i], 0, piece, sizeof piece);
+        snprintf(full + strlen(full), sizeof full - strlen(full), "%.*s", k, piece);
+    }
+    em_req_params p = { .prompt = j.prompt, .n_prompt = 12, .max_tokens = 20, .stop = { stop } };
+    p.sample.top_p = 1;
+    em_request *r = NULL;
+    CHECK(em_sched_submit(s, &p, &r, NULL, NULL) == 0);
+    char text[1024] = "";
+    em_event ev;
+    em_finish got = EM_FINISH_NONE;
+    while (got == EM_FINISH_NONE && em_request_next(r, &ev, 2000)) {
+        if (ev.text)
+            snprintf(text + strlen(text), sizeof text - strlen(text), "%s", ev.text);
+        if (ev.kind == EM_EV_DONE)
+            got = ev.finish;
+        em_event_clear(&ev);
+    }
+    em_request_release(r);
+    CHECKF(got == EM_FINISH_STOP && strcmp(text, full) == 0, "stop string: got [%s] (%s), want [%s]", text,
+           em_finish_name(got), full);
+    em_sched_destroy(s);
+    fake_free(f);
+}
+
+/* ---- randomized ---------------------------------------------------------------------------- */
+
+static void test_random(em_tokenizer *tok)
+{
+    unsigned long long seed = 77;
+    int scenarios = 0, requests = 0;
+    for (int sc = 0; sc < 400; sc++) {
+        uint32_t blocks = 20 + (uint32_t)(test_rand(&seed) % 60);
+        uint32_t seqs = 2 + (uint32_t)(test_rand(&seed) % 8);
+        uint32_t step = 8 + (uint32_t)(test_rand(&seed) % 60);
+        em_sched_backend be;
+        fake *f = fake_new(blocks, seqs, 256, step, &be);
+        em_sched *s = mk(&be, step, 1 + (double)(test_rand(&seed) % 50), 0, tok);
+        static job jobs[24];
+        int n = 4 + (int)(test_rand(&seed) % 20);
+        for (int i = 0; i < n; i++) {
+            job *j = &jobs[i];
+            uint32_t len = 1 + (uint32_t)(test_rand(&seed) % 150);
+            fill_prompt(j, len, (uint32_t)(test_rand(&seed) % 5), (uint32_t)(test_rand(&seed) % 2) * 48);
+            j->max_tokens = 1 + (uint32_t)(test_rand(&seed) % 60);
+            if ((j->n_prompt + j->max_tokens + 15) / 16 > blocks)
+                j->max_tokens = 1;
+            em_err e = { 0 };
+            int rc = submit(s, j, test_rand(&seed) % 2 ? EM_CLASS_BACKGROUND : EM_CLASS_INTERACTIVE, &e);
+            if (rc) {
+                CHECKF(rc == EM_ERANGE, "submit: %s", e.msg);
+                j->r = NULL;
+            }
+        }
+        for (int i = 0; i < n; i++) {
+            job *j = &jobs[i];
+            if (!j->r)
+                continue;
+            int cancel = test_rand(&seed) % 10 == 0;
+            if (cancel)
+                em_request_cancel(j->r);
+            finish_job(j);
+            requests++;
+            if (!cancel && j->finish != EM_FINISH_ERROR)
+                check_alone(j, 256, "random");
+            CHECKF(j->finish != EM_FINISH_ERROR, "scenario %d request %d failed", sc, i);
+        }
+        em_sched_drain(s);
+        no_leak(s, "random");
+        em_sched_destroy(s);
+        fake_free(f);
+        scenarios++;
+    }
+    printf("random: %d scenarios, %d requests\n", scenarios, requests);
+}
+
+int main(void)
+{
+    em_tokenizer *tok = make_tokenizer();
+    CHECK(tok != NULL);
+    if (!tok)
+        return test_summary("sched");
+    test_concurrent(tok);
+    test_priority_and_aging(tok);
+    test_preemption(tok);
+    test_cancel_and_limits(tok);
+    test_stop_string(tok);
+    test_random(tok);
+    em_tokenizer_destroy(tok);
+    free(vocab_mem);
+    return test_summary("sched");
+}
