@@ -602,9 +602,9 @@ int em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **o
     f->off_pos = T;
     f->off_seq = 2 * T;
     f->off_gather = 3 * T;
-    f->off_dec = 3 * T + L;
-    f->off_tiles = 4 * T + L;
-    f->off_bt = 6 * T + L;
+    f->off_dec = 3 * T + L;      /* (token, splits) pairs */
+    f->off_tiles = 5 * T + L;    /* (first token, count) pairs */
+    f->off_bt = 7 * T + L;
     f->step_ints = f->off_bt + o->max_seqs * f->bt_stride;
 
     int rc;
@@ -913,18 +913,28 @@ int em_fwd_step(em_fwd *f, const em_fwd_batch *b, float *logits, em_err *err)
         memcpy(sp + f->off_bt + (uint32_t)s * f->bt_stride, b->tables[s], nblk * sizeof *sp);
     }
 
-    /* attention work lists: a token alone in its run is a decode query;
-     * runs of consecutive positions of one sequence are cut into tiles */
+    /* attention work lists: decode queries one by one, each split by its
+     * own context length; runs of consecutive prompt positions of one
+     * sequence cut into tiles */
     shape sh = { T, L, 0, 0, 1 };
-    uint32_t max_kv = 0;
+    uint32_t span = em_vk_info(f->vk)->type == VK_PHYSICAL_DEVICE_TYPE_CPU ? 1024 : 256;
     for (uint32_t i = 0; i < T;) {
         uint32_t j = i + 1;
-        while (j < T && b->seq[j] == b->seq[i] && b->pos[j] == b->pos[j - 1] + 1)
-            j++;
-        if (j - i == 1) {
-            sp[f->off_dec + sh.n_dec++] = (int32_t)i;
-            if ((uint32_t)b->pos[i] + 1 > max_kv)
-                max_kv = (uint32_t)b->pos[i] + 1;
+        int dec_i = b->decode ? b->decode[i] : 0;
+        if (!dec_i)
+            while (j < T && b->seq[j] == b->seq[i] && b->pos[j] == b->pos[j - 1] + 1 &&
+                   !(b->decode && b->decode[j]))
+                j++;
+        if (dec_i || (!b->decode && j - i == 1)) {
+            uint32_t ns = ((uint32_t)b->pos[i] + span) / span;   /* ceil((pos + 1) / span) */
+            if (ns > EM_ATTN_MAX_SPLIT)
+                ns = EM_ATTN_MAX_SPLIT;
+            sp[f->off_dec + 2 * sh.n_dec] = (int32_t)i;
+            sp[f->off_dec + 2 * sh.n_dec + 1] = (int32_t)ns;
+            sh.n_dec++;
+            if (ns > sh.nsplit)
+                sh.nsplit = ns;
+            j = i + 1;
         } else {
             for (uint32_t k = i; k < j; k += EM_ATTN_TILE) {
                 sp[f->off_tiles + 2 * sh.n_tiles] = (int32_t)k;
@@ -934,13 +944,6 @@ int em_fwd_step(em_fwd *f, const em_fwd_batch *b, float *logits, em_err *err)
         }
         i = j;
     }
-    /* split long decode contexts so that enough workgroups run */
-    uint32_t span = em_vk_info(f->vk)->type == VK_PHYSICAL_DEVICE_TYPE_CPU ? 1024 : 256;
-    sh.nsplit = (max_kv + span - 1) / span;
-    if (sh.nsplit < 1)
-        sh.nsplit = 1;
-    if (sh.nsplit > EM_ATTN_MAX_SPLIT)
-        sh.nsplit = EM_ATTN_MAX_SPLIT;
 
     /* the recorded command buffer for this shape, or record one */
     recorded *r = NULL, *lru = &f->rec[0];

@@ -47,6 +47,11 @@ typedef struct {
     const int32_t *logit_rows;     /* [n_logits] indices into the tokens */
     const int32_t *const *tables;  /* [max_seqs]: block table of each slot used by the
                                     * batch (ceil((max pos + 1) / EM_KV_BLOCK) entries) */
+    const uint8_t *decode;         /* [n_tokens] or NULL: 1 for generated tokens (decode
+                                    * attention), 0 for prompt tokens (prefill tiles).
+                                    * NULL: a token alone in its run of consecutive
+                                    * positions is a decode. Keeping the choice with the
+                                    * token makes its result independent of the batch. */
 } em_fwd_batch;
 
 /* Run one step; logits receives [n_logits][n_vocab] (may be NULL when

@@ -35,7 +35,8 @@ static int gpu_copy(void *ctx, const em_kv_copy *copies, uint32_t n, em_err *err
 static int gpu_step(void *ctx, const em_sched_batch *b, float *logits, em_err *err)
 {
     gpu_ctx *g = ctx;
-    em_fwd_batch fb = { b->n_tokens, b->tokens, b->pos, b->seq, b->n_logits, b->logit_rows, b->tables };
+    em_fwd_batch fb = { b->n_tokens, b->tokens, b->pos, b->seq, b->n_logits, b->logit_rows, b->tables,
+                        b->decode };
     return em_fwd_step(g->f, &fb, logits, err);
 }
 

@@ -31,6 +31,7 @@ struct em_sched {
 
     /* one step's batch (scheduler thread only) */
     int32_t            *b_tok, *b_pos, *b_seq, *b_rows;
+    uint8_t            *b_dec;
     const int32_t     **b_tables;
     em_request        **b_req;       /* [max_tokens]: request of each row of the batch */
     uint32_t           *b_cnt;       /* [max_tokens]: tokens of that request in the batch */
@@ -167,6 +168,9 @@ static void add_rows(em_sched *s, em_request *r, uint32_t c, uint32_t *T, uint32
         s->b_tok[*T] = r->toks[p];
         s->b_pos[*T] = (int32_t)p;
         s->b_seq[*T] = r->slot;
+        /* a generated token fed alone takes the decode path; prompt chunks
+         * (also a recomputed history) the prefill path, whatever their size */
+        s->b_dec[*T] = c == 1 && p >= r->n_prompt;
         s->b_req[*T] = r;
         s->b_cnt[*T] = i == 0 ? c : 0;
         if (p + 1 == r->n_toks)
@@ -420,7 +424,7 @@ static void plan_and_run(em_sched *s)
     em_err err = { 0 };
     int rc = n_copies ? s->be.copy(s->be.ctx, s->copies, n_copies, &err) : 0;
     if (!rc) {
-        em_sched_batch b = { T, s->b_tok, s->b_pos, s->b_seq, L, s->b_rows, s->b_tables };
+        em_sched_batch b = { T, s->b_tok, s->b_pos, s->b_seq, L, s->b_rows, s->b_tables, s->b_dec };
         rc = s->be.step(s->be.ctx, &b, s->logits, &err);
     }
     double t1 = em_sched_now();
@@ -514,12 +518,13 @@ int em_sched_create(const em_sched_opts *o, const em_sched_backend *backend,
         s->b_pos = malloc(T * sizeof *s->b_pos);
         s->b_seq = malloc(T * sizeof *s->b_seq);
         s->b_rows = malloc(T * sizeof *s->b_rows);
+        s->b_dec = malloc(T * sizeof *s->b_dec);
         s->b_req = malloc(T * sizeof *s->b_req);
         s->b_cnt = malloc(T * sizeof *s->b_cnt);
         s->b_tables = calloc(s->be.max_seqs, sizeof *s->b_tables);
         s->copies = malloc(s->max_copies * sizeof *s->copies);
         s->logits = malloc((size_t)s->be.max_logits * s->be.n_vocab * sizeof *s->logits);
-        if (!s->b_tok || !s->b_pos || !s->b_seq || !s->b_rows || !s->b_req || !s->b_cnt ||
+        if (!s->b_tok || !s->b_pos || !s->b_seq || !s->b_rows || !s->b_dec || !s->b_req || !s->b_cnt ||
             !s->b_tables || !s->copies || !s->logits)
             rc = em_err_set(err, EM_ENOMEM, "scheduler: out of memory");
     }
@@ -548,7 +553,7 @@ void em_sched_destroy(em_sched *s)
     if (s->be.destroy)
         s->be.destroy(s->be.ctx);
     em_kv_destroy(s->kv);
-    free(s->b_tok); free(s->b_pos); free(s->b_seq); free(s->b_rows); free(s->b_req);
+    free(s->b_tok); free(s->b_pos); free(s->b_seq); free(s->b_rows); free(s->b_dec); free(s->b_req);
     free(s->b_cnt); free(s->b_tables); free(s->copies); free(s->logits);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);

@@ -39,6 +39,7 @@ typedef struct {
     uint32_t       n_logits;
     const int32_t *logit_rows;              /* [n_logits] indices into the tokens */
     const int32_t *const *tables;           /* [max_seqs] block tables */
+    const uint8_t *decode;                  /* [n_tokens]: 1 for a generated token fed alone */
 } em_sched_batch;
 
 typedef struct em_sched_backend {

@@ -3,9 +3,12 @@
 // position's K and V rows ([blk][hk][p][d], f16) in 16-byte words and keeps
 // the query in registers, its own online-softmax state (max m, sum l,
 // o[Dv]); the lanes are merged once at the end. The KV range can be split
-// over nsplit workgroups (split-K): then each writes a partial (m, l, o) that
-// attn_reduce.comp merges.
-// Grid: (H, nsplit, n_dec); the step buffer lists the decode tokens.
+// over several workgroups (split-K): then each writes a partial (m, l, o)
+// that attn_reduce.comp merges. A token's split count depends on its own
+// context length only, so its result does not depend on what else is in the
+// batch.
+// Grid: (H, max splits, n_dec); the step buffer lists the decode tokens as
+// (token index, splits) pairs.
 // Query head h reads KV head h / (H / Hk): GQA/MQA without copying K/V.
 // Head sizes are specialization constants so that the per-dimension loops
 // have constant trip counts (llvmpipe unrolls them, and stops any shader
@@ -29,8 +32,8 @@ layout(push_constant) uniform Push {
     uint H, Hk, D_, Dv_;  // (same as the constants; kept for the shared layout)
     uint qkv_stride, out_stride;
     uint pos_off, seq_off, bt_off, bt_stride;
-    uint list_off;       // int offset of the decode token list in step
-    uint nsplit;         // KV splits (grid y)
+    uint list_off;       // int offset of the (token, splits) list in step
+    uint nsplit;         // most splits of any token (grid y; partial stride)
     float scale;
 } pc;
 
@@ -42,12 +45,15 @@ void main()
     const uint WG = gl_WorkGroupSize.x;
     const uint h = gl_WorkGroupID.x, split = gl_WorkGroupID.y, di = gl_WorkGroupID.z;
     const uint lane = gl_LocalInvocationID.x;
-    const uint t = uint(step[pc.list_off + di]);
+    const uint t = uint(step[pc.list_off + 2u * di]);
+    const uint my_split = uint(step[pc.list_off + 2u * di + 1u]);
+    if (split >= my_split)
+        return;
     const uint hk = h / (pc.H / pc.Hk);
     const uint n_kv = uint(step[pc.pos_off + t]) + 1u;
     const uint bt = pc.bt_off + uint(step[pc.seq_off + t]) * pc.bt_stride;
     const uint nblk = (n_kv + BLK - 1u) / BLK;
-    const uint per = (nblk + pc.nsplit - 1u) / pc.nsplit;
+    const uint per = (nblk + my_split - 1u) / my_split;
     const uint b0 = split * per, b1 = min(nblk, b0 + per);
 
     vec4 q[D / 4u];
@@ -107,13 +113,13 @@ void main()
         float v = 0.0;
         for (uint i = 0u; i < WG; i++)
             v += red[i * DV + d];
-        if (pc.nsplit == 1u) {
+        if (my_split == 1u) {
             att[t * pc.out_stride + h * DV + d] = L > 0.0 ? v / L : 0.0;
         } else {
             part[((di * pc.H + h) * pc.nsplit + split) * (DV + 2u) + 2u + d] = v;
         }
     }
-    if (pc.nsplit > 1u && lane == 0u) {
+    if (my_split > 1u && lane == 0u) {
         const uint pb = ((di * pc.H + h) * pc.nsplit + split) * (DV + 2u);
         part[pb] = M;
         part[pb + 1u] = L;

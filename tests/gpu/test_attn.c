@@ -65,7 +65,7 @@ static void scenario(em_vk *vk, uint32_t H, uint32_t Hk, uint32_t D, uint32_t Dv
     float *qkv = malloc((size_t)T * qkv_st * sizeof *qkv);
     for (size_t i = 0; i < (size_t)T * qkv_st; i++)
         qkv[i] = 2 * frand();
-    uint32_t off_pos = 0, off_seq = T, off_list = 2 * T, off_bt = 4 * T + 8;
+    uint32_t off_pos = 0, off_seq = T, off_list = 2 * T, off_bt = 4 * T + 8;   /* lists: pairs */
     int32_t *step = calloc(off_bt + n_seq * bt_stride, sizeof *step);
     uint32_t n_list = 0;
     for (uint32_t s = 0; s < n_seq; s++) {
@@ -75,7 +75,10 @@ static void scenario(em_vk *vk, uint32_t H, uint32_t Hk, uint32_t D, uint32_t Dv
             step[off_seq + t] = (int32_t)s;
         }
         if (n_q == 1) {
-            step[off_list + n_list++] = (int32_t)s;
+            /* (token, splits): every token its own split count, at most nsplit */
+            step[off_list + 2 * n_list] = (int32_t)s;
+            step[off_list + 2 * n_list + 1] = (int32_t)(nsplit > 1 ? 1 + (s + 1) % nsplit : 1);
+            n_list++;
         } else {
             for (uint32_t i = 0; i < n_q; i += EM_ATTN_TILE) {
                 step[off_list + 2 * n_list] = (int32_t)(s * n_q + i);
