@@ -733,6 +733,23 @@ int em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **o
     }
     if ((rc = em_vk_upload(vk, &f->vecs, 0, f->vecs_host, (size_t)f->n_vecs * 4, NULL, err)))
         goto fail;
+    {   /* a clean KV pool: positions never written read as zeros */
+        em_vk_cmd *c = NULL;
+        if ((rc = em_vk_cmd_create(vk, 0, &c, err)) || (rc = em_vk_cmd_begin(c, err))) {
+            em_vk_cmd_destroy(c);
+            goto fail;
+        }
+        for (uint32_t il = 0; il < hp->n_layer; il++) {
+            em_vk_cmd_fill(c, &f->layers[il].kc, 0);
+            em_vk_cmd_fill(c, &f->layers[il].vc, 0);
+        }
+        rc = em_vk_cmd_end(c, err);
+        if (!rc)
+            rc = em_vk_cmd_submit_wait(c, err);
+        em_vk_cmd_destroy(c);
+        if (rc)
+            goto fail;
+    }
     *out = f;
     return 0;
 fail_prog:
@@ -988,6 +1005,41 @@ int em_fwd_step(em_fwd *f, const em_fwd_batch *b, float *logits, em_err *err)
     if (L && logits)
         memcpy(logits, f->logits.map, (size_t)L * f->hp->n_vocab * sizeof *logits);
     return 0;
+}
+
+uint64_t em_fwd_kv_block_bytes(const em_model *m)
+{
+    const em_hparams *hp = em_model_hparams(m);
+    return (uint64_t)hp->n_layer * hp->n_head_kv * (hp->head_dim + hp->head_dim_v) * EM_KV_BLOCK * 2;
+}
+
+uint32_t em_fwd_kv_blocks(em_vk *vk, const em_model *m, uint64_t kv_mb, uint32_t max_seqs,
+                          uint32_t max_ctx, uint32_t max_tokens)
+{
+    const em_hparams *hp = em_model_hparams(m);
+    uint64_t per = em_fwd_kv_block_bytes(m);
+    uint64_t cap = (uint64_t)max_seqs * ((max_ctx + EM_KV_BLOCK - 1) / EM_KV_BLOCK);
+    uint64_t bytes;
+    if (kv_mb) {
+        bytes = kv_mb << 20;
+    } else {
+        uint64_t heap = em_vk_info(vk)->device_local_bytes;
+        uint64_t act = (uint64_t)max_tokens * 4 *
+                       (hp->n_embd * 2 + hp->n_ff * 3 + hp->n_head * (hp->head_dim + hp->head_dim_v) * 2) +
+                       (uint64_t)max_seqs * hp->n_vocab * 4;
+        uint64_t used = em_model_weight_bytes(m) + act + (256ull << 20);
+        bytes = heap * 8 / 10 > used ? heap * 8 / 10 - used : 0;
+    }
+    uint64_t n = bytes / per;
+    /* one layer's K (or V) must fit one storage-buffer binding */
+    uint64_t per_layer = (uint64_t)hp->n_head_kv * (hp->head_dim > hp->head_dim_v ? hp->head_dim : hp->head_dim_v) *
+                         EM_KV_BLOCK * 2;
+    uint64_t range_cap = em_vk_info(vk)->max_storage_range / per_layer;
+    if (n > range_cap)
+        n = range_cap;
+    if (n > cap)
+        n = cap;
+    return (uint32_t)n;
 }
 
 int em_fwd_copy_blocks(em_fwd *f, const int32_t *src, const int32_t *dst, uint32_t n, em_err *err)

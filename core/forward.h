@@ -33,6 +33,15 @@ typedef struct {
 
 typedef struct em_fwd em_fwd;
 
+/* Device bytes of one KV block (all layers' K and V, f16) for model m. */
+uint64_t em_fwd_kv_block_bytes(const em_model *m);
+
+/* A KV pool size in blocks for vk and m: kv_mb MiB when non-zero, else the
+ * largest device-local heap less the weights, activations for max_tokens
+ * and a safety margin, capped at what max_seqs x max_ctx can use. */
+uint32_t em_fwd_kv_blocks(em_vk *vk, const em_model *m, uint64_t kv_mb, uint32_t max_seqs,
+                          uint32_t max_ctx, uint32_t max_tokens);
+
 /* Repack and upload m's weights to vk (both borrowed; must outlive the em_fwd),
  * allocate activations and the KV pool. EM_ENOMEM when they do not fit. */
 int  em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **out, em_err *err);

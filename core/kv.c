@@ -408,6 +408,13 @@ void em_kv_get_stats(const em_kv *kv, em_kv_stats *st)
     st->free = kv->n_free;
     st->cached = kv->n_cached;
     st->used = kv->n_used;
+    st->tokens_live = st->tokens_alloc = 0;
+    for (uint32_t i = 0; i < kv->o.max_seqs; i++) {
+        if (!kv->s[i].open)
+            continue;
+        st->tokens_live += kv->s[i].len;
+        st->tokens_alloc += (uint64_t)kv->s[i].n_blocks * BLK;
+    }
 }
 
 int em_kv_check(const em_kv *kv, em_err *err)

@@ -46,6 +46,8 @@ typedef struct {
     uint64_t hit_blocks;    /* blocks attached from the cache */
     uint64_t evictions;     /* cached blocks reclaimed for new data */
     uint64_t cow_copies;    /* shared blocks copied before a write */
+    uint64_t tokens_live;   /* committed positions of the open slots */
+    uint64_t tokens_alloc;  /* positions of the blocks those slots hold */
 } em_kv_stats;
 
 int  em_kv_create(const em_kv_opts *o, em_kv **out, em_err *err);

@@ -1,6 +1,8 @@
 /* cmd_bench.c — `ember bench`: prefill and decode speed of one model on one
  * device, next to the device's own ceilings measured on the spot (streaming
- * read bandwidth, FMA peak), so that every figure comes with its efficiency. */
+ * read bandwidth, FMA peak), so that every figure comes with its efficiency;
+ * decode speed at several context lengths; and, with --users, the load
+ * benchmark through the scheduler (firmware/bench_load.c). */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -9,17 +11,120 @@
 
 #include "core/engine.h"
 #include "core/forward.h"
+#include "core/kparams.h"
 #include "core/model.h"
 #include "core/sample.h"
 #include "core/vk.h"
 #include "core/vk_bench.h"
+#include "firmware/bench.h"
 #include "firmware/cli.h"
+#include "scheduler/scheduler.h"
 
 static const char usage[] =
-    "usage: ember bench [--model PATH] [--prompt-tokens N] [--gen-tokens N] [--json] [--profile]\n"
-    "  Measures prefill of N prompt tokens (default 512) and decode of N tokens at\n"
-    "  batch 1 (default 128) on the GPU, and the device's streaming-read bandwidth\n"
-    "  and FMA peak; prints efficiencies against them. --profile adds GPU time per kernel.\n";
+    "usage: ember bench [--model PATH] [--prompt-tokens N] [--gen-tokens N] [--contexts N,N,...]\n"
+    "                   [--json] [--profile]\n"
+    "       ember bench [--model PATH] --users N,N,... [--background N] [--prompt-tokens N]\n"
+    "                   [--gen-tokens N] [--requests-per-user N] [--prefix-tokens N]\n"
+    "                   [--gpu-cost-per-hour X] [--slo-tpot-ms X] [--kv-mb N] [--step-tokens N] [--json]\n"
+    "  The first form measures prefill of N prompt tokens (default 512) and decode of N\n"
+    "  tokens at batch 1 (default 128) on the GPU, decode at each context length of\n"
+    "  --contexts (default 128,1024,4096 where the model allows), and the device's\n"
+    "  streaming-read bandwidth and FMA peak; prints efficiencies against them.\n"
+    "  --profile adds GPU time per kernel. The second form runs each number of\n"
+    "  concurrent interactive users (each doing --requests-per-user requests, default 2,\n"
+    "  of --prompt-tokens (default 64) and --gen-tokens (default 32)) through the\n"
+    "  scheduler, optionally next to N saturating background users, and reports\n"
+    "  tokens/s, TTFT and TPOT percentiles, cost per 1M tokens at the given hourly price,\n"
+    "  KV waste, and a --prefix-tokens prompt (default 1024) cold vs with its prefix cached.\n";
+
+/* "1,4,16" -> values; 0 or a negative code. */
+static int parse_list(const char *s, uint32_t *v, uint32_t max, uint32_t *n)
+{
+    *n = 0;
+    while (s && *s) {
+        char *end;
+        long x = strtol(s, &end, 10);
+        if (end == s || x <= 0 || x > 1 << 20 || *n == max || (*end && *end != ','))
+            return EM_EINVAL;
+        v[(*n)++] = (uint32_t)x;
+        s = *end ? end + 1 : end;
+    }
+    return *n ? 0 : EM_EINVAL;
+}
+
+/* --users: the scheduler over a forward pass sized for the levels. */
+static int bench_users(const char *model_path, em_model *m, const char *users, long background,
+                       long n_prompt, long n_gen, long reqs, long prefix, double cost, double slo,
+                       long kv_mb, long step_tokens, int json)
+{
+    em_err err = { 0 };
+    em_bench_load_opts lo = { 0 };
+    if (parse_list(users, lo.levels, 16, &lo.n_levels))
+        return em_cli_fail(2, "bench: --users: '%s' is not a list of user counts", users);
+    const em_hparams *hp = em_model_hparams(m);
+    uint32_t max_users = 0;
+    for (uint32_t i = 0; i < lo.n_levels; i++)
+        if (lo.levels[i] > max_users)
+            max_users = lo.levels[i];
+    lo.background = (uint32_t)background;
+    lo.prompt_tokens = (uint32_t)n_prompt;
+    lo.gen_tokens = (uint32_t)n_gen;
+    lo.requests_per_user = (uint32_t)reqs;
+    lo.n_vocab = hp->n_vocab;
+    lo.gpu_cost_per_hour = cost;
+    lo.slo_tpot_ms = slo;
+    uint32_t ctx = (uint32_t)((n_prompt + n_gen) * 3 / 2 + 16);   /* mixed lengths reach 3/2 */
+    lo.prefix_tokens = (uint32_t)prefix;
+    if (lo.prefix_tokens + 16 > ctx)
+        ctx = lo.prefix_tokens + 16;
+    uint32_t seqs = max_users + lo.background + 1;
+    uint32_t T = step_tokens > 0 ? (uint32_t)step_tokens : 256;
+    em_vk *vk = NULL;
+    em_fwd *fwd = NULL;
+    em_sched *s = NULL;
+    em_tokenizer *tok = NULL;
+    int status = 0, rc;
+    em_vk_opts vo = EM_VK_OPTS_INIT;
+    if ((rc = em_tokenizer_create(em_model_gguf(m), &tok, &err)) || (rc = em_vk_create(&vo, &vk, &err))) {
+        status = em_cli_fail_err(&err);
+        goto done;
+    }
+    uint32_t blocks = em_fwd_kv_blocks(vk, m, (uint64_t)kv_mb, seqs, ctx, T);
+    em_fwd_opts fo = { .max_tokens = T, .max_seqs = seqs, .max_ctx = ctx, .n_blocks = blocks,
+                       .max_logits = seqs };
+    if (blocks == 0) {
+        status = em_cli_fail(1, "bench: no device memory left for a KV cache");
+        goto done;
+    }
+    if ((rc = em_fwd_create(vk, m, &fo, &fwd, &err))) {
+        status = em_cli_fail_err(&err);
+        goto done;
+    }
+    if (!json)
+        printf("device      %s (%s), %s\nmodel       %s: %s\n"
+               "KV cache    %u blocks of %u tokens = %u tokens, %.1f MiB (f16)\n",
+               em_vk_info(vk)->name, em_vk_info(vk)->type_name, em_fwd_variant(fwd), model_path, hp->name,
+               blocks, EM_KV_BLOCK, blocks * EM_KV_BLOCK,
+               (double)blocks * em_fwd_kv_block_bytes(m) / (1 << 20));
+    em_sched_backend be;
+    em_sched_backend_gpu(fwd, vk, hp->n_vocab, T, seqs, seqs, ctx, blocks, &be);
+    em_sched_opts so;
+    em_sched_opts_init(&so);
+    so.step_tokens = T;
+    so.max_waiting[0] = so.max_waiting[1] = 4096;
+    if ((rc = em_sched_create(&so, &be, tok, &s, &err))) {
+        status = em_cli_fail_err(&err);
+        goto done;
+    }
+    if ((rc = em_bench_load(s, &lo, json)))
+        status = 1;
+done:
+    em_sched_destroy(s);
+    em_fwd_destroy(fwd);
+    em_vk_destroy(vk);
+    em_tokenizer_destroy(tok);
+    return status;
+}
 
 /* Matrix-vector flops per token of the transformer layers (2 per weight). */
 static double layer_flops(const em_model *m)
@@ -43,15 +148,25 @@ static double attn_flops(const em_hparams *hp, double ctx)
 
 int em_cmd_bench(int argc, char **argv)
 {
-    const char *model_path = NULL;
-    long n_prompt = 512, n_gen = 128;
+    const char *model_path = NULL, *users = NULL, *contexts = NULL;
+    long n_prompt = 0, n_gen = 0, background = 0, reqs = 2, prefix = 1024, kv_mb = 0, step_tokens = 0;
+    double cost = 0, slo = 0;
     int json = 0, profile = 0;
     em_cli_opt opts[] = {
         { "--model", "-m", EM_OPT_STR, &model_path, 0, 0 },
         { "--prompt-tokens", NULL, EM_OPT_INT, &n_prompt, 1, 1 << 16 },
         { "--gen-tokens", NULL, EM_OPT_INT, &n_gen, 1, 1 << 16 },
+        { "--contexts", NULL, EM_OPT_STR, &contexts, 0, 0 },
         { "--json", NULL, EM_OPT_FLAG, &json, 0, 0 },
         { "--profile", NULL, EM_OPT_FLAG, &profile, 0, 0 },
+        { "--users", NULL, EM_OPT_STR, &users, 0, 0 },
+        { "--background", NULL, EM_OPT_INT, &background, 0, 1024 },
+        { "--requests-per-user", NULL, EM_OPT_INT, &reqs, 1, 4096 },
+        { "--prefix-tokens", NULL, EM_OPT_INT, &prefix, 0, 1 << 16 },
+        { "--gpu-cost-per-hour", NULL, EM_OPT_FLOAT, &cost, 0, 1e6 },
+        { "--slo-tpot-ms", NULL, EM_OPT_FLOAT, &slo, 0, 1e7 },
+        { "--kv-mb", NULL, EM_OPT_INT, &kv_mb, 1, 1 << 24 },
+        { "--step-tokens", NULL, EM_OPT_INT, &step_tokens, 1, 1 << 16 },
         { NULL, NULL, 0, NULL, 0, 0 },
     };
     int rc = em_cli_parse("bench", argc, argv, opts, NULL, 0, NULL, usage);
@@ -74,7 +189,31 @@ int em_cmd_bench(int argc, char **argv)
         goto done;
     }
     const em_hparams *hp = em_model_hparams(m);
+    if (users) {
+        status = bench_users(model_path, m, users, background, n_prompt ? n_prompt : 64, n_gen ? n_gen : 32,
+                             reqs, prefix, cost, slo, kv_mb, step_tokens, json);
+        goto done;
+    }
+    if (!n_prompt)
+        n_prompt = 512;
+    if (!n_gen)
+        n_gen = 128;
+    uint32_t ctxs[8], n_ctxs = 0;
+    if (contexts) {
+        if (parse_list(contexts, ctxs, 8, &n_ctxs)) {
+            status = em_cli_fail(2, "bench: --contexts: '%s' is not a list of lengths", contexts);
+            goto done;
+        }
+    } else {
+        static const uint32_t def[] = { 128, 1024, 4096 };
+        for (int i = 0; i < 3; i++)
+            if (def[i] + 64 <= hp->n_ctx_train)
+                ctxs[n_ctxs++] = def[i];
+    }
     uint32_t n_ctx = (uint32_t)(n_prompt + n_gen + 1);
+    for (uint32_t i = 0; i < n_ctxs; i++)
+        if (ctxs[i] + 64 > n_ctx)
+            n_ctx = ctxs[i] + 64;
     em_engine_opts eo = { 0, profile };
     if ((rc = em_engine_create(m, EM_BACKEND_VULKAN, n_ctx, &eo, &e, &err))) {
         status = em_cli_fail_err(&err);
@@ -127,6 +266,38 @@ int em_cmd_bench(int argc, char **argv)
     em_fwd_stats st;
     em_fwd_get_stats(fwd, &st);
 
+    /* decode at longer contexts: 32 steps starting at position C - 1 (the
+     * attention reads C positions of KV; their content does not matter for
+     * the time) */
+    double ctx_tps[8] = { 0 };
+    {
+        uint32_t nb = (n_ctx + EM_KV_BLOCK - 1) / EM_KV_BLOCK;
+        int32_t *table = malloc(nb * sizeof *table);
+        if (!table) {
+            status = em_cli_fail(1, "bench: out of memory");
+            goto done;
+        }
+        for (uint32_t i = 0; i < nb; i++)
+            table[i] = (int32_t)i;
+        const int32_t *tables[1] = { table };
+        for (uint32_t c = 0; c < n_ctxs && !rc; c++) {
+            int32_t tok1 = id, pos1, seq1 = 0, row = 0;
+            double tc = 0;
+            for (int i = 0; i < 33 && !rc; i++) {
+                pos1 = (int32_t)(ctxs[c] - 1 + (uint32_t)i);
+                em_fwd_batch b = { 1, &tok1, &pos1, &seq1, 1, &row, tables, NULL };
+                double ts = em_cli_now();
+                rc = em_fwd_step(fwd, &b, logits, &err);
+                if (i > 0)   /* the first step of a new shape records its commands */
+                    tc += em_cli_now() - ts;
+                tok1 = em_argmax(logits, hp->n_vocab);
+            }
+            ctx_tps[c] = 32 / tc;
+        }
+        free(table);
+        if (rc)
+            goto fail;
+    }
     double read_gbps = 0, fma_gflops = 0;
     if ((rc = em_vk_measure_read_bw(vk, 0, &read_gbps, &err)) ||
         (rc = em_vk_measure_fma(vk, &fma_gflops, &err)))
@@ -166,6 +337,10 @@ int em_cmd_bench(int argc, char **argv)
         json_object_set_new(o, "barriers_per_decode_step", json_integer(st.barriers));
         json_object_set_new(o, "decode_step_us", json_real(step_us));
         json_object_set_new(o, "decode_host_us_per_step", json_real(host_us));
+        json_t *ca = json_array();
+        for (uint32_t c = 0; c < n_ctxs; c++)
+            json_array_append_new(ca, json_pack("{s:i, s:f}", "context", (int)ctxs[c], "tokens_per_s", ctx_tps[c]));
+        json_object_set_new(o, "decode_at_context", ca);
         char *txt = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
         if (txt)
             puts(txt);
@@ -184,6 +359,14 @@ int em_cmd_bench(int argc, char **argv)
         printf("per step    %u dispatches, %u barriers, %.0f us/step, %.0f us on the host "
                "(sampling, step buffer, submit)\n",
                st.dispatches, st.barriers, step_us, host_us);
+        if (n_ctxs) {
+            printf("context     decode tok/s:");
+            for (uint32_t c = 0; c < n_ctxs; c++)
+                printf(" %u: %.1f%s", ctxs[c], ctx_tps[c], c + 1 < n_ctxs ? "," : "");
+            if (n_ctxs > 1 && ctx_tps[0] > 0)
+                printf(" (%u vs %u: %.2f)", ctxs[n_ctxs - 1], ctxs[0], ctx_tps[n_ctxs - 1] / ctx_tps[0]);
+            printf("\n");
+        }
         for (int ph = 0; ph < 2; ph++) {
             em_fwd_prof *pp = ph ? prof_dec : prof_pre;
             uint32_t np = ph ? n_prof_dec : n_prof_pre;
