@@ -55,7 +55,8 @@ static int create_gpu(em_engine *e, const em_engine_opts *opts, em_err *err)
     if (e->chunk > e->n_ctx)
         e->chunk = e->n_ctx;
     em_fwd_opts fo = { .max_tokens = e->chunk, .max_seqs = 1, .max_ctx = e->n_ctx,
-                       .n_blocks = nb, .max_logits = e->chunk, .profile = opts && opts->profile };
+                       .n_blocks = nb, .max_logits = e->chunk, .profile = opts && opts->profile,
+                       .kv_type = opts ? opts->kv_type : EM_KV_F16 };
     e->table = malloc(nb * sizeof *e->table);
     e->scratch = malloc(3 * (size_t)e->chunk * sizeof *e->scratch);
     if (!e->table || !e->scratch)

@@ -20,6 +20,7 @@ typedef struct em_engine em_engine;
 typedef struct {
     uint32_t chunk;     /* tokens per GPU step (prefill chunk); 0: min(n_ctx, 512) */
     int      profile;   /* time every GPU dispatch (see em_fwd_profile) */
+    uint32_t kv_type;   /* em_kv_type (core/kparams.h): EM_KV_F16 (0) or EM_KV_Q8_0 */
 } em_engine_opts;
 
 /* A sequence of up to n_ctx tokens over m (borrowed; must outlive the engine).

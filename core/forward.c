@@ -97,6 +97,8 @@ struct em_fwd {
     /* step buffer layout (int offsets) */
     uint32_t off_tok, off_pos, off_seq, off_gather, off_dec, off_tiles, off_bt, step_ints;
     uint32_t dec_lanes;            /* workgroup width of attn_dec */
+    uint32_t k_rope, k_dec, k_pre; /* kernels for the KV element type */
+    uint32_t kscale_off, vscale_off; /* Q8_0 KV: half index of the scales in a layer's K / V */
     em_vk_buf part;                /* split-K partials [max_tokens][H][MAX_SPLIT][Dv + 2] */
     em_vk_dset *reduce_ds;
 
@@ -129,6 +131,12 @@ static double now_us(void)
 }
 
 static uint32_t round_up(uint32_t v, uint32_t a) { return (v + a - 1) / a * a; }
+
+/* Bytes of one position of `n` K (or V) values of all KV heads. */
+static uint64_t kv_row_bytes(uint32_t kv_type, uint64_t n)
+{
+    return kv_type == EM_KV_Q8_0 ? n + n / 32 * 2 : n * 2;
+}
 
 /* ---- the vecs buffer: every small f32 vector of the model --------------- */
 
@@ -213,16 +221,16 @@ static int get_pipe(em_fwd *f, uint32_t k, uint32_t tn, uint32_t flags, em_vk_pi
     } else if (k >= EM_K_EMBED_F32 && k <= EM_K_EMBED_Q6_K) {
         spec[0] = f->RPW;   /* rows per packed group */
         n_spec = 1;
-    } else if (k == EM_K_ATTN_DEC) {
+    } else if (k == EM_K_ATTN_DEC || k == EM_K_ATTN_DEC_Q8) {
         spec[0] = f->dec_lanes;
         spec[1] = f->hp->head_dim;
         spec[2] = f->hp->head_dim_v;
         n_spec = 3;
-    } else if (k == EM_K_ATTN_PRE) {
+    } else if (k == EM_K_ATTN_PRE || k == EM_K_ATTN_PRE_Q8) {
         spec[0] = f->hp->head_dim;
         spec[1] = f->hp->head_dim_v;
         n_spec = 2;
-    } else if (k == EM_K_ROPE_KV) {
+    } else if (k == EM_K_ROPE_KV || k == EM_K_ROPE_KV_Q8) {
         spec[0] = f->hp->rope_type == EM_ROPE_NEOX;
         spec[1] = f->hp->has_qk_norm;
         n_spec = 2;
@@ -526,8 +534,8 @@ static int build_layer(em_fwd *f, uint32_t il, em_vk_progress *prog, em_err *err
         return rc;
 
     /* KV cache of this layer */
-    uint64_t kbytes = (uint64_t)f->o.n_blocks * hp->n_head_kv * hp->head_dim * EM_KV_BLOCK * 2;
-    uint64_t vbytes = (uint64_t)f->o.n_blocks * hp->n_head_kv * hp->head_dim_v * EM_KV_BLOCK * 2;
+    uint64_t kbytes = (uint64_t)f->o.n_blocks * kv_row_bytes(f->o.kv_type, hp->n_head_kv * hp->head_dim) * EM_KV_BLOCK;
+    uint64_t vbytes = (uint64_t)f->o.n_blocks * kv_row_bytes(f->o.kv_type, hp->n_head_kv * hp->head_dim_v) * EM_KV_BLOCK;
     if (kbytes > em_vk_info(f->vk)->max_storage_range || vbytes > em_vk_info(f->vk)->max_storage_range)
         return em_err_set(err, EM_EUNSUPPORTED,
                           "forward: a layer's KV cache (%llu MiB) exceeds the device's binding range; use fewer blocks",
@@ -539,11 +547,11 @@ static int build_layer(em_fwd *f, uint32_t il, em_vk_progress *prog, em_err *err
     em_vk_pipe *rp, *dp, *pp;
     em_vk_buf rb[5] = { f->qkv, f->vecs, f->step, ly->kc, ly->vc };
     em_vk_buf db[6] = { f->qkv, f->step, ly->kc, ly->vc, f->att, f->part };
-    if ((rc = get_pipe(f, EM_K_ROPE_KV, 0, 0, &rp, err)) ||
+    if ((rc = get_pipe(f, f->k_rope, 0, 0, &rp, err)) ||
         (rc = em_vk_dset_create(f->vk, rp, rb, &ly->rope_ds, err)) ||
-        (rc = get_pipe(f, EM_K_ATTN_DEC, 0, 0, &dp, err)) ||
+        (rc = get_pipe(f, f->k_dec, 0, 0, &dp, err)) ||
         (rc = em_vk_dset_create(f->vk, dp, db, &ly->dec_ds, err)) ||
-        (rc = get_pipe(f, EM_K_ATTN_PRE, 0, 0, &pp, err)) ||
+        (rc = get_pipe(f, f->k_pre, 0, 0, &pp, err)) ||
         (rc = em_vk_dset_create(f->vk, pp, db, &ly->pre_ds, err)))
         return rc;
     return 0;
@@ -587,6 +595,27 @@ int em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **o
     f->bt_stride = (o->max_ctx + EM_KV_BLOCK - 1) / EM_KV_BLOCK;
     if (!f->o.n_blocks)
         f->o.n_blocks = o->max_seqs * f->bt_stride;
+    if (o->kv_type == EM_KV_Q8_0) {
+        if (hp->head_dim % 32 || hp->head_dim_v % 32) {
+            free(f);
+            return em_err_set(err, EM_EUNSUPPORTED,
+                              "forward: a q8_0 KV cache needs head sizes that are multiples of 32 (this model: %u)",
+                              hp->head_dim);
+        }
+        uint64_t rows = (uint64_t)f->o.n_blocks * hp->n_head_kv * EM_KV_BLOCK;
+        f->kscale_off = (uint32_t)(rows * hp->head_dim / 2);     /* halves after the int8 rows */
+        f->vscale_off = (uint32_t)(rows * hp->head_dim_v / 2);
+        f->k_rope = EM_K_ROPE_KV_Q8;
+        f->k_dec = EM_K_ATTN_DEC_Q8;
+        f->k_pre = EM_K_ATTN_PRE_Q8;
+    } else if (o->kv_type == EM_KV_F16) {
+        f->k_rope = EM_K_ROPE_KV;
+        f->k_dec = EM_K_ATTN_DEC;
+        f->k_pre = EM_K_ATTN_PRE;
+    } else {
+        free(f);
+        return em_err_set(err, EM_EINVAL, "forward: unknown KV type %d", (int)o->kv_type);
+    }
     if (!f->o.max_logits)
         f->o.max_logits = o->max_seqs;
     choose_variant(f);
@@ -811,15 +840,18 @@ static int record(em_fwd *f, em_vk_cmd *cmd, const shape *sh, em_err *err)
     em_pc_rope pr = {
         hp->n_head, hp->n_head_kv, hp->head_dim, hp->head_dim_v, hp->n_rot, f->qkv_st,
         f->off_pos, f->off_seq, f->off_bt, f->bt_stride, f->freq_off, 0, 0, hp->rms_eps,
+        f->kscale_off, f->vscale_off,
     };
     const float scale = 1.0f / sqrtf((float)hp->head_dim);
     em_pc_attn_dec pd = {
         hp->n_head, hp->n_head_kv, hp->head_dim, hp->head_dim_v, f->qkv_st, f->att_st,
         f->off_pos, f->off_seq, f->off_bt, f->bt_stride, f->off_dec, sh->nsplit, scale,
+        f->kscale_off, f->vscale_off,
     };
     em_pc_attn_pre pp = {
         hp->n_head, hp->n_head_kv, hp->head_dim, hp->head_dim_v, f->qkv_st, f->att_st,
         f->off_pos, f->off_seq, f->off_bt, f->bt_stride, f->off_tiles, scale,
+        f->kscale_off, f->vscale_off,
     };
     em_pc_attn_reduce pred = { hp->n_head, hp->head_dim_v, sh->nsplit, f->att_st, f->off_dec };
     em_pc_swiglu ps = { hp->n_ff, T, f->gu_st, f->F_st };
@@ -830,19 +862,19 @@ static int record(em_fwd *f, em_vk_cmd *cmd, const shape *sh, em_err *err)
         em_vk_cmd_barrier(cmd);
         pr.qn_off = ly->qn_off;
         pr.kn_off = ly->kn_off;
-        if ((rc = get_pipe(f, EM_K_ROPE_KV, 0, 0, &p, err)))
+        if ((rc = get_pipe(f, f->k_rope, 0, 0, &p, err)))
             return rc;
         em_vk_cmd_dispatch(cmd, p, ly->rope_ds, &pr, hp->n_head + hp->n_head_kv, T, 1);
         mark(f, cmd, P_ROPE);
         em_vk_cmd_barrier(cmd);
         if (sh->n_dec) {
-            if ((rc = get_pipe(f, EM_K_ATTN_DEC, 0, 0, &p, err)))
+            if ((rc = get_pipe(f, f->k_dec, 0, 0, &p, err)))
                 return rc;
             em_vk_cmd_dispatch(cmd, p, ly->dec_ds, &pd, hp->n_head, sh->nsplit, sh->n_dec);
             mark(f, cmd, P_ATTN);
         }
         if (sh->n_tiles) {
-            if ((rc = get_pipe(f, EM_K_ATTN_PRE, 0, 0, &p, err)))
+            if ((rc = get_pipe(f, f->k_pre, 0, 0, &p, err)))
                 return rc;
             em_vk_cmd_dispatch(cmd, p, ly->pre_ds, &pp, hp->n_head, sh->n_tiles, 1);
             mark(f, cmd, P_ATTN);
@@ -1007,17 +1039,35 @@ int em_fwd_step(em_fwd *f, const em_fwd_batch *b, float *logits, em_err *err)
     return 0;
 }
 
-uint64_t em_fwd_kv_block_bytes(const em_model *m)
+int em_fwd_kv_type_parse(const char *s, uint32_t *out, em_err *err)
 {
-    const em_hparams *hp = em_model_hparams(m);
-    return (uint64_t)hp->n_layer * hp->n_head_kv * (hp->head_dim + hp->head_dim_v) * EM_KV_BLOCK * 2;
+    if (strcmp(s, "f16") == 0)
+        *out = EM_KV_F16;
+    else if (strcmp(s, "q8_0") == 0)
+        *out = EM_KV_Q8_0;
+    else
+        return em_err_set(err, EM_EINVAL, "--kv-type: '%s' is not a KV type (f16, q8_0)", s);
+    return 0;
 }
 
-uint32_t em_fwd_kv_blocks(em_vk *vk, const em_model *m, uint64_t kv_mb, uint32_t max_seqs,
-                          uint32_t max_ctx, uint32_t max_tokens)
+const char *em_fwd_kv_type_name(uint32_t kv_type)
+{
+    return kv_type == EM_KV_Q8_0 ? "q8_0" : "f16";
+}
+
+uint64_t em_fwd_kv_block_bytes(const em_model *m, uint32_t kv_type)
 {
     const em_hparams *hp = em_model_hparams(m);
-    uint64_t per = em_fwd_kv_block_bytes(m);
+    return (uint64_t)hp->n_layer * EM_KV_BLOCK *
+           (kv_row_bytes(kv_type, (uint64_t)hp->n_head_kv * hp->head_dim) +
+            kv_row_bytes(kv_type, (uint64_t)hp->n_head_kv * hp->head_dim_v));
+}
+
+uint32_t em_fwd_kv_blocks(em_vk *vk, const em_model *m, uint32_t kv_type, uint64_t kv_mb,
+                          uint32_t max_seqs, uint32_t max_ctx, uint32_t max_tokens)
+{
+    const em_hparams *hp = em_model_hparams(m);
+    uint64_t per = em_fwd_kv_block_bytes(m, kv_type);
     uint64_t cap = (uint64_t)max_seqs * ((max_ctx + EM_KV_BLOCK - 1) / EM_KV_BLOCK);
     uint64_t bytes;
     if (kv_mb) {
@@ -1032,8 +1082,9 @@ uint32_t em_fwd_kv_blocks(em_vk *vk, const em_model *m, uint64_t kv_mb, uint32_t
     }
     uint64_t n = bytes / per;
     /* one layer's K (or V) must fit one storage-buffer binding */
-    uint64_t per_layer = (uint64_t)hp->n_head_kv * (hp->head_dim > hp->head_dim_v ? hp->head_dim : hp->head_dim_v) *
-                         EM_KV_BLOCK * 2;
+    uint64_t per_layer = kv_row_bytes(kv_type, (uint64_t)hp->n_head_kv *
+                                                   (hp->head_dim > hp->head_dim_v ? hp->head_dim : hp->head_dim_v)) *
+                         EM_KV_BLOCK;
     uint64_t range_cap = em_vk_info(vk)->max_storage_range / per_layer;
     if (n > range_cap)
         n = range_cap;
@@ -1045,8 +1096,11 @@ uint32_t em_fwd_kv_blocks(em_vk *vk, const em_model *m, uint64_t kv_mb, uint32_t
 int em_fwd_copy_blocks(em_fwd *f, const int32_t *src, const int32_t *dst, uint32_t n, em_err *err)
 {
     const em_hparams *hp = f->hp;
-    uint64_t kb = (uint64_t)hp->n_head_kv * hp->head_dim * EM_KV_BLOCK * 2;
-    uint64_t vb = (uint64_t)hp->n_head_kv * hp->head_dim_v * EM_KV_BLOCK * 2;
+    /* f16: the block's rows; q8_0: the block's int8 rows and, apart, its scales */
+    uint64_t kq = (uint64_t)hp->n_head_kv * hp->head_dim * EM_KV_BLOCK, vq = (uint64_t)hp->n_head_kv * hp->head_dim_v * EM_KV_BLOCK;
+    int q8 = f->o.kv_type == EM_KV_Q8_0;
+    uint64_t kb = q8 ? kq : kq * 2, vb = q8 ? vq : vq * 2;
+    uint64_t ks = kq / 32 * 2, vs = vq / 32 * 2;
     for (uint32_t i = 0; i < n; i++)
         if (src[i] < 0 || dst[i] < 0 || (uint32_t)src[i] >= f->o.n_blocks || (uint32_t)dst[i] >= f->o.n_blocks)
             return em_err_set(err, EM_ERANGE, "forward: block copy %d -> %d out of range", src[i], dst[i]);
@@ -1063,6 +1117,11 @@ int em_fwd_copy_blocks(em_fwd *f, const int32_t *src, const int32_t *dst, uint32
         for (uint32_t i = 0; i < n; i++) {
             em_vk_cmd_copy(f->copy_cmd, &ly->kc, (uint64_t)src[i] * kb, &ly->kc, (uint64_t)dst[i] * kb, kb);
             em_vk_cmd_copy(f->copy_cmd, &ly->vc, (uint64_t)src[i] * vb, &ly->vc, (uint64_t)dst[i] * vb, vb);
+            if (q8) {
+                uint64_t k0 = (uint64_t)f->kscale_off * 2, v0 = (uint64_t)f->vscale_off * 2;
+                em_vk_cmd_copy(f->copy_cmd, &ly->kc, k0 + (uint64_t)src[i] * ks, &ly->kc, k0 + (uint64_t)dst[i] * ks, ks);
+                em_vk_cmd_copy(f->copy_cmd, &ly->vc, v0 + (uint64_t)src[i] * vs, &ly->vc, v0 + (uint64_t)dst[i] * vs, vs);
+            }
         }
     }
     if ((rc = em_vk_cmd_end(f->copy_cmd, err)))

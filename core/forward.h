@@ -29,18 +29,23 @@ typedef struct {
     uint32_t n_blocks;     /* KV pool blocks; 0: max_seqs * ceil(max_ctx / EM_KV_BLOCK) */
     uint32_t max_logits;   /* logit rows per step; 0: max_seqs */
     int      profile;      /* time every dispatch with GPU timestamps (em_fwd_profile) */
+    uint32_t kv_type;      /* em_kv_type: EM_KV_F16 (default) or EM_KV_Q8_0 */
 } em_fwd_opts;
 
 typedef struct em_fwd em_fwd;
 
-/* Device bytes of one KV block (all layers' K and V, f16) for model m. */
-uint64_t em_fwd_kv_block_bytes(const em_model *m);
+/* "f16" / "q8_0" -> EM_KV_F16 / EM_KV_Q8_0; EM_EINVAL otherwise. */
+int em_fwd_kv_type_parse(const char *s, uint32_t *out, em_err *err);
+const char *em_fwd_kv_type_name(uint32_t kv_type);
+
+/* Device bytes of one KV block (all layers' K and V) for model m. */
+uint64_t em_fwd_kv_block_bytes(const em_model *m, uint32_t kv_type);
 
 /* A KV pool size in blocks for vk and m: kv_mb MiB when non-zero, else the
  * largest device-local heap less the weights, activations for max_tokens
  * and a safety margin, capped at what max_seqs x max_ctx can use. */
-uint32_t em_fwd_kv_blocks(em_vk *vk, const em_model *m, uint64_t kv_mb, uint32_t max_seqs,
-                          uint32_t max_ctx, uint32_t max_tokens);
+uint32_t em_fwd_kv_blocks(em_vk *vk, const em_model *m, uint32_t kv_type, uint64_t kv_mb,
+                          uint32_t max_seqs, uint32_t max_ctx, uint32_t max_tokens);
 
 /* Repack and upload m's weights to vk (both borrowed; must outlive the em_fwd),
  * allocate activations and the KV pool. EM_ENOMEM when they do not fit. */

@@ -71,12 +71,14 @@ typedef struct {
     uint32_t qkv_stride, pos_off, seq_off, bt_off, bt_stride;
     uint32_t freq_off, qn_off, kn_off;
     float    eps;
+    uint32_t kscale_off, vscale_off;   /* Q8_0 KV: half index of the scales */
 } em_pc_rope;
 _Static_assert(offsetof(em_pc_rope, n_rot) == 16, "rope push layout");
 _Static_assert(offsetof(em_pc_rope, qkv_stride) == 20, "rope push layout");
 _Static_assert(offsetof(em_pc_rope, bt_stride) == 36, "rope push layout");
 _Static_assert(offsetof(em_pc_rope, freq_off) == 40, "rope push layout");
-_Static_assert(offsetof(em_pc_rope, eps) == 52 && sizeof(em_pc_rope) == 56, "rope push layout");
+_Static_assert(offsetof(em_pc_rope, eps) == 52, "rope push layout");
+_Static_assert(offsetof(em_pc_rope, vscale_off) == 60 && sizeof(em_pc_rope) == 64, "rope push layout");
 
 /* shaders/attn_dec.comp: spec constant 0 lanes */
 typedef struct {
@@ -85,10 +87,12 @@ typedef struct {
     uint32_t pos_off, seq_off, bt_off, bt_stride;
     uint32_t list_off, nsplit;
     float    scale;
+    uint32_t kscale_off, vscale_off;   /* Q8_0 KV: half index of the scales */
 } em_pc_attn_dec;
 _Static_assert(offsetof(em_pc_attn_dec, qkv_stride) == 16, "attn_dec push layout");
 _Static_assert(offsetof(em_pc_attn_dec, list_off) == 40, "attn_dec push layout");
-_Static_assert(offsetof(em_pc_attn_dec, scale) == 48 && sizeof(em_pc_attn_dec) == 52,
+_Static_assert(offsetof(em_pc_attn_dec, scale) == 48, "attn_dec push layout");
+_Static_assert(offsetof(em_pc_attn_dec, vscale_off) == 56 && sizeof(em_pc_attn_dec) == 60,
                "attn_dec push layout");
 
 /* shaders/attn_pre.comp */
@@ -98,9 +102,11 @@ typedef struct {
     uint32_t pos_off, seq_off, bt_off, bt_stride;
     uint32_t list_off;
     float    scale;
+    uint32_t kscale_off, vscale_off;   /* Q8_0 KV: half index of the scales */
 } em_pc_attn_pre;
 _Static_assert(offsetof(em_pc_attn_pre, list_off) == 40, "attn_pre push layout");
-_Static_assert(offsetof(em_pc_attn_pre, scale) == 44 && sizeof(em_pc_attn_pre) == 48,
+_Static_assert(offsetof(em_pc_attn_pre, scale) == 44, "attn_pre push layout");
+_Static_assert(offsetof(em_pc_attn_pre, vscale_off) == 52 && sizeof(em_pc_attn_pre) == 56,
                "attn_pre push layout");
 
 /* shaders/attn_reduce.comp */
@@ -122,5 +128,8 @@ _Static_assert(offsetof(em_pc_swiglu, h_stride) == 12 && sizeof(em_pc_swiglu) ==
 
 /* KV cache block: positions per block (shaders use the same constant) */
 #define EM_KV_BLOCK 16
+
+/* KV element types */
+typedef enum { EM_KV_F16 = 0, EM_KV_Q8_0 = 1 } em_kv_type;
 
 #endif

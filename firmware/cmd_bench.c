@@ -55,7 +55,7 @@ static int parse_list(const char *s, uint32_t *v, uint32_t max, uint32_t *n)
 /* --users: the scheduler over a forward pass sized for the levels. */
 static int bench_users(const char *model_path, em_model *m, const char *users, long background,
                        long n_prompt, long n_gen, long reqs, long prefix, double cost, double slo,
-                       long kv_mb, long step_tokens, int json)
+                       long kv_mb, long step_tokens, uint32_t kv_type, int json)
 {
     em_err err = { 0 };
     em_bench_load_opts lo = { 0 };
@@ -89,9 +89,9 @@ static int bench_users(const char *model_path, em_model *m, const char *users, l
         status = em_cli_fail_err(&err);
         goto done;
     }
-    uint32_t blocks = em_fwd_kv_blocks(vk, m, (uint64_t)kv_mb, seqs, ctx, T);
+    uint32_t blocks = em_fwd_kv_blocks(vk, m, kv_type, (uint64_t)kv_mb, seqs, ctx, T);
     em_fwd_opts fo = { .max_tokens = T, .max_seqs = seqs, .max_ctx = ctx, .n_blocks = blocks,
-                       .max_logits = seqs };
+                       .max_logits = seqs, .kv_type = kv_type };
     if (blocks == 0) {
         status = em_cli_fail(1, "bench: no device memory left for a KV cache");
         goto done;
@@ -102,10 +102,10 @@ static int bench_users(const char *model_path, em_model *m, const char *users, l
     }
     if (!json)
         printf("device      %s (%s), %s\nmodel       %s: %s\n"
-               "KV cache    %u blocks of %u tokens = %u tokens, %.1f MiB (f16)\n",
+               "KV cache    %u blocks of %u tokens = %u tokens, %.1f MiB (%s)\n",
                em_vk_info(vk)->name, em_vk_info(vk)->type_name, em_fwd_variant(fwd), model_path, hp->name,
                blocks, EM_KV_BLOCK, blocks * EM_KV_BLOCK,
-               (double)blocks * em_fwd_kv_block_bytes(m) / (1 << 20));
+               (double)blocks * em_fwd_kv_block_bytes(m, kv_type) / (1 << 20), em_fwd_kv_type_name(kv_type));
     em_sched_backend be;
     em_sched_backend_gpu(fwd, vk, hp->n_vocab, T, seqs, seqs, ctx, blocks, &be);
     em_sched_opts so;
@@ -148,7 +148,7 @@ static double attn_flops(const em_hparams *hp, double ctx)
 
 int em_cmd_bench(int argc, char **argv)
 {
-    const char *model_path = NULL, *users = NULL, *contexts = NULL;
+    const char *model_path = NULL, *users = NULL, *contexts = NULL, *kv_name = "f16";
     long n_prompt = 0, n_gen = 0, background = 0, reqs = 2, prefix = 1024, kv_mb = 0, step_tokens = 0;
     double cost = 0, slo = 0;
     int json = 0, profile = 0;
@@ -167,11 +167,18 @@ int em_cmd_bench(int argc, char **argv)
         { "--slo-tpot-ms", NULL, EM_OPT_FLOAT, &slo, 0, 1e7 },
         { "--kv-mb", NULL, EM_OPT_INT, &kv_mb, 1, 1 << 24 },
         { "--step-tokens", NULL, EM_OPT_INT, &step_tokens, 1, 1 << 16 },
+        { "--kv-type", NULL, EM_OPT_STR, &kv_name, 0, 0 },
         { NULL, NULL, 0, NULL, 0, 0 },
     };
     int rc = em_cli_parse("bench", argc, argv, opts, NULL, 0, NULL, usage);
     if (rc)
         return rc;
+    uint32_t kv_type;
+    {
+        em_err kerr = { 0 };
+        if (em_fwd_kv_type_parse(kv_name, &kv_type, &kerr))
+            return em_cli_fail(2, "bench: %s", kerr.msg);
+    }
     em_err err = { 0 };
     char default_path[4096];
     if (!model_path) {
@@ -191,7 +198,7 @@ int em_cmd_bench(int argc, char **argv)
     const em_hparams *hp = em_model_hparams(m);
     if (users) {
         status = bench_users(model_path, m, users, background, n_prompt ? n_prompt : 64, n_gen ? n_gen : 32,
-                             reqs, prefix, cost, slo, kv_mb, step_tokens, json);
+                             reqs, prefix, cost, slo, kv_mb, step_tokens, kv_type, json);
         goto done;
     }
     if (!n_prompt)
@@ -214,7 +221,7 @@ int em_cmd_bench(int argc, char **argv)
     for (uint32_t i = 0; i < n_ctxs; i++)
         if (ctxs[i] + 64 > n_ctx)
             n_ctx = ctxs[i] + 64;
-    em_engine_opts eo = { 0, profile };
+    em_engine_opts eo = { 0, profile, kv_type };
     if ((rc = em_engine_create(m, EM_BACKEND_VULKAN, n_ctx, &eo, &e, &err))) {
         status = em_cli_fail_err(&err);
         goto done;

@@ -8,21 +8,24 @@
 
 #include "core/model.h"
 #include "core/engine.h"
+#include "core/forward.h"
 #include "firmware/cli.h"
 
 static const char usage[] =
     "usage: ember logits --model PATH --tokens-file F --output OUT [--backend vulkan|cpu]\n"
+    "                    [--kv-type f16|q8_0]\n"
     "  Reads whitespace-separated token ids from F and writes float32\n"
     "  [n_tokens][n_vocab] logits (row i: after feeding tokens 0..i) to OUT.\n";
 
 int em_cmd_logits(int argc, char **argv)
 {
-    const char *model_path = NULL, *tokens_path = NULL, *out_path = NULL, *backend_name = "vulkan";
+    const char *model_path = NULL, *tokens_path = NULL, *out_path = NULL, *backend_name = "vulkan", *kv_name = "f16";
     em_cli_opt opts[] = {
         { "--model", "-m", EM_OPT_STR, &model_path, 0, 0 },
         { "--tokens-file", NULL, EM_OPT_STR, &tokens_path, 0, 0 },
         { "--output", "-o", EM_OPT_STR, &out_path, 0, 0 },
         { "--backend", NULL, EM_OPT_STR, &backend_name, 0, 0 },
+        { "--kv-type", NULL, EM_OPT_STR, &kv_name, 0, 0 },
         { NULL, NULL, 0, NULL, 0, 0 },
     };
     int rc = em_cli_parse("logits", argc, argv, opts, NULL, 0, NULL, usage);
@@ -32,7 +35,8 @@ int em_cmd_logits(int argc, char **argv)
         return em_cli_fail(2, "logits: --model, --tokens-file and --output are required");
     em_err err = { 0 };
     em_backend backend;
-    if (em_backend_parse(backend_name, &backend, &err))
+    em_engine_opts eo = { 0 };
+    if (em_backend_parse(backend_name, &backend, &err) || em_fwd_kv_type_parse(kv_name, &eo.kv_type, &err))
         return em_cli_fail(2, "logits: %s", err.msg);
 
     em_model *m = NULL;
@@ -62,7 +66,7 @@ int em_cmd_logits(int argc, char **argv)
             goto done;
         }
     }
-    if ((rc = em_engine_create(m, backend, (uint32_t)n_ids, NULL, &eng, &err))) {
+    if ((rc = em_engine_create(m, backend, (uint32_t)n_ids, &eo, &eng, &err))) {
         status = em_cli_fail_err(&err);
         goto done;
     }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "core/engine.h"
+#include "core/forward.h"
 #include "core/model.h"
 #include "core/sample.h"
 #include "core/tokenizer.h"
@@ -15,7 +16,7 @@
 static const char usage[] =
     "usage: ember run [--model PATH] [--prompt TEXT] [-n N] [--temp T] [--top-k K]\n"
     "                 [--top-p P] [--min-p P] [--seed S] [--ctx N] [--backend vulkan|cpu]\n"
-    "                 [--ids-out FILE] [--special]\n"
+    "                 [--kv-type f16|q8_0] [--ids-out FILE] [--special]\n"
     "  Generates up to N tokens (default 256) after the prompt (default \"Once upon a time\")\n"
     "  and prints prompt + continuation. --temp 0 is greedy. Without --model: the first\n"
     "  *.gguf in ./models, else the demo model in ../shared/models.\n"
@@ -60,7 +61,7 @@ static int write_ids(const char *path, const int32_t *prompt, size_t np, const i
 
 int em_cmd_run(int argc, char **argv)
 {
-    const char *model_path = NULL, *prompt = "Once upon a time", *backend_name = "vulkan";
+    const char *model_path = NULL, *prompt = "Once upon a time", *backend_name = "vulkan", *kv_name = "f16";
     const char *ids_out = NULL;
     long n_gen = 256, top_k = 40, ctx = 0, seed = -1;
     int special = 0;
@@ -76,6 +77,7 @@ int em_cmd_run(int argc, char **argv)
         { "--seed", NULL, EM_OPT_INT, &seed, -1, 4294967295.0 },
         { "--ctx", NULL, EM_OPT_INT, &ctx, 0, 1 << 20 },
         { "--backend", NULL, EM_OPT_STR, &backend_name, 0, 0 },
+        { "--kv-type", NULL, EM_OPT_STR, &kv_name, 0, 0 },
         { "--ids-out", NULL, EM_OPT_STR, &ids_out, 0, 0 },
         { "--special", NULL, EM_OPT_FLAG, &special, 0, 0 },
         { NULL, NULL, 0, NULL, 0, 0 },
@@ -86,7 +88,8 @@ int em_cmd_run(int argc, char **argv)
 
     em_err err = { 0 };
     em_backend backend;
-    if (em_backend_parse(backend_name, &backend, &err))
+    em_engine_opts eo = { 0 };
+    if (em_backend_parse(backend_name, &backend, &err) || em_fwd_kv_type_parse(kv_name, &eo.kv_type, &err))
         return em_cli_fail(2, "run: %s", err.msg);
     char default_path[4096];
     if (!model_path) {
@@ -137,7 +140,7 @@ int em_cmd_run(int argc, char **argv)
     }
     em_sample_params sp = { (float)temp, (int32_t)top_k, (float)top_p, (float)min_p, seed_v };
     if ((rc = em_sampler_create(&sp, hp->n_vocab, &smp, &err)) ||
-        (rc = em_engine_create(m, backend, n_ctx, NULL, &eng, &err))) {
+        (rc = em_engine_create(m, backend, n_ctx, &eo, &eng, &err))) {
         status = em_cli_fail_err(&err);
         goto done;
     }

@@ -24,7 +24,9 @@ const uint BLK = 16u;
 layout(std430, binding = 0) readonly buffer QKV { float qkv[]; };
 layout(std430, binding = 1) readonly buffer PV { int step[]; };
 layout(std430, binding = 2) readonly buffer KC { uvec4 kc4[]; };
+layout(std430, binding = 2) readonly buffer KCW { uint kcw[]; };
 layout(std430, binding = 3) readonly buffer VC { uvec4 vc4[]; };
+layout(std430, binding = 3) readonly buffer VCW { uint vcw[]; };
 layout(std430, binding = 4) writeonly buffer OUT { float att[]; };
 layout(std430, binding = 5) writeonly buffer PART { float part[]; };
 
@@ -35,7 +37,10 @@ layout(push_constant) uniform Push {
     uint list_off;       // int offset of the (token, splits) list in step
     uint nsplit;         // most splits of any token (grid y; partial stride)
     float scale;
+    uint kscale_off, vscale_off;   // KV_Q8: half index of the K / V scales
 } pc;
+
+#include "kvread.glsl"
 
 shared float red[gl_WorkGroupSize.x * DV];
 shared float mred[gl_WorkGroupSize.x];
@@ -73,17 +78,18 @@ void main()
             const uint row = (blk * pc.Hk + hk) * BLK + j;     // this position's K/V row
             float s = 0.0;
             for (uint d8 = 0u; d8 < D / 8u; d8++) {
-                const uvec4 k = kc4[row * (D / 8u) + d8];
-                s += dot(q[2u * d8], vec4(unpackHalf2x16(k.x), unpackHalf2x16(k.y))) +
-                     dot(q[2u * d8 + 1u], vec4(unpackHalf2x16(k.z), unpackHalf2x16(k.w)));
+                vec4 a, b;
+                kv_chunk(false, row, D, d8, a, b);
+                s += dot(q[2u * d8], a) + dot(q[2u * d8 + 1u], b);
             }
             const float mn = max(m, s);
             const float corr = exp(m - mn), w = exp(s - mn);
             l = l * corr + w;
             for (uint d8 = 0u; d8 < DV / 8u; d8++) {
-                const uvec4 v = vc4[row * (DV / 8u) + d8];
-                o[2u * d8] = o[2u * d8] * corr + w * vec4(unpackHalf2x16(v.x), unpackHalf2x16(v.y));
-                o[2u * d8 + 1u] = o[2u * d8 + 1u] * corr + w * vec4(unpackHalf2x16(v.z), unpackHalf2x16(v.w));
+                vec4 a, b;
+                kv_chunk(true, row, DV, d8, a, b);
+                o[2u * d8] = o[2u * d8] * corr + w * a;
+                o[2u * d8 + 1u] = o[2u * d8 + 1u] * corr + w * b;
             }
             m = mn;
         }

@@ -18,8 +18,10 @@ const uint BLK = 16u;
 
 layout(std430, binding = 0) readonly buffer QKV { float qkv[]; };
 layout(std430, binding = 1) readonly buffer PV { int step[]; };
-layout(std430, binding = 2) readonly buffer KC { uvec4 kc4[]; };   // [blk][hk][p][d] f16
+layout(std430, binding = 2) readonly buffer KC { uvec4 kc4[]; };
+layout(std430, binding = 2) readonly buffer KCW { uint kcw[]; };
 layout(std430, binding = 3) readonly buffer VC { uvec4 vc4[]; };
+layout(std430, binding = 3) readonly buffer VCW { uint vcw[]; };
 layout(std430, binding = 4) writeonly buffer OUT { float att[]; };
 
 layout(push_constant) uniform Push {
@@ -28,7 +30,10 @@ layout(push_constant) uniform Push {
     uint pos_off, seq_off, bt_off, bt_stride;
     uint list_off;       // int offset of the tile list (pairs) in step
     float scale;
+    uint kscale_off, vscale_off;   // KV_Q8: half index of the K / V scales
 } pc;
+
+#include "kvread.glsl"
 
 void main()
 {
@@ -65,9 +70,9 @@ void main()
                 break;
             float acc = 0.0;
             for (uint d8 = 0u; d8 < D / 8u; d8++) {
-                const uvec4 k = kc4[(row0 + j) * (D / 8u) + d8];
-                acc += dot(q[2u * d8], vec4(unpackHalf2x16(k.x), unpackHalf2x16(k.y))) +
-                       dot(q[2u * d8 + 1u], vec4(unpackHalf2x16(k.z), unpackHalf2x16(k.w)));
+                vec4 a, b;
+                kv_chunk(false, row0 + j, D, d8, a, b);
+                acc += dot(q[2u * d8], a) + dot(q[2u * d8 + 1u], b);
             }
             s[j] = b * BLK + j <= my_pos ? acc : -1e30;
             bm = max(bm, s[j]);
@@ -80,9 +85,10 @@ void main()
             const float w = s[j] > -1e29 ? exp(s[j] - bm) : 0.0;
             l += w;
             for (uint d8 = 0u; d8 < DV / 8u; d8++) {
-                const uvec4 v = vc4[(row0 + j) * (DV / 8u) + d8];
-                o[2u * d8] += w * vec4(unpackHalf2x16(v.x), unpackHalf2x16(v.y));
-                o[2u * d8 + 1u] += w * vec4(unpackHalf2x16(v.z), unpackHalf2x16(v.w));
+                vec4 a, b;
+                kv_chunk(true, row0 + j, DV, d8, a, b);
+                o[2u * d8] += w * a;
+                o[2u * d8 + 1u] += w * b;
             }
         }
         m = bm;

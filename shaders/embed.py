@@ -145,7 +145,7 @@ def analyse(name, path, words):
             fail('kernel %s: storage buffer %%%d is at set %d binding %s; use set 0'
                  % (name, vid, dset, b))
         if b in bindings:
-            fail('kernel %s: binding %d declared twice' % (name, b))
+            continue   # an alias: another view of the same storage buffer
         bindings.add(b)
     n_spec = max(spec_ids) + 1 if spec_ids else 0
     return needs, n_spec, bindings, push

@@ -1,12 +1,16 @@
 // rope_kv.comp — after the QKV projection: (qwen3) RMS-norm each q/k head,
 // rotate q and k by their position (NORM: pairs (2i, 2i+1); NEOX: pairs
 // (i, i + n_rot/2)), leave q in place for attention, and write k and v into
-// the sequence's KV cache blocks (f16) through its block table.
+// the sequence's KV cache blocks through its block table: f16, or with
+// -DKV_Q8 int8 with one f16 scale per 32 values (Q8_0, the scale rounds the
+// largest magnitude to 127).
 // Grid: (H + Hk, T); one workgroup per (head, token).
 //
-// KV cache layout per layer (block = BLK positions):
-//   K[blk][hk][p][d], V[blk][hk][p][d]   (a position's row is contiguous: the
-//   attention kernels read it in 16-byte words)
+// KV cache layout per layer (block = BLK positions), row r = (blk*Hk+hk)*BLK+p:
+//   f16: K[r][d], V[r][d]   (a position's row is contiguous: the attention
+//        kernels read it in 16-byte words)
+//   Q8:  int8 rows K[r][d] from byte 0, then the scales at half index
+//        scale_off + r * D/32 (likewise V)
 #version 450
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_KHR_shader_subgroup_basic : require
@@ -20,8 +24,15 @@ const uint BLK = 16u;
 layout(std430, binding = 0) buffer QKV { float qkv[]; };
 layout(std430, binding = 1) readonly buffer VV { float vecs[]; };
 layout(std430, binding = 2) readonly buffer PV { int step[]; };
+#if defined(KV_Q8)
+layout(std430, binding = 3) writeonly buffer KC { uint kw[]; };
+layout(std430, binding = 4) writeonly buffer VC { uint vw[]; };
+layout(std430, binding = 3) writeonly buffer KCH { float16_t kh[]; };
+layout(std430, binding = 4) writeonly buffer VCH { float16_t vh[]; };
+#else
 layout(std430, binding = 3) writeonly buffer KC { float16_t kc[]; };
 layout(std430, binding = 4) writeonly buffer VC { float16_t vc[]; };
+#endif
 
 layout(push_constant) uniform Push {
     uint H, Hk, D, Dv, n_rot;
@@ -33,9 +44,42 @@ layout(push_constant) uniform Push {
     uint freq_off;        // float offset in vecs of the n_rot/2 inverse frequencies
     uint qn_off, kn_off;  // float offsets of the q/k norm weights (QK_NORM)
     float eps;
+    uint kscale_off;      // KV_Q8: half index of the K scales
+    uint vscale_off;      // KV_Q8: half index of the V scales
 } pc;
 
 shared float red[64];
+#if defined(KV_Q8)
+shared float row[256];
+shared float dsc[8];
+
+// Quantize the row in shared memory (n values) to int8 + f16 scale per 32
+// and write it; qbase is the row's first byte / 4, sbase its first scale.
+void put_q8(uint n, bool is_v, uint qbase, uint sbase)
+{
+    const uint lid = gl_LocalInvocationID.x;
+    if (lid < n / 32u) {
+        float amax = 0.0;
+        for (uint i = 0u; i < 32u; i++)
+            amax = max(amax, abs(row[32u * lid + i]));
+        const float d = amax / 127.0;
+        dsc[lid] = d;
+        if (is_v) vh[sbase + lid] = float16_t(d); else kh[sbase + lid] = float16_t(d);
+    }
+    barrier();
+    for (uint g = lid; g < n / 4u; g += 64u) {
+        const float d = dsc[(4u * g) / 32u];
+        const float id = d > 0.0 ? 1.0 / d : 0.0;
+        uint w = 0u;
+        for (uint k = 0u; k < 4u; k++) {
+            const int q = clamp(int(round(row[4u * g + k] * id)), -127, 127);
+            w |= (uint(q) & 0xFFu) << (8u * k);
+        }
+        if (is_v) vw[qbase + g] = w; else kw[qbase + g] = w;
+    }
+    barrier();
+}
+#endif
 
 float wg_sum(float v)
 {
@@ -105,9 +149,21 @@ void main()
     const uint seq = uint(step[pc.seq_off + t]);
     const uint blk = uint(step[pc.bt_off + seq * pc.bt_stride + pos / BLK]);
     const uint p = pos % BLK;
-    for (uint d = lid; d < pc.D; d += 64u)
-        kc[((blk * pc.Hk + hk) * BLK + p) * pc.D + d] = float16_t(qkv[base + d]);
+    const uint r = (blk * pc.Hk + hk) * BLK + p;
     const uint vbase = t * pc.qkv_stride + pc.H * pc.D + pc.Hk * pc.D + hk * pc.Dv;
+#if defined(KV_Q8)
+    for (uint d = lid; d < pc.D; d += 64u)
+        row[d] = qkv[base + d];
+    barrier();
+    put_q8(pc.D, false, r * pc.D / 4u, pc.kscale_off + r * (pc.D / 32u));
     for (uint d = lid; d < pc.Dv; d += 64u)
-        vc[((blk * pc.Hk + hk) * BLK + p) * pc.Dv + d] = float16_t(qkv[vbase + d]);
+        row[d] = qkv[vbase + d];
+    barrier();
+    put_q8(pc.Dv, true, r * pc.Dv / 4u, pc.vscale_off + r * (pc.Dv / 32u));
+#else
+    for (uint d = lid; d < pc.D; d += 64u)
+        kc[r * pc.D + d] = float16_t(qkv[base + d]);
+    for (uint d = lid; d < pc.Dv; d += 64u)
+        vc[r * pc.Dv + d] = float16_t(qkv[vbase + d]);
+#endif
 }

@@ -13,6 +13,7 @@
 #include "tests/gpu/gpu_util.h"
 
 static unsigned long long seed = 11;
+static int kv_q8;   /* test the Q8_0 KV variants */
 static float frand(void) { return (float)((double)(test_rand(&seed) >> 11) / 9007199254740992.0) * 2 - 1; }
 
 static em_vk_buf mkbuf(em_vk *vk, const void *data, size_t n)
@@ -55,11 +56,40 @@ static void scenario(em_vk *vk, uint32_t H, uint32_t Hk, uint32_t D, uint32_t Dv
             tables[s * bt_stride + b] = tables[b];
     /* K/V pool, f16, layout [blk][hk][16][d] */
     size_t kn = (size_t)n_blocks * Hk * D * BLK, vn = (size_t)n_blocks * Hk * Dv * BLK;
-    uint16_t *kh = malloc(kn * 2), *vh = malloc(vn * 2);
-    for (size_t i = 0; i < kn; i++)
-        kh[i] = em_f32_to_f16(frand());
-    for (size_t i = 0; i < vn; i++)
-        vh[i] = em_f32_to_f16(frand());
+    /* values as the kernels will see them (kf/vf, for the reference) and as
+     * stored: f16 rows, or int8 rows + f16 scales per 32 after all rows */
+    float *kf = malloc(kn * sizeof *kf), *vf = malloc(vn * sizeof *vf);
+    size_t kbytes = kv_q8 ? kn + kn / 32 * 2 : kn * 2, vbytes = kv_q8 ? vn + vn / 32 * 2 : vn * 2;
+    uint8_t *kh = malloc(kbytes), *vh = malloc(vbytes);
+    for (int which = 0; which < 2; which++) {
+        size_t n = which ? vn : kn;
+        float *f = which ? vf : kf;
+        uint8_t *st = which ? vh : kh;
+        for (size_t i = 0; i < n; i++)
+            f[i] = frand();
+        if (!kv_q8) {
+            for (size_t i = 0; i < n; i++) {
+                uint16_t h = em_f32_to_f16(f[i]);
+                memcpy(st + 2 * i, &h, 2);
+                f[i] = em_f16_to_f32(h);
+            }
+            continue;
+        }
+        for (size_t b = 0; b < n / 32; b++) {
+            float amax = 0;
+            for (int i = 0; i < 32; i++)
+                amax = fmaxf(amax, fabsf(f[b * 32 + i]));
+            uint16_t hd = em_f32_to_f16(amax / 127);
+            float d = em_f16_to_f32(hd);
+            memcpy(st + n + 2 * b, &hd, 2);
+            for (int i = 0; i < 32; i++) {
+                int q = d > 0 ? (int)lrintf(f[b * 32 + i] / d) : 0;
+                q = q > 127 ? 127 : q < -127 ? -127 : q;
+                st[b * 32 + i] = (uint8_t)(int8_t)q;
+                f[b * 32 + i] = (float)q * d;
+            }
+        }
+    }
     /* tokens */
     uint32_t T = n_seq * n_q, qkv_st = H * D + 2 * Hk * D + 64, out_st = H * Dv + 8;
     float *qkv = malloc((size_t)T * qkv_st * sizeof *qkv);
@@ -90,7 +120,8 @@ static void scenario(em_vk *vk, uint32_t H, uint32_t Hk, uint32_t D, uint32_t Dv
     memcpy(step + off_bt, tables, (size_t)n_seq * bt_stride * sizeof *step);
 
     em_vk_buf bq = mkbuf(vk, qkv, (size_t)T * qkv_st * 4), bs = mkbuf(vk, step, (off_bt + n_seq * bt_stride) * 4);
-    em_vk_buf bk = mkbuf(vk, kh, kn * 2), bv = mkbuf(vk, vh, vn * 2);
+    em_vk_buf bk = mkbuf(vk, kh, kbytes), bv = mkbuf(vk, vh, vbytes);
+    uint32_t kso = kv_q8 ? (uint32_t)(kn / 2) : 0, vso = kv_q8 ? (uint32_t)(vn / 2) : 0;
     em_vk_buf bo = mkbuf(vk, NULL, (size_t)T * out_st * 4);
     em_vk_buf bp = mkbuf(vk, NULL, (size_t)T * H * EM_ATTN_MAX_SPLIT * (Dv + 2) * 4);
     float scale = 1.0f / sqrtf((float)D);
@@ -101,9 +132,9 @@ static void scenario(em_vk *vk, uint32_t H, uint32_t Hk, uint32_t D, uint32_t Dv
     int rc;
     uint32_t spec[3] = { 16, D, Dv };
     if (n_q == 1)
-        rc = em_vk_pipe_create(vk, &em_kernels[EM_K_ATTN_DEC], spec, 3, 0, &p, &err);
+        rc = em_vk_pipe_create(vk, &em_kernels[kv_q8 ? EM_K_ATTN_DEC_Q8 : EM_K_ATTN_DEC], spec, 3, 0, &p, &err);
     else
-        rc = em_vk_pipe_create(vk, &em_kernels[EM_K_ATTN_PRE], spec + 1, 2, 0, &p, &err);
+        rc = em_vk_pipe_create(vk, &em_kernels[kv_q8 ? EM_K_ATTN_PRE_Q8 : EM_K_ATTN_PRE], spec + 1, 2, 0, &p, &err);
     CHECK_OK(rc, err);
     if (!rc)
         rc = em_vk_dset_create(vk, p, b6, &ds, &err);
@@ -115,7 +146,7 @@ static void scenario(em_vk *vk, uint32_t H, uint32_t Hk, uint32_t D, uint32_t Dv
     if (!rc && !(rc = em_vk_cmd_create(vk, 0, &cmd, &err)) && !(rc = em_vk_cmd_begin(cmd, &err))) {
         if (n_q == 1) {
             em_pc_attn_dec pc = { H, Hk, D, Dv, qkv_st, out_st, off_pos, off_seq, off_bt, bt_stride,
-                                  off_list, nsplit, scale };
+                                  off_list, nsplit, scale, kso, vso };
             em_vk_cmd_dispatch(cmd, p, ds, &pc, H, nsplit, n_list);
             if (nsplit > 1) {
                 em_pc_attn_reduce pcr = { H, Dv, nsplit, out_st, off_list };
@@ -124,7 +155,7 @@ static void scenario(em_vk *vk, uint32_t H, uint32_t Hk, uint32_t D, uint32_t Dv
             }
         } else {
             em_pc_attn_pre pc = { H, Hk, D, Dv, qkv_st, out_st, off_pos, off_seq, off_bt, bt_stride,
-                                  off_list, scale };
+                                  off_list, scale, kso, vso };
             em_vk_cmd_dispatch(cmd, p, ds, &pc, H, n_list, 1);
         }
         rc = em_vk_cmd_end(cmd, &err);
@@ -146,9 +177,9 @@ static void scenario(em_vk *vk, uint32_t H, uint32_t Hk, uint32_t D, uint32_t Dv
             uint32_t blk = (uint32_t)tables[s * bt_stride + p2 / BLK], j = p2 % BLK;
             for (uint32_t hk = 0; hk < Hk; hk++) {
                 for (uint32_t d = 0; d < D; d++)
-                    kr[p2 * kd + hk * D + d] = em_f16_to_f32(kh[((size_t)(blk * Hk + hk) * BLK + j) * D + d]);
+                    kr[p2 * kd + hk * D + d] = kf[((size_t)(blk * Hk + hk) * BLK + j) * D + d];
                 for (uint32_t d = 0; d < Dv; d++)
-                    vr[p2 * vd + hk * Dv + d] = em_f16_to_f32(vh[((size_t)(blk * Hk + hk) * BLK + j) * Dv + d]);
+                    vr[p2 * vd + hk * Dv + d] = vf[((size_t)(blk * Hk + hk) * BLK + j) * Dv + d];
             }
         }
         for (uint32_t i = 0; i < H * D; i++)
@@ -160,13 +191,13 @@ static void scenario(em_vk *vk, uint32_t H, uint32_t Hk, uint32_t D, uint32_t Dv
                 worst = e;
         }
     }
-    CHECKF(worst < 2e-5, "H=%u Hk=%u D=%u Dv=%u seqs=%u ctx0=%u q=%u split=%u shared=%d: max error %.3e",
-           H, Hk, D, Dv, n_seq, ctx[0], n_q, nsplit, share_prefix, worst);
+    CHECKF(worst < 2e-5, "%s H=%u Hk=%u D=%u Dv=%u seqs=%u ctx0=%u q=%u split=%u shared=%d: max error %.3e",
+           kv_q8 ? "q8_0" : "f16", H, Hk, D, Dv, n_seq, ctx[0], n_q, nsplit, share_prefix, worst);
     em_vk_buf *bufs[] = { &bq, &bs, &bk, &bv, &bo, &bp };
     for (size_t i = 0; i < 6; i++)
         em_vk_free(vk, bufs[i]);
     em_vk_cmd_destroy(cmd);
-    free(perm); free(tables); free(kh); free(vh); free(qkv); free(step); free(out);
+    free(perm); free(tables); free(kh); free(vh); free(kf); free(vf); free(qkv); free(step); free(out);
     free(kr); free(vr); free(ref); free(q);
 }
 
@@ -181,21 +212,24 @@ int main(int argc, char **argv)
     }
     static const uint32_t gqa[][2] = { { 4, 4 }, { 8, 4 }, { 8, 2 }, { 8, 1 } };   /* ratios 1 2 4 8 */
     static const uint32_t dims[] = { 64, 128 };
-    for (size_t g = 0; g < 4; g++) {
-        for (size_t di = 0; di < 2; di++) {
-            uint32_t H = gqa[g][0], Hk = gqa[g][1], D = dims[di];
-            uint32_t ctx3[3] = { 37, 1, 300 };
-            scenario(vk, H, Hk, D, D, 3, ctx3, 1, 1, 0);             /* decode, ragged lengths */
-            uint32_t ctx2[2] = { 1000, 517 };
-            scenario(vk, H, Hk, D, D, 2, ctx2, 1, 5, 1);             /* split-K + shared prefix */
-            uint32_t ctx1[2] = { 600, 95 };
-            scenario(vk, H, Hk, D, D, 2, ctx1, 40, 1, 1);            /* prefill tiles after a prefix */
+    for (kv_q8 = 0; kv_q8 < 2; kv_q8++) {
+        for (size_t g = 0; g < 4; g++) {
+            for (size_t di = 0; di < 2; di++) {
+                uint32_t H = gqa[g][0], Hk = gqa[g][1], D = dims[di];
+                uint32_t ctx3[3] = { 37, 1, 300 };
+                scenario(vk, H, Hk, D, D, 3, ctx3, 1, 1, 0);             /* decode, ragged lengths */
+                uint32_t ctx2[2] = { 1000, 517 };
+                scenario(vk, H, Hk, D, D, 2, ctx2, 1, 5, 1);             /* split-K + shared prefix */
+                uint32_t ctx1[2] = { 600, 95 };
+                scenario(vk, H, Hk, D, D, 2, ctx1, 40, 1, 1);            /* prefill tiles after a prefix */
+            }
         }
+        uint32_t c[1] = { 33 };
+        if (!kv_q8)
+            scenario(vk, 8, 4, 8, 8, 1, c, 33, 1, 0);                    /* tiny heads, whole prompt */
+        scenario(vk, 2, 1, 32, 64, 1, c, 1, 3, 0);                       /* Dv != D, more splits than blocks */
+        scenario(vk, 2, 1, 32, 64, 1, c, 33, 1, 0);
     }
-    uint32_t c[1] = { 33 };
-    scenario(vk, 8, 4, 8, 8, 1, c, 33, 1, 0);                        /* tiny heads, whole prompt */
-    scenario(vk, 2, 1, 16, 32, 1, c, 1, 3, 0);                       /* Dv != D, more splits than blocks */
-    scenario(vk, 2, 1, 16, 32, 1, c, 33, 1, 0);
     gpu_close(vk);
     return test_summary("attn");
 }
