@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "core/gguf.h"
+#include "core/quantize.h"
 
 float em_f16_to_f32(uint16_t h)
 {
@@ -320,40 +321,10 @@ void em_dequant_row(uint32_t type, const void *src, float *dst, int64_t n)
 
 void em_quant_q8_0(const float *src, void *dst, int64_t n)
 {
-    uint8_t *o = dst;
-    for (int64_t i = 0; i < n; i += 32, o += 34) {
-        float amax = 0;
-        for (int j = 0; j < 32; j++)
-            amax = fmaxf(amax, fabsf(src[i + j]));
-        float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
-        uint16_t h = em_f32_to_f16(d);
-        memcpy(o, &h, 2);
-        for (int j = 0; j < 32; j++)
-            o[2 + j] = (uint8_t)(int8_t)roundf(src[i + j] * id);
-    }
+    em_quantize_row(EM_T_Q8_0, src, dst, n);
 }
 
 void em_quant_q4_0(const float *src, void *dst, int64_t n)
 {
-    uint8_t *o = dst;
-    for (int64_t i = 0; i < n; i += 32, o += 18) {
-        float amax = 0, max = 0;
-        for (int j = 0; j < 32; j++) {
-            float v = src[i + j];
-            if (fabsf(v) > amax) {
-                amax = fabsf(v);
-                max = v;
-            }
-        }
-        float d = max / -8.0f, id = d ? 1.0f / d : 0.0f;
-        uint16_t h = em_f32_to_f16(d);
-        memcpy(o, &h, 2);
-        for (int j = 0; j < 16; j++) {
-            int x0 = (int)(src[i + j] * id + 8.5f);
-            int x1 = (int)(src[i + 16 + j] * id + 8.5f);
-            x0 = x0 > 15 ? 15 : x0;
-            x1 = x1 > 15 ? 15 : x1;
-            o[2 + j] = (uint8_t)(x0 | (x1 << 4));
-        }
-    }
+    em_quantize_row(EM_T_Q4_0, src, dst, n);
 }

@@ -21,8 +21,8 @@ int em_quant_supported(uint32_t type);
 void em_dequant_row(uint32_t type, const void *src, float *dst, int64_t n);
 
 /* Quantize n floats (multiple of 32) to Q8_0 blocks in dst, the way the
- * reference quantizer does (d = max|x| / 127, round to nearest). Used by
- * tests and tools to build quantized tensors. */
+ * reference quantizer does (d = max|x| / 127, round to nearest). Shorthands
+ * for em_quantize_row (core/quantize.h), which has every output type. */
 void em_quant_q8_0(const float *src, void *dst, int64_t n);
 /* Same for Q4_0 (d = signed max / -8). */
 void em_quant_q4_0(const float *src, void *dst, int64_t n);
