@@ -660,23 +660,6 @@ int em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **o
             goto fail;
         f->st.act_bytes += bufs[i].bytes;
     }
-    {
-        em_vk_cmd *c = NULL;
-        if ((rc = em_vk_cmd_create(vk, 0, &c, err)) || (rc = em_vk_cmd_begin(c, err))) {
-            em_vk_cmd_destroy(c);
-            goto fail;
-        }
-        em_vk_buf *z[] = { &f->x, &f->qkv, &f->att, &f->hf, &f->gu, &f->dummy, &f->part };
-        for (size_t i = 0; i < sizeof z / sizeof z[0]; i++)
-            em_vk_cmd_fill(c, z[i], 0);
-        rc = em_vk_cmd_end(c, err);
-        if (!rc)
-            rc = em_vk_cmd_submit_wait(c, err);
-        em_vk_cmd_destroy(c);
-        if (rc)
-            goto fail;
-    }
-
     /* the vecs buffer must exist before descriptor sets are made: size it
      * first (norms, biases, q/k norms, inverse frequencies) */
     {
@@ -762,12 +745,16 @@ int em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **o
     }
     if ((rc = em_vk_upload(vk, &f->vecs, 0, f->vecs_host, (size_t)f->n_vecs * 4, NULL, err)))
         goto fail;
-    {   /* a clean KV pool: positions never written read as zeros */
+    {   /* zeros: activation padding columns are read as zeros, and so are KV
+         * positions never written */
         em_vk_cmd *c = NULL;
         if ((rc = em_vk_cmd_create(vk, 0, &c, err)) || (rc = em_vk_cmd_begin(c, err))) {
             em_vk_cmd_destroy(c);
             goto fail;
         }
+        em_vk_buf *z[] = { &f->x, &f->qkv, &f->att, &f->hf, &f->gu, &f->dummy, &f->part };
+        for (size_t i = 0; i < sizeof z / sizeof z[0]; i++)
+            em_vk_cmd_fill(c, z[i], 0);
         for (uint32_t il = 0; il < hp->n_layer; il++) {
             em_vk_cmd_fill(c, &f->layers[il].kc, 0);
             em_vk_cmd_fill(c, &f->layers[il].vc, 0);

@@ -108,8 +108,7 @@ const char *em_gguf_type_name(em_gguf_type t)
     return (unsigned)t < EM_GGUF_NTYPES ? names[t] : "unknown";
 }
 
-/* Bytes of one scalar element, 0 for STRING/ARRAY/unknown. */
-static uint32_t scalar_size(uint32_t t)
+uint32_t em_gguf_type_size(uint32_t t)
 {
     switch (t) {
     case EM_GGUF_U8: case EM_GGUF_I8: case EM_GGUF_BOOL: return 1;
@@ -214,7 +213,7 @@ static int read_value(rd *r, uint32_t type, em_gguf_value *out, int depth, const
 {
     memset(out, 0, sizeof *out);
     out->type = (em_gguf_type)type;
-    uint32_t sz = scalar_size(type);
+    uint32_t sz = em_gguf_type_size(type);
     if (sz) {
         int rc = rd_need(r, sz, key);
         if (rc)
@@ -258,14 +257,14 @@ static int read_value(rd *r, uint32_t type, em_gguf_value *out, int depth, const
                           r->name, key, et);
     out->v.arr.type = (em_gguf_type)et;
     /* Every element takes at least min bytes: check the count before allocating. */
-    uint64_t min = scalar_size(et) ? scalar_size(et) : (et == EM_GGUF_STRING ? 8 : 12);
+    uint64_t min = em_gguf_type_size(et) ? em_gguf_type_size(et) : (et == EM_GGUF_STRING ? 8 : 12);
     uint64_t remain = r->size - r->pos;
     if (n > remain / min)
         return em_err_set(r->err, EM_EFORMAT,
                           "%s: key '%s' claims %llu array elements, more than the %llu bytes left can hold",
                           r->name, key, (unsigned long long)n, (unsigned long long)remain);
     out->v.arr.n = n;
-    if (scalar_size(et)) {
+    if (em_gguf_type_size(et)) {
         out->v.arr.raw = r->p + r->pos;
         r->pos += n * min;
         return 0;
@@ -719,7 +718,7 @@ int em_gguf_get_arr(const em_gguf *g, const char *key, em_gguf_type elem_type,
 
 double em_gguf_arr_f64(const em_gguf_value *arr, uint64_t i)
 {
-    const uint8_t *p = (const uint8_t *)arr->v.arr.raw + i * scalar_size(arr->v.arr.type);
+    const uint8_t *p = (const uint8_t *)arr->v.arr.raw + i * em_gguf_type_size(arr->v.arr.type);
     switch (arr->v.arr.type) {
     case EM_GGUF_F32: { float f; memcpy(&f, p, 4); return f; }
     case EM_GGUF_F64: { double d; memcpy(&d, p, 8); return d; }
@@ -729,7 +728,7 @@ double em_gguf_arr_f64(const em_gguf_value *arr, uint64_t i)
 
 int64_t em_gguf_arr_i64(const em_gguf_value *arr, uint64_t i)
 {
-    const uint8_t *p = (const uint8_t *)arr->v.arr.raw + i * scalar_size(arr->v.arr.type);
+    const uint8_t *p = (const uint8_t *)arr->v.arr.raw + i * em_gguf_type_size(arr->v.arr.type);
     switch (arr->v.arr.type) {
     case EM_GGUF_U8: case EM_GGUF_BOOL: return *p;
     case EM_GGUF_I8:  { int8_t v; memcpy(&v, p, 1); return v; }

@@ -138,6 +138,9 @@ int64_t em_gguf_arr_i64(const em_gguf_value *arr, uint64_t i);
 /* Compare a file string with a C string. */
 int em_gguf_str_eq(em_gguf_str s, const char *c);
 
+/* Bytes of one scalar metadata value of type t; 0 for STRING, ARRAY, unknown. */
+uint32_t em_gguf_type_size(uint32_t t);
+
 /* Name of a metadata value type ("u32", "array", ...). */
 const char *em_gguf_type_name(em_gguf_type t);
 

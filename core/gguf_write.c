@@ -158,27 +158,16 @@ int em_gguf_w_str(em_gguf_writer *w, const char *key, const char *v)
     return done(w, b);
 }
 
-static size_t scalar_bytes(em_gguf_type t)
-{
-    switch (t) {
-    case EM_GGUF_U8: case EM_GGUF_I8: case EM_GGUF_BOOL: return 1;
-    case EM_GGUF_U16: case EM_GGUF_I16: return 2;
-    case EM_GGUF_U32: case EM_GGUF_I32: case EM_GGUF_F32: return 4;
-    case EM_GGUF_U64: case EM_GGUF_I64: case EM_GGUF_F64: return 8;
-    default: return 0;
-    }
-}
-
 int em_gguf_w_arr(em_gguf_writer *w, const char *key, em_gguf_type elem, const void *data, uint64_t n)
 {
-    if (!scalar_bytes(elem))
+    if (!em_gguf_type_size(elem))
         return EM_EINVAL;
     bytes *b = entry(w, key);
     if (b) {
         put_u32(b, EM_GGUF_ARRAY);
         put_u32(b, elem);
         put_u64(b, n);
-        put(b, data, (size_t)n * scalar_bytes(elem));
+        put(b, data, (size_t)n * em_gguf_type_size(elem));
     }
     return done(w, b);
 }
@@ -207,8 +196,8 @@ static void put_value(bytes *b, const em_gguf_value *v)
     case EM_GGUF_ARRAY:
         put_u32(b, v->v.arr.type);
         put_u64(b, v->v.arr.n);
-        if (scalar_bytes(v->v.arr.type)) {
-            put(b, v->v.arr.raw, (size_t)v->v.arr.n * scalar_bytes(v->v.arr.type));
+        if (em_gguf_type_size(v->v.arr.type)) {
+            put(b, v->v.arr.raw, (size_t)v->v.arr.n * em_gguf_type_size(v->v.arr.type));
         } else {
             for (uint64_t i = 0; i < v->v.arr.n; i++)
                 put_value(b, &v->v.arr.items[i]);
@@ -223,7 +212,7 @@ static void put_value(bytes *b, const em_gguf_value *v)
         put(b, &v->v.f, 8);
         return;
     default:   /* integers: the low bytes of the 64-bit value (little-endian) */
-        put(b, &v->v.u, scalar_bytes(v->type));
+        put(b, &v->v.u, em_gguf_type_size(v->type));
         return;
     }
 }

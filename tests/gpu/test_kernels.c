@@ -82,6 +82,24 @@ static em_vk_pipe *pipe_for(harness *h, uint32_t k, uint32_t tn, uint32_t flags)
     return p;
 }
 
+/* The N rows at w (rb bytes each) packed the way core/forward.c uploads
+ * them: *qw and *sc are malloc'd (sc padded to whole words). */
+static void pack(const em_wpack_layout *L, const uint8_t *w, size_t rb, uint32_t N, uint32_t **qw,
+                 uint16_t **sc)
+{
+    *qw = malloc(L->group_qw_bytes * L->n_groups);
+    *sc = calloc(1, L->group_sc_bytes * L->n_groups + 16);
+    float *tmp = malloc(L->K_pad * sizeof *tmp);
+    for (uint32_t g = 0; g < L->n_groups; g++) {
+        const void *rows[32];
+        for (uint32_t r = 0; r < L->R; r++)
+            rows[r] = g * L->R + r < N ? w + (g * L->R + r) * rb : NULL;
+        em_wpack_group(L, rows, (uint32_t *)((uint8_t *)*qw + g * L->group_qw_bytes),
+                       L->has_sc ? (uint16_t *)((uint8_t *)*sc + g * L->group_sc_bytes) : NULL, tmp);
+    }
+    free(tmp);
+}
+
 static em_vk_buf upload(harness *h, const void *data, size_t n)
 {
     em_vk_buf b = { 0 };
@@ -120,16 +138,9 @@ static void mm_case(harness *h, uint32_t src_type, uint32_t K, uint32_t N, uint3
         free(w);
         return;
     }
-    uint32_t *qw = malloc(L.group_qw_bytes * L.n_groups);
-    uint16_t *sc = calloc(1, L.group_sc_bytes * L.n_groups + 16);
-    float *tmp = malloc(L.K_pad * sizeof *tmp);
-    for (uint32_t g = 0; g < L.n_groups; g++) {
-        const void *rows[32];
-        for (uint32_t r = 0; r < h->RPW; r++)
-            rows[r] = g * h->RPW + r < N ? w + (g * h->RPW + r) * rb : NULL;
-        em_wpack_group(&L, rows, (uint32_t *)((uint8_t *)qw + g * L.group_qw_bytes),
-                       L.has_sc ? (uint16_t *)((uint8_t *)sc + g * L.group_sc_bytes) : NULL, tmp);
-    }
+    uint32_t *qw;
+    uint16_t *sc;
+    pack(&L, w, rb, N, &qw, &sc);
     uint32_t xs = (L.K_pad + 31) / 32 * 32;
     uint32_t n_in = T + 2;                                 /* more input rows than tokens (gather) */
     uint32_t out_cols = (flags & EM_MM_SWIGLU) ? N / 2 : N;
@@ -211,7 +222,7 @@ static void mm_case(harness *h, uint32_t src_type, uint32_t K, uint32_t N, uint3
     em_vk_free(h->vk, &by);
     em_vk_cmd_destroy(cmd);
     em_vk_dset_destroy(h->vk, ds);
-    free(w); free(qw); free(sc); free(tmp); free(x); free(vecs); free(y0); free(y); free(ref);
+    free(w); free(qw); free(sc); free(x); free(vecs); free(y0); free(y); free(ref);
     free(xin); free(full); free(step);
 }
 
@@ -224,16 +235,9 @@ static void embed_case(harness *h, uint32_t src_type, uint32_t E, uint32_t V)
     em_wpack_layout L;
     int rc = em_wpack_layout_for(src_type, E, V, h->RPW, &L, &err);
     CHECK_OK(rc, err);
-    uint32_t *qw = malloc(L.group_qw_bytes * L.n_groups);
-    uint16_t *sc = calloc(1, L.group_sc_bytes * L.n_groups + 16);
-    float *tmp = malloc(L.K_pad * sizeof *tmp);
-    for (uint32_t g = 0; g < L.n_groups; g++) {
-        const void *rows[32];
-        for (uint32_t r = 0; r < h->RPW; r++)
-            rows[r] = g * h->RPW + r < V ? w + (g * h->RPW + r) * rb : NULL;
-        em_wpack_group(&L, rows, (uint32_t *)((uint8_t *)qw + g * L.group_qw_bytes),
-                       L.has_sc ? (uint16_t *)((uint8_t *)sc + g * L.group_sc_bytes) : NULL, tmp);
-    }
+    uint32_t *qw;
+    uint16_t *sc;
+    pack(&L, w, rb, V, &qw, &sc);
     int32_t toks[5] = { 0, (int32_t)V - 1, (int32_t)V / 2, 3 % V, (int32_t)V - 1 };
     uint32_t T = 5, xs = E + 4;
     em_vk_buf bqw = upload(h, qw, L.group_qw_bytes * L.n_groups);
@@ -265,7 +269,7 @@ static void embed_case(harness *h, uint32_t src_type, uint32_t E, uint32_t V)
     em_vk_free(h->vk, &bqw); em_vk_free(h->vk, &bsc); em_vk_free(h->vk, &bs); em_vk_free(h->vk, &bx);
     em_vk_cmd_destroy(cmd);
     em_vk_dset_destroy(h->vk, ds);
-    free(w); free(qw); free(sc); free(tmp); free(x); free(ref);
+    free(w); free(qw); free(sc); free(x); free(ref);
 }
 
 int main(void)

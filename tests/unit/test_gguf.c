@@ -174,6 +174,16 @@ static void test_hostile(void)
     }
     free(b.p);
 
+    {   /* version 2 has the same layout as 3: accepted */
+        spec v2 = good();
+        v2.version = 2;
+        buf b2 = build(&v2);
+        em_gguf *g2 = NULL;
+        em_err e2 = { 0 };
+        CHECKF(em_gguf_open_mem(b2.p, b2.n, "v2.gguf", &g2, &e2) == 0 && em_gguf_version(g2) == 2, "%s", e2.msg);
+        em_gguf_close(g2);
+        free(b2.p);
+    }
     s = good(); s.magic = 0x12345678;            expect_error("bad magic", &s, "not a GGUF file");
     s = good(); s.version = 1;                   expect_error("version 1", &s, "version 1");
     s = good(); s.version = 99;                  expect_error("version 99", &s, "unknown GGUF version");
