@@ -694,8 +694,10 @@ int em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **o
     {
         const em_gguf_tensor *te = em_model_tok_embd(m), *to = em_model_output(m);
         row_src es = { { te }, 1, 0 };
+        uint64_t before = f->st.weight_bytes;
         if ((rc = pmat_build(f, &es, &f->embd, &prog, err)))
             goto fail_prog;
+        uint64_t embd_bytes = f->st.weight_bytes - before;
         site *s = &f->out;
         s->flags = EM_MM_NORM_IN | EM_MM_GATHER_IN;
         s->k_real = hp->n_embd;
@@ -712,6 +714,9 @@ int em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **o
         }
         if ((rc = site_bind(f, s, &f->x, &f->logits, err)))
             goto fail_prog;
+        /* a decode step reads one row of an embedding table that is not
+         * also the output matrix */
+        f->st.decode_bytes = f->st.weight_bytes - (to == te ? 0 : embd_bytes);
         em_vk_pipe *ep;
         const mat_chunk *ch = &f->embd.ch[0];
         if (f->embd.n_chunks != 1) {

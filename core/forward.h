@@ -81,6 +81,8 @@ typedef struct {
     uint32_t dispatches;      /* in the last step's command buffer */
     uint32_t barriers;
     uint64_t weight_bytes;    /* device bytes of packed weights */
+    uint64_t decode_bytes;    /* of those, the bytes a decode step streams: all but an
+                               * embedding table that is not also the output matrix */
     uint64_t kv_bytes;        /* device bytes of the KV pool */
     uint64_t act_bytes;       /* activations + step + logits buffers */
     double   last_record_us;  /* host time recording the last step (0 when replayed) */

@@ -316,7 +316,7 @@ int em_cmd_bench(int argc, char **argv)
     double prefill_tps = n_prompt / best_prefill;
     double prefill_gflops = prefill_flops / best_prefill / 1e9;
     double decode_tps = n_gen / t_dec;
-    double bytes_per_tok = (double)st.weight_bytes;   /* every packed matrix is streamed once */
+    double bytes_per_tok = (double)st.decode_bytes;   /* every matrix a decode step uses, once */
     double kv_per_tok = (double)st.kv_bytes / (double)em_engine_n_ctx(e) * (n_prompt + n_gen / 2.0);
     double decode_gbps = bytes_per_tok * decode_tps / 1e9;
     double dec_eff = decode_gbps / read_gbps, pre_eff = prefill_gflops / fma_gflops;
