@@ -28,7 +28,7 @@ typedef struct {
     double          *ttft, *tpot_mean, *tpot_p99;
     uint32_t         n_done, cap;
     uint64_t         tokens;
-    int              failed;
+    int              failed, started;
     char             error[256];
 } user;
 
@@ -96,6 +96,16 @@ static void *user_main(void *arg)
     return NULL;
 }
 
+/* A user's thread; one that cannot start counts as a failed user. */
+static void start_user(pthread_t *th, user *u)
+{
+    u->started = pthread_create(th, NULL, user_main, u) == 0;
+    if (!u->started) {
+        u->failed = 1;
+        snprintf(u->error, sizeof u->error, "cannot start a user thread");
+    }
+}
+
 static int cmp_d(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -121,9 +131,11 @@ typedef struct {
 } level;
 
 /* One level: `users` interactive users doing `reqs` requests each, with
- * `background` background users running until they finish. */
+ * `background` background users running until they finish. Every run draws
+ * new prompts (run counts the runs), so none finds another's in the prefix
+ * cache. */
 static int run_level(em_sched *s, const em_bench_load_opts *o, uint32_t users, uint32_t background,
-                     level *out)
+                     uint32_t run, level *out)
 {
     uint32_t n = users + background;
     user *us = calloc(n, sizeof *us);
@@ -144,7 +156,7 @@ static int run_level(em_sched *s, const em_bench_load_opts *o, uint32_t users, u
         u->vocab = o->n_vocab;
         u->n_requests = i < users ? (int)o->requests_per_user : -1;
         u->stop = &stop;
-        u->seed = 1000 + i * 7919 + users * 104729;
+        u->seed = 1000 + i * 7919ull + run * 104729ull;
         u->cap = 4096;
         u->ttft = calloc(u->cap, sizeof(double));
         u->tpot_mean = calloc(u->cap, sizeof(double));
@@ -154,20 +166,20 @@ static int run_level(em_sched *s, const em_bench_load_opts *o, uint32_t users, u
     em_sched_get_stats(s, &st0);
     double t0 = em_cli_now(), waste_sum = 0;
     uint32_t waste_n = 0;
-    for (uint32_t i = background ? users : 0; i < n; i++)   /* background users first: saturate */
-        pthread_create(&th[i], NULL, user_main, &us[i]);
+    for (uint32_t i = users; i < n; i++)   /* background users first: saturate */
+        start_user(&th[i], &us[i]);
     if (background) {
         struct timespec ts = { 0, 500000000L };
         nanosleep(&ts, NULL);
     }
     for (uint32_t i = 0; i < users; i++)
-        pthread_create(&th[i], NULL, user_main, &us[i]);
+        start_user(&th[i], &us[i]);
     for (uint32_t i = 0; i < users; i++) {
         /* sample the KV waste while the level runs */
         for (;;) {
             struct timespec ts = { 0, 100000000L };
             void *ret;
-            if (pthread_tryjoin_np(th[i], &ret) == 0)
+            if (!us[i].started || pthread_tryjoin_np(th[i], &ret) == 0)
                 break;
             em_sched_stats st;
             em_sched_get_stats(s, &st);
@@ -180,7 +192,8 @@ static int run_level(em_sched *s, const em_bench_load_opts *o, uint32_t users, u
     }
     stop = 1;
     for (uint32_t i = users; i < n; i++)
-        pthread_join(th[i], NULL);
+        if (us[i].started)
+            pthread_join(th[i], NULL);
     double t1 = em_cli_now();
     em_sched_get_stats(s, &st1);
     double *ttft = calloc(users * 4096u, sizeof(double)), *tpot = calloc(users * 4096u, sizeof(double));
@@ -260,23 +273,24 @@ int em_bench_load(em_sched *s, const em_bench_load_opts *o, int json)
     uint32_t nl = 0;
     int rc = 0;
     double unloaded_p99[16] = { 0 };
+    uint32_t run = 0;
     /* warm-up (not reported): the first steps of each shape record command
      * buffers and llvmpipe compiles kernels on their first dispatch */
     {
         em_bench_load_opts w = *o;
         w.requests_per_user = 1;
         level tmp;
-        if ((rc = run_level(s, &w, 2, o->background ? 1 : 0, &tmp)))
+        if ((rc = run_level(s, &w, 2, o->background ? 1 : 0, run++, &tmp)))
             return rc;
     }
     for (uint32_t i = 0; i < o->n_levels && !rc; i++) {
         if (o->background) {   /* the unloaded figure to compare with */
             level base;
-            if ((rc = run_level(s, o, o->levels[i], 0, &base)))
+            if ((rc = run_level(s, o, o->levels[i], 0, run++, &base)))
                 break;
             unloaded_p99[nl] = base.ttft_p99;
         }
-        if ((rc = run_level(s, o, o->levels[i], o->background, &lv[nl])))
+        if ((rc = run_level(s, o, o->levels[i], o->background, run++, &lv[nl])))
             break;
         nl++;
         if (!json)

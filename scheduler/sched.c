@@ -41,7 +41,7 @@ struct em_sched {
 
     em_sched_stats      st;
     double              win_t[RATE_WINDOW], win_busy[RATE_WINDOW];
-    uint32_t            win_tok[RATE_WINDOW], win_i;
+    uint32_t            win_tok[RATE_WINDOW], win_rows[RATE_WINDOW], win_i;
 };
 
 void em_sched_opts_init(em_sched_opts *o)
@@ -51,6 +51,7 @@ void em_sched_opts_init(em_sched_opts *o)
     o->max_waiting[EM_CLASS_INTERACTIVE] = 256;
     o->max_waiting[EM_CLASS_BACKGROUND] = 1024;
     o->aging_ms = 10000;
+    o->bg_step_ms = 200;
     o->prefix_cache = 1;
 }
 
@@ -342,6 +343,40 @@ static void step_once(em_sched *s)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* Rows a step may hold to last about ms, from a least-squares fit of step
+ * time = a + b * rows over the recent steps; UINT32_MAX while there is too
+ * little history (or no measurable cost per row) to say. */
+static uint32_t rows_within(const em_sched *s, double ms)
+{
+    uint32_t n = s->win_i < RATE_WINDOW ? s->win_i : RATE_WINDOW;
+    if (n < 4)
+        return UINT32_MAX;
+    double sx = 0, sy = 0, sxx = 0, sxy = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        double x = s->win_rows[i], y = s->win_busy[i] * 1e3;
+        sx += x;
+        sy += y;
+        sxx += x * x;
+        sxy += x * y;
+    }
+    double var = sxx - sx * sx / n, a, b;
+    if (var > 1e-9 * n) {
+        b = (sxy - sx * sy / n) / var;
+        a = (sy - b * sx) / n;
+    } else {
+        b = 0;
+        a = 0;
+    }
+    if (b <= 0) {   /* one step size only, or noise: charge all time to the rows */
+        b = sx > 0 ? sy / sx : 0;
+        a = 0;
+    }
+    if (b <= 1e-6)
+        return UINT32_MAX;
+    double rows = (ms - (a > 0 ? a : 0)) / b;
+    return rows <= 0 ? 0 : rows >= (double)UINT32_MAX ? UINT32_MAX : (uint32_t)rows;
+}
+
 static void plan_and_run(em_sched *s)
 {
     double t0 = em_sched_now();
@@ -358,7 +393,18 @@ static void plan_and_run(em_sched *s)
     uint32_t n_snap = 0;
     for (em_request *r = s->running; r && n_snap < 1024; r = r->next)
         snap[n_snap++] = r;
+    /* Background prompt work is what makes a step long, and an interactive
+     * request arriving meanwhile waits for that step: background prompt
+     * rows stop while an interactive prompt is in the step, and otherwise
+     * fill a step only to about bg_step_ms (at least one block's worth, so
+     * they always progress). Decodes of both classes always run. */
+    int ia_prompt = 0;
+    uint32_t bg_rows = UINT32_MAX;
     for (int cls = 0; cls < EM_CLASS_COUNT; cls++) {
+        if (cls == EM_CLASS_BACKGROUND && s->o.bg_step_ms > 0) {
+            uint32_t fit = rows_within(s, s->o.bg_step_ms);
+            bg_rows = ia_prompt ? 0 : fit > T + EM_KV_BLOCK ? fit - T : EM_KV_BLOCK;
+        }
         for (int pass = 0; pass < 2; pass++) {
             for (uint32_t k = 0; k < n_snap && T < budget; k++) {
                 em_request *r = snap[k];
@@ -368,11 +414,20 @@ static void plan_and_run(em_sched *s)
                 if ((pass == 0) != (pending == 1) || in_batch(s, T, r))
                     continue;
                 uint32_t c = pending < budget - T ? pending : budget - T;
+                if (pass == 1 && cls == EM_CLASS_BACKGROUND) {
+                    if (!bg_rows)
+                        continue;
+                    c = c < bg_rows ? c : bg_rows;
+                }
                 if (L == s->be.max_logits && r->n_done + c == r->n_toks)
                     continue;
                 if (reserve(s, r, r->n_done, r->n_done + c, T, &n_copies))
                     continue;   /* waits a step; may be preempted if this persists */
                 add_rows(s, r, c, &T, &L);
+                if (pass == 1 && cls == EM_CLASS_INTERACTIVE)
+                    ia_prompt = 1;
+                if (pass == 1 && cls == EM_CLASS_BACKGROUND && bg_rows != UINT32_MAX)
+                    bg_rows -= c;
             }
         }
         while (T < budget && L < s->be.max_logits) {
@@ -388,8 +443,15 @@ static void plan_and_run(em_sched *s)
             if (cls == EM_CLASS_INTERACTIVE ? (r->cls != EM_CLASS_INTERACTIVE && !aged)
                                             : r->cls == EM_CLASS_INTERACTIVE)
                 break;
-            if (admit(s, r, budget - T, &T, &L, &n_copies, t0))
+            uint32_t room = budget - T, T_before = T;
+            if (cls == EM_CLASS_BACKGROUND && bg_rows < room)
+                room = bg_rows;
+            if (!room || admit(s, r, room, &T, &L, &n_copies, t0))
                 break;
+            if (r->cls == EM_CLASS_INTERACTIVE)
+                ia_prompt = 1;
+            if (cls == EM_CLASS_BACKGROUND && bg_rows != UINT32_MAX)
+                bg_rows -= T - T_before;
         }
     }
     if (T == 0) {
@@ -437,6 +499,7 @@ static void plan_and_run(em_sched *s)
     s->st.steps++;
     s->win_t[s->win_i % RATE_WINDOW] = t1;
     s->win_busy[s->win_i % RATE_WINDOW] = t1 - t0;
+    s->win_rows[s->win_i % RATE_WINDOW] = T;
     s->win_i++;
     pthread_mutex_unlock(&s->mu);
 }

@@ -146,10 +146,14 @@ typedef struct {
     uint32_t max_waiting[EM_CLASS_COUNT];   /* queue bounds: beyond, submit says busy */
     double   aging_ms;        /* a background request waiting this long is admitted like
                                  an interactive one (0: 10 s) */
+    double   bg_step_ms;      /* background prompt chunks fill a step only to about this
+                                 long (measured), bounding how long an arriving interactive
+                                 request waits for the step in flight; 0: no bound */
     int      prefix_cache;    /* share full KV blocks between sequences by prefix */
 } em_sched_opts;
 
-void em_sched_opts_init(em_sched_opts *o);   /* 512 tokens, 256/1024 waiting, 10 s, cache on */
+void em_sched_opts_init(em_sched_opts *o);   /* 512 tokens, 256/1024 waiting, 10 s, 200 ms,
+                                                cache on */
 
 typedef struct em_sched em_sched;
 

@@ -87,8 +87,12 @@ typedef struct {
     pthread_cond_t gate_cv;
     int gate_closed;              /* steps wait while set */
     unsigned delay_us;            /* per step: lets tests act while requests run */
+    unsigned row_us;              /* and per row of the batch: a step's cost grows with it */
     uint64_t steps;
     uint32_t max_batch_seen;
+    /* prompt rows per step, told apart by their ids: bytes (< 259) or words */
+    uint32_t max_byte_prompt_late;   /* most byte-id prompt rows in a step after the 4th */
+    uint32_t mixed_steps;            /* steps with prompt rows of both kinds */
 } fake;
 
 static int fake_copy(void *ctx, const em_kv_copy *c, uint32_t n, em_err *err)
@@ -110,9 +114,16 @@ static int fake_step(void *ctx, const em_sched_batch *b, float *logits, em_err *
     f->steps++;
     if (b->n_tokens > f->max_batch_seen)
         f->max_batch_seen = b->n_tokens;
+    uint32_t bytes = 0, words = 0;
+    for (uint32_t i = 0; i < b->n_tokens; i++)
+        if (!b->decode[i])
+            *(b->tokens[i] < 259 ? &bytes : &words) += 1;
+    if (f->steps > 4 && bytes > f->max_byte_prompt_late)
+        f->max_byte_prompt_late = bytes;
+    f->mixed_steps += bytes && words;
     pthread_mutex_unlock(&f->gate_mu);
-    if (f->delay_us)
-        usleep(f->delay_us);
+    if (f->delay_us || f->row_us)
+        usleep(f->delay_us + f->row_us * b->n_tokens);
     if (b->n_tokens > f->max_tokens)
         return em_err_set(err, EM_ERANGE, "fake: %u tokens in a step", b->n_tokens);
     for (uint32_t i = 0; i < b->n_tokens; i++) {
@@ -247,12 +258,13 @@ static void check_alone(const job *j, uint32_t max_ctx, const char *what)
            n, em_finish_name(fin));
 }
 
-static em_sched *mk(em_sched_backend *be, uint32_t step_tokens, double aging_ms, uint32_t max_wait,
-                    em_tokenizer *tok)
+static em_sched *mk_bg(em_sched_backend *be, uint32_t step_tokens, double aging_ms, uint32_t max_wait,
+                       double bg_step_ms, em_tokenizer *tok)
 {
     em_sched_opts o;
     em_sched_opts_init(&o);
     o.step_tokens = step_tokens;
+    o.bg_step_ms = bg_step_ms;
     if (aging_ms > 0)
         o.aging_ms = aging_ms;
     if (max_wait)
@@ -261,6 +273,12 @@ static em_sched *mk(em_sched_backend *be, uint32_t step_tokens, double aging_ms,
     em_err e = { 0 };
     CHECKF(em_sched_create(&o, be, tok, &s, &e) == 0, "%s", e.msg);
     return s;
+}
+
+static em_sched *mk(em_sched_backend *be, uint32_t step_tokens, double aging_ms, uint32_t max_wait,
+                    em_tokenizer *tok)
+{
+    return mk_bg(be, step_tokens, aging_ms, max_wait, 0, tok);
 }
 
 static void fill_prompt(job *j, uint32_t n, uint32_t seed, uint32_t shared_prefix)
@@ -555,6 +573,53 @@ static void test_random(em_tokenizer *tok)
     printf("random: %d scenarios, %d requests\n", scenarios, requests);
 }
 
+/* Background prompt chunks keep steps short (bg_step_ms against the
+ * measured cost of a step) and stop while an interactive prompt runs. The
+ * fake's steps cost 2 ms + 0.4 ms per row; background prompts are byte ids,
+ * the interactive prompt word ids, so each step's rows can be told apart. */
+static void test_background_step_bound(em_tokenizer *tok)
+{
+    for (int bounded = 0; bounded < 2; bounded++) {
+        em_sched_backend be;
+        fake *f = fake_new(1024, 8, 512, 128, &be);
+        f->delay_us = 2000;
+        f->row_us = 400;
+        em_sched *s = mk_bg(&be, 128, 0, 0, bounded ? 20.0 : 0, tok);
+        static job bg[4], ia;
+        for (int i = 0; i < 4; i++) {
+            fill_prompt(&bg[i], 380, (uint32_t)i + 7, 0);
+            bg[i].max_tokens = 20;
+            CHECK(submit(s, &bg[i], EM_CLASS_BACKGROUND, NULL) == 0);
+        }
+        usleep(60000);
+        for (uint32_t i = 0; i < 100; i++)
+            ia.prompt[i] = (int32_t)(259 + (i * 7) % 41);
+        ia.n_prompt = 100;
+        ia.max_tokens = 5;
+        CHECK(submit(s, &ia, EM_CLASS_INTERACTIVE, NULL) == 0);
+        finish_job(&ia);
+        check_alone(&ia, 512, "bounded step");
+        for (int i = 0; i < 4; i++) {
+            finish_job(&bg[i]);
+            check_alone(&bg[i], 512, "bounded step");
+        }
+        em_sched_drain(s);
+        no_leak(s, "bounded step");
+        if (bounded) {
+            /* (20 - 2) / 0.4 = 45 rows fit; allow for a noisy fit */
+            CHECKF(f->max_byte_prompt_late > 0 && f->max_byte_prompt_late <= 70,
+                   "background prompt rows per step %u with a 20 ms bound", f->max_byte_prompt_late);
+            CHECKF(f->mixed_steps == 0, "%u steps mixed background and interactive prompt rows",
+                   f->mixed_steps);
+        } else {
+            CHECKF(f->max_byte_prompt_late > 100, "unbounded: background prompt rows per step %u",
+                   f->max_byte_prompt_late);
+        }
+        em_sched_destroy(s);
+        fake_free(f);
+    }
+}
+
 int main(void)
 {
     em_tokenizer *tok = make_tokenizer();
@@ -566,6 +631,7 @@ int main(void)
     test_preemption(tok);
     test_cancel_and_limits(tok);
     test_stop_string(tok);
+    test_background_step_bound(tok);
     test_random(tok);
     em_tokenizer_destroy(tok);
     free(vocab_mem);
