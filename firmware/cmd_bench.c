@@ -22,10 +22,11 @@
 
 static const char usage[] =
     "usage: ember bench [--model PATH] [--prompt-tokens N] [--gen-tokens N] [--contexts N,N,...]\n"
-    "                   [--json] [--profile]\n"
+    "                   [--kv-type f16|q8_0] [--json] [--profile]\n"
     "       ember bench [--model PATH] --users N,N,... [--background N] [--prompt-tokens N]\n"
     "                   [--gen-tokens N] [--requests-per-user N] [--prefix-tokens N]\n"
-    "                   [--gpu-cost-per-hour X] [--slo-tpot-ms X] [--kv-mb N] [--step-tokens N] [--json]\n"
+    "                   [--gpu-cost-per-hour X] [--slo-tpot-ms X] [--kv-mb N] [--step-tokens N]\n"
+    "                   [--kv-type f16|q8_0] [--json]\n"
     "  The first form measures prefill of N prompt tokens (default 512) and decode of N\n"
     "  tokens at batch 1 (default 128) on the GPU, decode at each context length of\n"
     "  --contexts (default 128,1024,4096 where the model allows), and the device's\n"
