@@ -236,7 +236,8 @@ static char *dup_range(const char *s, size_t n)
 {
     char *d = malloc(n + 1);
     if (d) {
-        memcpy(d, s, n);
+        if (n)   /* s may be NULL when there is no text yet */
+            memcpy(d, s, n);
         d[n] = 0;
     }
     return d;
