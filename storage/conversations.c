@@ -79,16 +79,10 @@ int em_storage_conv_list(em_storage *st, int64_t key_id, em_conv_info **out, siz
     }
     bind_key(s, 1, key_id);
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-        if (cnt == cap) {
-            size_t nc = cap ? cap * 2 : 16;
-            em_conv_info *nv = realloc(v, nc * sizeof *nv);
-            if (!nv) {
-                ret = em_err_set(err, EM_ENOMEM, "%s: out of memory", st->path);
-                rc = SQLITE_OK;
-                goto done;
-            }
-            v = nv;
-            cap = nc;
+        if (em_sto_grow((void **)&v, &cap, cnt, sizeof *v)) {
+            ret = em_err_set(err, EM_ENOMEM, "%s: out of memory", st->path);
+            rc = SQLITE_OK;
+            goto done;
         }
         em_conv_info *c = &v[cnt++];
         memset(c, 0, sizeof *c);
@@ -286,16 +280,10 @@ int em_storage_message_list(em_storage *st, int64_t key_id, int64_t conv_id, em_
     }
     sqlite3_bind_int64(s, 1, conv_id);
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-        if (cnt == cap) {
-            size_t nc = cap ? cap * 2 : 16;
-            em_message *nv = realloc(v, nc * sizeof *nv);
-            if (!nv) {
-                ret = em_err_set(err, EM_ENOMEM, "%s: out of memory", st->path);
-                rc = SQLITE_OK;
-                goto done;
-            }
-            v = nv;
-            cap = nc;
+        if (em_sto_grow((void **)&v, &cap, cnt, sizeof *v)) {
+            ret = em_err_set(err, EM_ENOMEM, "%s: out of memory", st->path);
+            rc = SQLITE_OK;
+            goto done;
         }
         em_message *m = &v[cnt];
         memset(m, 0, sizeof *m);

@@ -178,16 +178,10 @@ int em_storage_key_list(em_storage *st, em_key_info **out, size_t *n, em_err *er
         goto done;
     }
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-        if (cnt == cap) {
-            size_t nc = cap ? cap * 2 : 16;
-            em_key_info *nv = realloc(v, nc * sizeof *nv);
-            if (!nv) {
-                ret = em_err_set(err, EM_ENOMEM, "%s: out of memory listing keys", st->path);
-                rc = SQLITE_OK;
-                goto done;
-            }
-            v = nv;
-            cap = nc;
+        if (em_sto_grow((void **)&v, &cap, cnt, sizeof *v)) {
+            ret = em_err_set(err, EM_ENOMEM, "%s: out of memory listing keys", st->path);
+            rc = SQLITE_OK;
+            goto done;
         }
         row_to_info(s, &v[cnt++]);
     }

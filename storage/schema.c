@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -110,6 +111,19 @@ static const char *const migrations[EM_STORAGE_SCHEMA_VERSION] = {
     "CREATE INDEX messages_conversation ON messages(conversation_id, id);"
     "PRAGMA user_version = 3;",
 };
+
+int em_sto_grow(void **v, size_t *cap, size_t n, size_t elem)
+{
+    if (n < *cap)
+        return 0;
+    size_t nc = *cap ? *cap * 2 : 16;
+    void *nv = realloc(*v, nc * elem);
+    if (!nv)
+        return EM_ENOMEM;
+    *v = nv;
+    *cap = nc;
+    return 0;
+}
 
 int em_sto_code(int sqlite_rc)
 {
