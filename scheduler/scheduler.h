@@ -4,7 +4,10 @@
  * first token, smooth streaming) and `background` (batch work: throughput).
  * One scheduler thread owns the device and runs steps. Each step it keeps
  * every running sequence decoding, adds prompt chunks under a token budget
- * (interactive first), admits new sequences when their KV blocks fit, ages
+ * (interactive first; background chunks wait while an interactive prompt is
+ * in the step and otherwise keep a step to about bg_step_ms, so a chat
+ * request never waits long behind batch work), admits new sequences when
+ * their KV blocks fit, ages
  * waiting background requests so that none waits forever, preempts the
  * newest background sequences (freeing their blocks; they are recomputed
  * later) before it ever refuses an interactive one, runs one batched forward
