@@ -229,6 +229,9 @@ int em_cmd_bench(int argc, char **argv)
     }
     em_vk *vk = em_engine_vk(e);
     em_fwd *fwd = em_engine_fwd(e);
+    /* the engine's pool: one sequence of n_ctx positions */
+    uint32_t kv_blocks = (n_ctx + EM_KV_BLOCK - 1) / EM_KV_BLOCK;
+    uint64_t kv_bytes = (uint64_t)kv_blocks * em_fwd_kv_block_bytes(m, kv_type);
     toks = malloc((size_t)n_ctx * sizeof *toks);
     logits = malloc((size_t)hp->n_vocab * sizeof *logits);
     if (!toks || !logits) {
@@ -331,6 +334,9 @@ int em_cmd_bench(int argc, char **argv)
                               "params", (json_int_t)em_model_n_params(m),
                               "weight_bytes", (json_int_t)st.weight_bytes,
                               "prompt_tokens", (int)n_prompt, "gen_tokens", (int)n_gen);
+        json_object_set_new(o, "kv_blocks", json_integer(kv_blocks));
+        json_object_set_new(o, "kv_bytes", json_integer((json_int_t)kv_bytes));
+        json_object_set_new(o, "kv_type", json_string(em_fwd_kv_type_name(kv_type)));
         json_object_set_new(o, "prefill_tokens_per_s", json_real(prefill_tps));
         json_object_set_new(o, "prefill_gflops", json_real(prefill_gflops));
         json_object_set_new(o, "decode_tokens_per_s", json_real(decode_tps));
@@ -358,6 +364,8 @@ int em_cmd_bench(int argc, char **argv)
         printf("device      %s (%s), %s\n", di->name, di->type_name, em_fwd_variant(fwd));
         printf("model       %s: %s, %.1fM parameters, %.1f MB packed weights on the device\n",
                model_path, hp->name, em_model_n_params(m) / 1e6, st.weight_bytes / 1e6);
+        printf("KV cache    %u blocks of %u tokens = %u tokens, %.1f MiB (%s), one sequence\n", kv_blocks,
+               EM_KV_BLOCK, kv_blocks * EM_KV_BLOCK, kv_bytes / 1048576.0, em_fwd_kv_type_name(kv_type));
         printf("ceilings    read %.2f GB/s, FMA %.1f GFLOP/s (measured now)\n", read_gbps, fma_gflops);
         printf("prefill     %ld tokens: %.1f tok/s, %.2f GFLOP/s -> prefill efficiency %.2f\n",
                n_prompt, prefill_tps, prefill_gflops, pre_eff);
