@@ -557,6 +557,15 @@ static int build_layer(em_fwd *f, uint32_t il, em_vk_progress *prog, em_err *err
     return 0;
 }
 
+uint32_t em_fwd_mm_rows(const em_vk_dev_info *di, uint64_t weight_bytes)
+{
+    const char *env = getenv("EMBER_MM_RPW");
+    unsigned rpw;
+    if (env && sscanf(env, "%u", &rpw) == 1 && rpw >= 8 && rpw <= 32 && rpw % 8 == 0)
+        return rpw;
+    return di->type == VK_PHYSICAL_DEVICE_TYPE_CPU && weight_bytes >= EM_FWD_TINY_BYTES ? 32 : 8;
+}
+
 static void choose_variant(em_fwd *f)
 {
     const em_vk_dev_info *di = em_vk_info(f->vk);
@@ -566,11 +575,7 @@ static void choose_variant(em_fwd *f)
     /* one subgroup per workgroup; its lanes split each row, every lane
      * reuses its slice of the input for RPW rows */
     f->L = sg;
-    f->RPW = 8;
-    const char *env = getenv("EMBER_MM_RPW");
-    unsigned rpw;
-    if (env && sscanf(env, "%u", &rpw) == 1 && rpw >= 8 && rpw <= 32 && rpw % 8 == 0)
-        f->RPW = rpw;
+    f->RPW = em_fwd_mm_rows(di, em_model_weight_bytes(f->m));
     f->dec_lanes = di->type == VK_PHYSICAL_DEVICE_TYPE_CPU ? 16 : (sg < 16 ? 16 : sg);
     snprintf(f->variant, sizeof f->variant, "mm %u lanes x %u rows per workgroup", f->L, f->RPW);
 }

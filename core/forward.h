@@ -108,6 +108,20 @@ uint32_t em_fwd_profile(em_fwd *f, em_fwd_prof *out, uint32_t max, int reset);
 int em_fwd_mm_kernel(uint32_t type);
 int em_fwd_embed_kernel(uint32_t type);
 
+/* Models whose weights are smaller than this are "tiny": on a CPU device
+ * their dispatches are too small to split across threads (the engine runs
+ * them on one) or to gain from more rows per workgroup. */
+#define EM_FWD_TINY_BYTES (16u << 20)
+
+/* Rows per workgroup of the matrix kernel for a model of weight_bytes on a
+ * device: 32 on a CPU device (llvmpipe: each lane's input slice then serves
+ * more rows; 17-48% faster prefill and decode on the 155M model than 8, see
+ * docs/PERFORMANCE.md) unless the model is tiny (no gain there, and the
+ * larger kernels take 4x longer to compile the first time); 8 on GPUs
+ * (enough workgroups for small matrices). EMBER_MM_RPW=8|16|24|32 overrides
+ * it for experiments. */
+uint32_t em_fwd_mm_rows(const em_vk_dev_info *di, uint64_t weight_bytes);
+
 /* "mm 8 lanes x 8 rows per workgroup" etc. */
 const char *em_fwd_variant(const em_fwd *f);
 

@@ -279,7 +279,8 @@ int main(void)
     harness h = { .vk = vk };
     /* the geometry ember picks for this device, and smaller ones */
     uint32_t sg = di->subgroup_size;
-    uint32_t geoms[3][2] = { { sg, 8 }, { sg, 16 }, { sg > 1 ? sg / 2 : 1, 8 } };
+    uint32_t geoms[3][2] = { { sg, em_fwd_mm_rows(di, EM_FWD_TINY_BYTES) },
+                             { sg, em_fwd_mm_rows(di, 0) == 8 ? 16 : 8 }, { sg > 1 ? sg / 2 : 1, 8 } };
     static const uint32_t types[] = { EM_T_F32, EM_T_F16, EM_T_Q8_0, EM_T_Q4_0, EM_T_Q4_K, EM_T_Q5_K,
                                       EM_T_Q6_K, EM_T_BF16, EM_T_Q4_1, EM_T_Q5_0, EM_T_Q5_1, EM_T_Q2_K,
                                       EM_T_Q3_K };
