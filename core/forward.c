@@ -576,7 +576,9 @@ static void choose_variant(em_fwd *f)
      * reuses its slice of the input for RPW rows */
     f->L = sg;
     f->RPW = em_fwd_mm_rows(di, em_model_weight_bytes(f->m));
-    f->dec_lanes = di->type == VK_PHYSICAL_DEVICE_TYPE_CPU ? 16 : (sg < 16 ? 16 : sg);
+    /* decode attention: on a CPU device one SIMD width of lanes (8 beat 16
+     * by ~8% at context 4096 on the 155M model), else a subgroup of >= 16 */
+    f->dec_lanes = di->type == VK_PHYSICAL_DEVICE_TYPE_CPU ? 8 : (sg < 16 ? 16 : sg);
     snprintf(f->variant, sizeof f->variant, "mm %u lanes x %u rows per workgroup", f->L, f->RPW);
 }
 
