@@ -14,6 +14,7 @@
 
 static unsigned long long seed = 11;
 static int kv_q8;   /* test the Q8_0 KV variants */
+static uint32_t dec_lanes = 16;   /* workgroup width of attn_dec (ember: 8 on CPUs, >= 16 on GPUs) */
 static float frand(void) { return (float)((double)(test_rand(&seed) >> 11) / 9007199254740992.0) * 2 - 1; }
 
 static em_vk_buf mkbuf(em_vk *vk, const void *data, size_t n)
@@ -130,7 +131,7 @@ static void scenario(em_vk *vk, uint32_t H, uint32_t Hk, uint32_t D, uint32_t Dv
     em_vk_cmd *cmd = NULL;
     em_vk_buf b6[6] = { bq, bs, bk, bv, bo, bp };
     int rc;
-    uint32_t spec[3] = { 16, D, Dv };
+    uint32_t spec[3] = { dec_lanes, D, Dv };
     if (n_q == 1)
         rc = em_vk_pipe_create(vk, &em_kernels[kv_q8 ? EM_K_ATTN_DEC_Q8 : EM_K_ATTN_DEC], spec, 3, 0, &p, &err);
     else
@@ -216,10 +217,13 @@ int main(int argc, char **argv)
         for (size_t g = 0; g < 4; g++) {
             for (size_t di = 0; di < 2; di++) {
                 uint32_t H = gqa[g][0], Hk = gqa[g][1], D = dims[di];
-                uint32_t ctx3[3] = { 37, 1, 300 };
-                scenario(vk, H, Hk, D, D, 3, ctx3, 1, 1, 0);             /* decode, ragged lengths */
-                uint32_t ctx2[2] = { 1000, 517 };
-                scenario(vk, H, Hk, D, D, 2, ctx2, 1, 5, 1);             /* split-K + shared prefix */
+                for (dec_lanes = 8; dec_lanes <= 32; dec_lanes *= 2) {
+                    uint32_t ctx3[3] = { 37, 1, 300 };
+                    scenario(vk, H, Hk, D, D, 3, ctx3, 1, 1, 0);         /* decode, ragged lengths */
+                    uint32_t ctx2[2] = { 1000, 517 };
+                    scenario(vk, H, Hk, D, D, 2, ctx2, 1, 5, 1);         /* split-K + shared prefix */
+                }
+                dec_lanes = 16;
                 uint32_t ctx1[2] = { 600, 95 };
                 scenario(vk, H, Hk, D, D, 2, ctx1, 40, 1, 1);            /* prefill tiles after a prefix */
             }
