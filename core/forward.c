@@ -397,11 +397,27 @@ static void mark(em_fwd *f, em_vk_cmd *cmd, int kind)
     em_vk_cmd_timestamp(cmd, ++r->n_ts);
 }
 
+/* Tokens per pass of the matrix kernel for T tokens. Each pass loads each
+ * lane's input slices and dequantizes the weights once for its tokens; more
+ * tokens amortize the weights better but keep more inputs and sums live.
+ * With 32 or more rows per workgroup (CPU devices) 8 tokens per pass
+ * measured fastest on llvmpipe for every type (8192 x 1024 x 64, 32 rows:
+ * Q4_0 25 -> 33 GFLOP/s, Q8_0, Q4_K and Q6_K x1.4-1.5, F16 x2; 16 was no
+ * better); with 8 rows (GPUs) 2 stays, best there for Q4_0 on llvmpipe and
+ * not yet measured on a GPU. Eight is used from T >= 8 on: the last pass of
+ * a T that is not a multiple of 8 computes idle tokens. */
+static uint32_t mm_tokens_per_pass(const em_fwd *f, uint32_t T)
+{
+    if (T >= 8 && f->RPW >= 32)
+        return 8;
+    return T >= 2 ? 2 : 1;
+}
+
 /* Record the dispatches of a site for T tokens. */
 static int site_record(em_fwd *f, em_vk_cmd *cmd, const site *s, uint32_t T, uint32_t x_stride,
                        uint32_t y_stride, int kind, em_err *err)
 {
-    uint32_t tn = T >= 2 ? 2 : 1;
+    uint32_t tn = mm_tokens_per_pass(f, T);
     for (uint32_t p = 0; p < s->n_parts; p++) {
         const pmat *pm = &s->part[p];
         em_vk_pipe *pipe;
@@ -411,7 +427,7 @@ static int site_record(em_fwd *f, em_vk_cmd *cmd, const site *s, uint32_t T, uin
         for (uint32_t c = 0; c < pm->n_chunks; c++) {
             const mat_chunk *ch = &pm->ch[c];
             uint32_t gx = (ch->rows + f->RPW - 1) / f->RPW;
-            uint32_t gy = em_mm_grid_y(pm->L.K_pad, f->L, T, tn, gx);
+            uint32_t gy = em_mm_grid_y(pm->L.K_pad, f->L, f->RPW, T, tn, gx);
             if (gy == 0)
                 return em_err_set(err, EM_EUNSUPPORTED,
                                   "forward: rows of %u elements exceed this device's loop budget",
@@ -561,9 +577,11 @@ uint32_t em_fwd_mm_rows(const em_vk_dev_info *di, uint64_t weight_bytes)
 {
     const char *env = getenv("EMBER_MM_RPW");
     unsigned rpw;
-    if (env && sscanf(env, "%u", &rpw) == 1 && rpw >= 8 && rpw <= 32 && rpw % 8 == 0)
+    if (env && sscanf(env, "%u", &rpw) == 1 && rpw >= 8 && rpw <= 256 && (rpw & (rpw - 1)) == 0)
         return rpw;
-    return di->type == VK_PHYSICAL_DEVICE_TYPE_CPU && weight_bytes >= EM_FWD_TINY_BYTES ? 32 : 8;
+    if (di->type != VK_PHYSICAL_DEVICE_TYPE_CPU)
+        return 8;
+    return weight_bytes >= EM_FWD_TINY_BYTES ? 128 : 64;
 }
 
 static void choose_variant(em_fwd *f)

@@ -114,12 +114,15 @@ int em_fwd_embed_kernel(uint32_t type);
 #define EM_FWD_TINY_BYTES (16u << 20)
 
 /* Rows per workgroup of the matrix kernel for a model of weight_bytes on a
- * device: 32 on a CPU device (llvmpipe: each lane's input slice then serves
- * more rows; 17-48% faster prefill and decode on the 155M model than 8, see
- * docs/PERFORMANCE.md) unless the model is tiny (no gain there, and the
- * larger kernels take 4x longer to compile the first time); 8 on GPUs
- * (enough workgroups for small matrices). EMBER_MM_RPW=8|16|24|32 overrides
- * it for experiments. */
+ * device. On a CPU device 128 for models >= 16 MB, 64 below: llvmpipe loads
+ * every 32-bit word lane by lane, so the cost is in loading each lane's input
+ * slice, which then serves more rows, and past 32 rows the loop over them is
+ * no longer unrolled, which keeps the code small (155M model: prefill 1.7x
+ * and decode 1.3-1.6x the 32-row kernel; the shared 1-3 MB models decode
+ * 2.5-3.5x faster with 64; see docs/PERFORMANCE.md). 128-row groups leave
+ * a 1024-wide matrix 8 workgroups: enough for 2 cores, not measured on
+ * CPUs with many more. 8 on GPUs (enough workgroups for small matrices).
+ * EMBER_MM_RPW=8|16|...|256 (a power of two) overrides it for experiments. */
 uint32_t em_fwd_mm_rows(const em_vk_dev_info *di, uint64_t weight_bytes);
 
 /* "mm 8 lanes x 8 rows per workgroup" etc. */

@@ -41,13 +41,21 @@ _Static_assert(sizeof(em_pc_mm) == 48, "mm push layout");
 #define EM_LOOP_BUDGET 60000u
 
 /* Workgroups along the token axis for mm.comp: enough for parallelism when
- * there are few row groups (gx), and enough that no invocation's loops (the
- * unit loop, K / 32 / L iterations at most, per token tile) exceed the
- * budget. Returns 0 when even one token tile would exceed it. */
-static inline uint32_t em_mm_grid_y(uint32_t K_pad, uint32_t L, uint32_t T, uint32_t tn, uint32_t gx)
+ * there are few row groups (gx), and enough that no invocation's loops
+ * exceed the budget. Per token tile of tn tokens an invocation runs the unit
+ * loop (K / 32 / L iterations at most); with more than 32 rows per workgroup
+ * the loops over the rows are not unrolled and count too: rpw iterations
+ * per unit plus the sums and writes per tile. Measured on llvmpipe with 64
+ * and 128 rows, 1 and 8 tokens per pass (the largest tile count that still
+ * gives correct sums): about rpw + 2 per unit and 2 * rpw * (tn + 1) per
+ * tile; the estimate below stays above both. Returns 0 when even one token tile would exceed the budget. */
+static inline uint32_t em_mm_grid_y(uint32_t K_pad, uint32_t L, uint32_t rpw, uint32_t T, uint32_t tn,
+                                    uint32_t gx)
 {
     uint32_t tiles = (T + tn - 1) / tn;
-    uint32_t cost = (K_pad / 32 + L - 1) / L + 4;
+    uint32_t units = (K_pad / 32 + L - 1) / L;
+    uint32_t rows = rpw > 32 ? rpw : 0;
+    uint32_t cost = units * (1 + (rows ? rows + 2 * tn + 4 : 0)) + 2 * rows * (tn + 3) + 4;
     uint32_t max_tiles = EM_LOOP_BUDGET / cost;
     if (max_tiles == 0)
         return 0;

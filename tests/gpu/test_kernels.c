@@ -91,7 +91,7 @@ static void pack(const em_wpack_layout *L, const uint8_t *w, size_t rb, uint32_t
     *sc = calloc(1, L->group_sc_bytes * L->n_groups + 16);
     float *tmp = malloc(L->K_pad * sizeof *tmp);
     for (uint32_t g = 0; g < L->n_groups; g++) {
-        const void *rows[32];
+        const void *rows[256];   /* em_wpack_layout_for allows groups up to 256 rows */
         for (uint32_t r = 0; r < L->R; r++)
             rows[r] = g * L->R + r < N ? w + (g * L->R + r) * rb : NULL;
         em_wpack_group(L, rows, (uint32_t *)((uint8_t *)*qw + g * L->group_qw_bytes),
@@ -174,7 +174,7 @@ static void mm_case(harness *h, uint32_t src_type, uint32_t K, uint32_t N, uint3
     CHECK_OK(rc, err);
     em_pc_mm pc = { L.K_pad, K, N, T, xs, ys, 2, 0, norm_off, bias_off, 0, 1e-5f };
     uint32_t gx = (N + h->RPW - 1) / h->RPW;
-    uint32_t gy = em_mm_grid_y(L.K_pad, h->L, T, tn, gx);
+    uint32_t gy = em_mm_grid_y(L.K_pad, h->L, h->RPW, T, tn, gx);
     CHECK(gy > 0);
     if (!rc && !(rc = em_vk_cmd_create(h->vk, 0, &cmd, &err)) && !(rc = em_vk_cmd_begin(cmd, &err))) {
         em_vk_cmd_dispatch(cmd, p, ds, &pc, gx, gy, 1);
@@ -279,8 +279,8 @@ int main(void)
     harness h = { .vk = vk };
     /* the geometry ember picks for this device, and smaller ones */
     uint32_t sg = di->subgroup_size;
-    uint32_t geoms[3][2] = { { sg, em_fwd_mm_rows(di, EM_FWD_TINY_BYTES) },
-                             { sg, em_fwd_mm_rows(di, 0) == 8 ? 16 : 8 }, { sg > 1 ? sg / 2 : 1, 8 } };
+    uint32_t big = em_fwd_mm_rows(di, EM_FWD_TINY_BYTES), small = em_fwd_mm_rows(di, 0);
+    uint32_t geoms[3][2] = { { sg, big }, { sg, small == big ? 16 : small }, { sg > 1 ? sg / 2 : 1, 8 } };
     static const uint32_t types[] = { EM_T_F32, EM_T_F16, EM_T_Q8_0, EM_T_Q4_0, EM_T_Q4_K, EM_T_Q5_K,
                                       EM_T_Q6_K, EM_T_BF16, EM_T_Q4_1, EM_T_Q5_0, EM_T_Q5_1, EM_T_Q2_K,
                                       EM_T_Q3_K };
@@ -294,12 +294,18 @@ int main(void)
             uint32_t K1 = bs == 1 ? 40 : bs;              /* plain types: K not a multiple of 32 */
             mm_case(&h, t, K1, 1, 1, 0, 1);                /* single row */
             mm_case(&h, t, bs == 256 ? 512 : 96, 3 * h.RPW + 5, 3, EM_MM_NORM_IN | EM_MM_BIAS, 2);
-            mm_case(&h, t, bs == 256 ? 256 : 64, 2 * h.RPW + 6, 9, EM_MM_SWIGLU | EM_MM_NORM_IN, 4);
+            mm_case(&h, t, bs == 256 ? 256 : 64, 2 * h.RPW + 6, 9, EM_MM_SWIGLU | EM_MM_NORM_IN, 8);
             mm_case(&h, t, bs == 256 ? 768 : 160, h.RPW + 1, 17, EM_MM_ADD_OUT | EM_MM_GATHER_IN, 1);
             if (gi == 0)
                 mm_case(&h, t, bs == 256 ? 16384 : 8192, 2 * h.RPW, 1, EM_MM_NORM_IN, 1);  /* long rows */
-            if (gi == 0 && (t == EM_T_Q4_0 || t == EM_T_Q4_K))   /* past llvmpipe's loop limit unsplit */
-                mm_case(&h, t, 8192 * 4, 64 * h.RPW, 40, 0, 1);
+            if (gi == 0 && (t == EM_T_Q4_0 || t == EM_T_Q4_K)) {
+                /* past llvmpipe's loop limit unsplit: long rows (unit loop
+                 * x row loop), and many 8-token tiles of short rows (the
+                 * per-tile sums and writes); both fail without the row
+                 * terms of em_mm_grid_y once the row loop is not unrolled */
+                mm_case(&h, t, 8192 * 4, 2 * h.RPW, 160, 0, 1);
+                mm_case(&h, t, 256, 2 * h.RPW, 10240, 0, 8);
+            }
             if (gi == 0 && (t == EM_T_F32 || t == EM_T_F16 || t == EM_T_Q8_0 || t == EM_T_Q4_0 ||
                             t == EM_T_Q4_K || t == EM_T_Q5_K || t == EM_T_Q6_K || t == EM_T_Q2_K)) {
                 embed_case(&h, t, bs == 256 ? 512 : 96, 37);
