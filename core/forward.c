@@ -97,6 +97,7 @@ struct em_fwd {
     /* step buffer layout (int offsets) */
     uint32_t off_tok, off_pos, off_seq, off_gather, off_dec, off_tiles, off_bt, step_ints;
     uint32_t dec_lanes;            /* workgroup width of attn_dec */
+    int      dec_grouped;          /* decode attention by KV head (attn_dec_g.comp) */
     uint32_t k_rope, k_dec, k_pre; /* kernels for the KV element type */
     uint32_t kscale_off, vscale_off; /* Q8_0 KV: half index of the scales in a layer's K / V */
     em_vk_buf part;                /* split-K partials [max_tokens][H][MAX_SPLIT][Dv + 2] */
@@ -226,6 +227,12 @@ static int get_pipe(em_fwd *f, uint32_t k, uint32_t tn, uint32_t flags, em_vk_pi
         spec[1] = f->hp->head_dim;
         spec[2] = f->hp->head_dim_v;
         n_spec = 3;
+    } else if (k == EM_K_ATTN_DEC_G || k == EM_K_ATTN_DEC_G_Q8) {
+        spec[0] = f->dec_lanes;
+        spec[1] = f->hp->head_dim;
+        spec[2] = f->hp->head_dim_v;
+        spec[3] = f->hp->n_head / f->hp->n_head_kv;
+        n_spec = 4;
     } else if (k == EM_K_ATTN_PRE || k == EM_K_ATTN_PRE_Q8) {
         spec[0] = f->hp->head_dim;
         spec[1] = f->hp->head_dim_v;
@@ -584,6 +591,13 @@ uint32_t em_fwd_mm_rows(const em_vk_dev_info *di, uint64_t weight_bytes)
     return weight_bytes >= EM_FWD_TINY_BYTES ? 128 : 64;
 }
 
+int em_fwd_dec_grouped(const em_vk_dev_info *di, const em_hparams *hp, uint32_t lanes)
+{
+    uint32_t group = hp->n_head_kv ? hp->n_head / hp->n_head_kv : 0;
+    return di->type == VK_PHYSICAL_DEVICE_TYPE_CPU && group >= 2 && group <= EM_FWD_DEC_GROUP_MAX &&
+           lanes <= di->subgroup_size && hp->head_dim % (8 * lanes) == 0 && hp->head_dim_v % (8 * lanes) == 0;
+}
+
 static void choose_variant(em_fwd *f)
 {
     const em_vk_dev_info *di = em_vk_info(f->vk);
@@ -597,6 +611,9 @@ static void choose_variant(em_fwd *f)
     /* decode attention: on a CPU device one SIMD width of lanes (8 beat 16
      * by ~8% at context 4096 on the 155M model), else a subgroup of >= 16 */
     f->dec_lanes = di->type == VK_PHYSICAL_DEVICE_TYPE_CPU ? 8 : (sg < 16 ? 16 : sg);
+    f->dec_grouped = em_fwd_dec_grouped(di, f->hp, f->dec_lanes);
+    if (f->dec_grouped)
+        f->k_dec = f->k_dec == EM_K_ATTN_DEC_Q8 ? EM_K_ATTN_DEC_G_Q8 : EM_K_ATTN_DEC_G;
     snprintf(f->variant, sizeof f->variant, "mm %u lanes x %u rows per workgroup", f->L, f->RPW);
 }
 
@@ -887,7 +904,8 @@ static int record(em_fwd *f, em_vk_cmd *cmd, const shape *sh, em_err *err)
         if (sh->n_dec) {
             if ((rc = get_pipe(f, f->k_dec, 0, 0, &p, err)))
                 return rc;
-            em_vk_cmd_dispatch(cmd, p, ly->dec_ds, &pd, hp->n_head, sh->nsplit, sh->n_dec);
+            em_vk_cmd_dispatch(cmd, p, ly->dec_ds, &pd, f->dec_grouped ? hp->n_head_kv : hp->n_head,
+                               sh->nsplit, sh->n_dec);
             mark(f, cmd, P_ATTN);
         }
         if (sh->n_tiles) {

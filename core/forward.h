@@ -125,6 +125,18 @@ int em_fwd_embed_kernel(uint32_t type);
  * EMBER_MM_RPW=8|16|...|256 (a power of two) overrides it for experiments. */
 uint32_t em_fwd_mm_rows(const em_vk_dev_info *di, uint64_t weight_bytes);
 
+/* Whether decode attention runs one workgroup per KV head for all its query
+ * heads (shaders/attn_dec_g.comp, lanes splitting the head dimensions: each
+ * K/V word is loaded once for the whole GQA group) instead of one per query
+ * head (attn_dec.comp, lanes walking positions). On a CPU device, where
+ * llvmpipe pays per loaded word, for groups of 2..EM_FWD_DEC_GROUP_MAX query
+ * heads, lanes within one subgroup (the kernel adds across a subgroup) and
+ * head sizes that are multiples of 8 * lanes: 1.7x faster at 4096
+ * positions on the 155M model (docs/PERFORMANCE.md). Not on GPUs (not
+ * measured there). */
+#define EM_FWD_DEC_GROUP_MAX 8u
+int em_fwd_dec_grouped(const em_vk_dev_info *di, const em_hparams *hp, uint32_t lanes);
+
 /* "mm 8 lanes x 8 rows per workgroup" etc. */
 const char *em_fwd_variant(const em_fwd *f);
 

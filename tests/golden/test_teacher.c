@@ -1,4 +1,6 @@
-/* test_teacher.c — teacher-forced agreement with a golden greedy story:
+/* test_teacher.c — teacher-forced agreement with a golden greedy story
+ * (or a synth model's greedy continuation: the decode path, one token per
+ * step, against the reference):
  * feed the golden prompt + generated ids and, at every generated position,
  * check that the golden token is our top token, or within MARGIN logits of
  * it. This is the check for models whose reference run quantizes activations
@@ -42,10 +44,13 @@ int main(int argc, char **argv)
         printf("SKIP: shared folder absent\n");
         return 77;
     }
+    /* a story (prompt + 200 generated ids), or for a synth model the
+     * 32-token greedy continuation of the 64-token golden sequence */
+    int synth = strncmp(argv[1], "synth-", 6) == 0;
     char path[1024];
-    snprintf(path, sizeof path, "golden/stories/%s.once.ids", argv[1]);
+    snprintf(path, sizeof path, synth ? "golden/logits/%s.t64.txt" : "golden/stories/%s.once.ids", argv[1]);
     char *gold = test_read_file(test_shared(path), NULL);
-    snprintf(path, sizeof path, "models/%s.gguf", argv[1]);
+    snprintf(path, sizeof path, synth ? "models/synth/%s.gguf" : "models/%s.gguf", argv[1]);
     char mpath[1024];
     snprintf(mpath, sizeof mpath, "%s", test_shared(path));
     em_backend backend;

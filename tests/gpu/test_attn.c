@@ -15,6 +15,7 @@
 static unsigned long long seed = 11;
 static int kv_q8;   /* test the Q8_0 KV variants */
 static uint32_t dec_lanes = 16;   /* workgroup width of attn_dec (ember: 8 on CPUs, >= 16 on GPUs) */
+static int dec_grouped;           /* attn_dec_g.comp: one workgroup per KV head (ember: GQA on CPUs) */
 static float frand(void) { return (float)((double)(test_rand(&seed) >> 11) / 9007199254740992.0) * 2 - 1; }
 
 static em_vk_buf mkbuf(em_vk *vk, const void *data, size_t n)
@@ -131,8 +132,10 @@ static void scenario(em_vk *vk, uint32_t H, uint32_t Hk, uint32_t D, uint32_t Dv
     em_vk_cmd *cmd = NULL;
     em_vk_buf b6[6] = { bq, bs, bk, bv, bo, bp };
     int rc;
-    uint32_t spec[3] = { dec_lanes, D, Dv };
-    if (n_q == 1)
+    uint32_t spec[4] = { dec_lanes, D, Dv, H / Hk };
+    if (n_q == 1 && dec_grouped)
+        rc = em_vk_pipe_create(vk, &em_kernels[kv_q8 ? EM_K_ATTN_DEC_G_Q8 : EM_K_ATTN_DEC_G], spec, 4, 0, &p, &err);
+    else if (n_q == 1)
         rc = em_vk_pipe_create(vk, &em_kernels[kv_q8 ? EM_K_ATTN_DEC_Q8 : EM_K_ATTN_DEC], spec, 3, 0, &p, &err);
     else
         rc = em_vk_pipe_create(vk, &em_kernels[kv_q8 ? EM_K_ATTN_PRE_Q8 : EM_K_ATTN_PRE], spec + 1, 2, 0, &p, &err);
@@ -148,7 +151,7 @@ static void scenario(em_vk *vk, uint32_t H, uint32_t Hk, uint32_t D, uint32_t Dv
         if (n_q == 1) {
             em_pc_attn_dec pc = { H, Hk, D, Dv, qkv_st, out_st, off_pos, off_seq, off_bt, bt_stride,
                                   off_list, nsplit, scale, kso, vso };
-            em_vk_cmd_dispatch(cmd, p, ds, &pc, H, nsplit, n_list);
+            em_vk_cmd_dispatch(cmd, p, ds, &pc, dec_grouped ? Hk : H, nsplit, n_list);
             if (nsplit > 1) {
                 em_pc_attn_reduce pcr = { H, Dv, nsplit, out_st, off_list };
                 em_vk_cmd_barrier(cmd);
@@ -192,8 +195,10 @@ static void scenario(em_vk *vk, uint32_t H, uint32_t Hk, uint32_t D, uint32_t Dv
                 worst = e;
         }
     }
-    CHECKF(worst < 2e-5, "%s H=%u Hk=%u D=%u Dv=%u seqs=%u ctx0=%u q=%u split=%u shared=%d: max error %.3e",
-           kv_q8 ? "q8_0" : "f16", H, Hk, D, Dv, n_seq, ctx[0], n_q, nsplit, share_prefix, worst);
+    CHECKF(worst < 2e-5,
+           "%s H=%u Hk=%u D=%u Dv=%u seqs=%u ctx0=%u q=%u split=%u shared=%d lanes=%u grouped=%d: max error %.3e",
+           kv_q8 ? "q8_0" : "f16", H, Hk, D, Dv, n_seq, ctx[0], n_q, nsplit, share_prefix, dec_lanes,
+           dec_grouped, worst);
     em_vk_buf *bufs[] = { &bq, &bs, &bk, &bv, &bo, &bp };
     for (size_t i = 0; i < 6; i++)
         em_vk_free(vk, bufs[i]);
@@ -222,6 +227,19 @@ int main(int argc, char **argv)
                     scenario(vk, H, Hk, D, D, 3, ctx3, 1, 1, 0);         /* decode, ragged lengths */
                     uint32_t ctx2[2] = { 1000, 517 };
                     scenario(vk, H, Hk, D, D, 2, ctx2, 1, 5, 1);         /* split-K + shared prefix */
+                }
+                /* by KV head (GQA groups; lanes split the head) with 8
+                 * lanes as on CPUs, and with 16 where the head and the
+                 * subgroup (the kernel adds across one subgroup) allow */
+                for (dec_lanes = 8; H > Hk && dec_lanes <= 16 && dec_lanes <= em_vk_info(vk)->subgroup_size &&
+                                    D % (8 * dec_lanes) == 0;
+                     dec_lanes *= 2) {
+                    dec_grouped = 1;
+                    uint32_t ctx3[3] = { 37, 1, 300 };
+                    scenario(vk, H, Hk, D, D, 3, ctx3, 1, 1, 0);
+                    uint32_t ctx2[2] = { 1000, 517 };
+                    scenario(vk, H, Hk, D, D, 2, ctx2, 1, 5, 1);
+                    dec_grouped = 0;
                 }
                 dec_lanes = 16;
                 uint32_t ctx1[2] = { 600, 95 };
