@@ -237,6 +237,11 @@ static int get_pipe(em_fwd *f, uint32_t k, uint32_t tn, uint32_t flags, em_vk_pi
         spec[0] = f->hp->head_dim;
         spec[1] = f->hp->head_dim_v;
         n_spec = 2;
+    } else if (k == EM_K_ATTN_PRE_S || k == EM_K_ATTN_PRE_S_Q8) {
+        spec[0] = f->hp->head_dim;
+        spec[1] = f->hp->head_dim_v;
+        spec[2] = em_vk_info(f->vk)->subgroup_size;
+        n_spec = 3;
     } else if (k == EM_K_ROPE_KV || k == EM_K_ROPE_KV_Q8) {
         spec[0] = f->hp->rope_type == EM_ROPE_NEOX;
         spec[1] = f->hp->has_qk_norm;
@@ -614,6 +619,11 @@ static void choose_variant(em_fwd *f)
     f->dec_grouped = em_fwd_dec_grouped(di, f->hp, f->dec_lanes);
     if (f->dec_grouped)
         f->k_dec = f->k_dec == EM_K_ATTN_DEC_Q8 ? EM_K_ATTN_DEC_G_Q8 : EM_K_ATTN_DEC_G;
+    /* prefill attention: on a CPU device each K/V row is read once per
+     * subgroup and shared with subgroupShuffle (attn_pre.comp, SHUF) */
+    uint32_t k_pre_s = f->k_pre == EM_K_ATTN_PRE_Q8 ? EM_K_ATTN_PRE_S_Q8 : EM_K_ATTN_PRE_S;
+    if (di->type == VK_PHYSICAL_DEVICE_TYPE_CPU && em_vk_kernel_supported(f->vk, &em_kernels[k_pre_s]))
+        f->k_pre = k_pre_s;
     snprintf(f->variant, sizeof f->variant, "mm %u lanes x %u rows per workgroup", f->L, f->RPW);
 }
 

@@ -9,12 +9,27 @@
 // Grid: (H, n_tiles); the step buffer lists tiles as (first token, count).
 // Head sizes are specialization constants: the per-dimension loops have
 // constant trip counts (see attn_dec.comp on llvmpipe's loop limit).
+// With -DSHUF (CPU devices): llvmpipe loads a word lane by lane even when
+// all lanes want the same address, so there each lane of a subgroup loads
+// only its share of a K/V row (8-value chunks c = lane, lane + LD, ...) and
+// the lanes take the whole row from each other with subgroupShuffle: the
+// row is read once per subgroup instead of once per query token.
 #version 450
+#extension GL_EXT_control_flow_attributes : require
+#if defined(SHUF)
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
+#endif
 
 layout(local_size_x = 16) in;
 layout(constant_id = 0) const uint D = 64;
 layout(constant_id = 1) const uint DV = 64;
 const uint BLK = 16u;
+#if defined(SHUF)
+layout(constant_id = 2) const uint SG = 8;        // the device's subgroup size
+const uint LD = SG < 16u ? SG : 16u;              // this workgroup's lanes in one subgroup
+const uint CK = (D / 8u + LD - 1u) / LD, CV = (DV / 8u + LD - 1u) / LD;   // chunks per lane
+#endif
 
 layout(std430, binding = 0) readonly buffer QKV { float qkv[]; };
 layout(std430, binding = 1) readonly buffer PV { int step[]; };
@@ -34,6 +49,7 @@ layout(push_constant) uniform Push {
 } pc;
 
 #include "kvread.glsl"
+
 
 void main()
 {
@@ -69,11 +85,26 @@ void main()
             if (j >= nj)
                 break;
             float acc = 0.0;
+#if defined(SHUF)
+            // this lane's chunks c = i * LD + lane of the row (zero past it)
+            vec4 ka[CK], kb[CK];
+            [[unroll]] for (uint i = 0u; i < CK; i++) {
+                ka[i] = vec4(0.0);
+                kb[i] = vec4(0.0);
+                if (i * LD + gl_SubgroupInvocationID < D / 8u)
+                    kv_chunk(false, row0 + j, D, i * LD + gl_SubgroupInvocationID, ka[i], kb[i]);
+            }
+            [[unroll]] for (uint d8 = 0u; d8 < D / 8u; d8++) {
+                const vec4 a = subgroupShuffle(ka[d8 / LD], d8 % LD), b = subgroupShuffle(kb[d8 / LD], d8 % LD);
+                acc += dot(q[2u * d8], a) + dot(q[2u * d8 + 1u], b);
+            }
+#else
             for (uint d8 = 0u; d8 < D / 8u; d8++) {
                 vec4 a, b;
                 kv_chunk(false, row0 + j, D, d8, a, b);
                 acc += dot(q[2u * d8], a) + dot(q[2u * d8 + 1u], b);
             }
+#endif
             s[j] = b * BLK + j <= my_pos ? acc : -1e30;
             bm = max(bm, s[j]);
         }
@@ -84,12 +115,26 @@ void main()
         for (uint j = 0u; j < nj; j++) {
             const float w = s[j] > -1e29 ? exp(s[j] - bm) : 0.0;
             l += w;
+#if defined(SHUF)
+            vec4 va[CV], vb[CV];
+            [[unroll]] for (uint i = 0u; i < CV; i++) {
+                va[i] = vec4(0.0);
+                vb[i] = vec4(0.0);
+                if (i * LD + gl_SubgroupInvocationID < DV / 8u)
+                    kv_chunk(true, row0 + j, DV, i * LD + gl_SubgroupInvocationID, va[i], vb[i]);
+            }
+            [[unroll]] for (uint d8 = 0u; d8 < DV / 8u; d8++) {
+                o[2u * d8] += w * subgroupShuffle(va[d8 / LD], d8 % LD);
+                o[2u * d8 + 1u] += w * subgroupShuffle(vb[d8 / LD], d8 % LD);
+            }
+#else
             for (uint d8 = 0u; d8 < DV / 8u; d8++) {
                 vec4 a, b;
                 kv_chunk(true, row0 + j, DV, d8, a, b);
                 o[2u * d8] += w * a;
                 o[2u * d8 + 1u] += w * b;
             }
+#endif
         }
         m = bm;
     }

@@ -16,6 +16,7 @@ static unsigned long long seed = 11;
 static int kv_q8;   /* test the Q8_0 KV variants */
 static uint32_t dec_lanes = 16;   /* workgroup width of attn_dec (ember: 8 on CPUs, >= 16 on GPUs) */
 static int dec_grouped;           /* attn_dec_g.comp: one workgroup per KV head (ember: GQA on CPUs) */
+static int pre_shuf;              /* attn_pre.comp with SHUF: rows shared by subgroupShuffle (ember: CPUs) */
 static float frand(void) { return (float)((double)(test_rand(&seed) >> 11) / 9007199254740992.0) * 2 - 1; }
 
 static em_vk_buf mkbuf(em_vk *vk, const void *data, size_t n)
@@ -137,7 +138,10 @@ static void scenario(em_vk *vk, uint32_t H, uint32_t Hk, uint32_t D, uint32_t Dv
         rc = em_vk_pipe_create(vk, &em_kernels[kv_q8 ? EM_K_ATTN_DEC_G_Q8 : EM_K_ATTN_DEC_G], spec, 4, 0, &p, &err);
     else if (n_q == 1)
         rc = em_vk_pipe_create(vk, &em_kernels[kv_q8 ? EM_K_ATTN_DEC_Q8 : EM_K_ATTN_DEC], spec, 3, 0, &p, &err);
-    else
+    else if (pre_shuf) {
+        uint32_t sp[3] = { D, Dv, em_vk_info(vk)->subgroup_size };
+        rc = em_vk_pipe_create(vk, &em_kernels[kv_q8 ? EM_K_ATTN_PRE_S_Q8 : EM_K_ATTN_PRE_S], sp, 3, 0, &p, &err);
+    } else
         rc = em_vk_pipe_create(vk, &em_kernels[kv_q8 ? EM_K_ATTN_PRE_Q8 : EM_K_ATTN_PRE], spec + 1, 2, 0, &p, &err);
     CHECK_OK(rc, err);
     if (!rc)
@@ -196,9 +200,10 @@ static void scenario(em_vk *vk, uint32_t H, uint32_t Hk, uint32_t D, uint32_t Dv
         }
     }
     CHECKF(worst < 2e-5,
-           "%s H=%u Hk=%u D=%u Dv=%u seqs=%u ctx0=%u q=%u split=%u shared=%d lanes=%u grouped=%d: max error %.3e",
+           "%s H=%u Hk=%u D=%u Dv=%u seqs=%u ctx0=%u q=%u split=%u shared=%d lanes=%u grouped=%d shuf=%d: "
+           "max error %.3e",
            kv_q8 ? "q8_0" : "f16", H, Hk, D, Dv, n_seq, ctx[0], n_q, nsplit, share_prefix, dec_lanes,
-           dec_grouped, worst);
+           dec_grouped, pre_shuf, worst);
     em_vk_buf *bufs[] = { &bq, &bs, &bk, &bv, &bo, &bp };
     for (size_t i = 0; i < 6; i++)
         em_vk_free(vk, bufs[i]);
@@ -243,12 +248,18 @@ int main(int argc, char **argv)
                 }
                 dec_lanes = 16;
                 uint32_t ctx1[2] = { 600, 95 };
-                scenario(vk, H, Hk, D, D, 2, ctx1, 40, 1, 1);            /* prefill tiles after a prefix */
+                for (pre_shuf = 0; pre_shuf < 2; pre_shuf++)            /* prefill tiles after a prefix */
+                    scenario(vk, H, Hk, D, D, 2, ctx1, 40, 1, 1);
+                pre_shuf = 0;
             }
         }
         uint32_t c[1] = { 33 };
-        if (!kv_q8)
-            scenario(vk, 8, 4, 8, 8, 1, c, 33, 1, 0);                    /* tiny heads, whole prompt */
+        for (pre_shuf = 0; pre_shuf < 2; pre_shuf++)
+            if (!kv_q8)
+                scenario(vk, 8, 4, 8, 8, 1, c, 33, 1, 0);                /* tiny heads, whole prompt */
+        pre_shuf = 1;
+        scenario(vk, 2, 1, 32, 64, 1, c, 33, 1, 0);                      /* Dv != D, fewer chunks than lanes */
+        pre_shuf = 0;
         scenario(vk, 2, 1, 32, 64, 1, c, 1, 3, 0);                       /* Dv != D, more splits than blocks */
         scenario(vk, 2, 1, 32, 64, 1, c, 33, 1, 0);
     }
