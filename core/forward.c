@@ -299,7 +299,9 @@ static int pmat_build(em_fwd *f, const row_src *s, pmat *pm, em_vk_progress *pro
         return em_err_prefix(err, rc, "tensor '%s'", s->t[0]->name);
     const em_wpack_layout *L = &pm->L;
     const em_vk_dev_info *di = em_vk_info(f->vk);
-    uint64_t limit = di->max_storage_range;
+    uint64_t limit = di->max_storage_range;      /* the weights are a texel buffer (mm.comp) */
+    if (limit > di->max_texel_elems * 16)
+        limit = di->max_texel_elems * 16;
     if (limit > (1ull << 30))
         limit = 1ull << 30;
     uint32_t gpc = (uint32_t)(limit / L->group_qw_bytes);   /* groups per chunk */

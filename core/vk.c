@@ -478,6 +478,8 @@ static void query_device(VkPhysicalDevice pd, uint32_t inst_api, int index,
     info->max_storage_range = l->maxStorageBufferRange;
     info->max_alloc = m3.maxMemoryAllocationSize ? m3.maxMemoryAllocationSize : (1ull << 30);
     info->storage_align = l->minStorageBufferOffsetAlignment;
+    info->max_texel_elems = l->maxTexelBufferElements;
+    info->texel_align = l->minTexelBufferOffsetAlignment;
     info->max_wg_invocations = l->maxComputeWorkGroupInvocations;
     for (int i = 0; i < 3; i++) {
         info->max_wg_size[i] = l->maxComputeWorkGroupSize[i];
@@ -1061,6 +1063,8 @@ int em_vk_create(const em_vk_opts *opts, em_vk **out, em_err *err)
     vkGetPhysicalDeviceMemoryProperties(vk->phys, &vk->memprops);
 
     VkDeviceSize align = vk->info.storage_align > 16 ? vk->info.storage_align : 16;
+    if (vk->info.texel_align > align)   /* any allocation may be bound as a texel buffer */
+        align = vk->info.texel_align;
     vk->align = align;
     VkDeviceSize block = vk->opts.block_bytes ? vk->opts.block_bytes : 256 * EM_VK_MIB;
     if (block > vk->info.max_alloc)

@@ -115,6 +115,8 @@ typedef struct em_vk_dev_info {
     uint64_t    max_storage_range;  /* maxStorageBufferRange: largest bound range */
     uint64_t    max_alloc;          /* maxMemoryAllocationSize */
     uint64_t    storage_align;      /* minStorageBufferOffsetAlignment */
+    uint64_t    max_texel_elems;    /* maxTexelBufferElements (texel-buffer bindings) */
+    uint64_t    texel_align;        /* minTexelBufferOffsetAlignment */
     uint32_t    max_wg_invocations; /* maxComputeWorkGroupInvocations */
     uint32_t    max_wg_size[3];     /* maxComputeWorkGroupSize */
     uint32_t    max_wg_count[3];    /* maxComputeWorkGroupCount */
@@ -283,6 +285,11 @@ typedef struct em_vk_kernel {
     uint32_t        push_size;  /* bytes of push constants; 0: none */
     uint32_t        n_spec;     /* specialization constant ids 0..n_spec-1 it declares */
     uint32_t        needs;      /* EM_VK_F_* its SPIR-V capabilities need */
+    uint32_t        texel;      /* bit i: binding i is a uniform texel buffer of 16-byte
+                                 * R32G32B32A32_UINT texels (usamplerBuffer); others are
+                                 * storage buffers. Its range must be a multiple of 16
+                                 * bytes, at most maxTexelBufferElements texels, at an
+                                 * offset aligned to minTexelBufferOffsetAlignment. */
 } em_vk_kernel;
 
 /* Whether the features enabled on vk cover k->needs. */

@@ -39,7 +39,9 @@ typedef struct em_vk_layout {
     struct em_vk_layout  *next;
     uint32_t              n_bindings;
     uint32_t              push_size;
-    VkDescriptorSetLayout dsl;
+    uint32_t              texel;      /* em_vk_kernel.texel of its kernels */
+    VkDescriptorSetLayout dsl;        /* vk->dsls[n_bindings], or own_dsl */
+    VkDescriptorSetLayout own_dsl;    /* with texel bindings: this layout's own */
     VkPipelineLayout      pl;
 } em_vk_layout;
 
@@ -55,6 +57,8 @@ struct em_vk_dset {
     VkDescriptorSet    set;
     VkDescriptorPool   pool;
     uint32_t           n_bindings;
+    uint32_t           texel;                       /* texel-buffer bindings (mask) */
+    VkBufferView       views[EM_VK_MAX_BINDINGS];   /* their views, owned */
 };
 
 typedef enum { EM_VK_CMD_INITIAL, EM_VK_CMD_RECORDING, EM_VK_CMD_EXECUTABLE,

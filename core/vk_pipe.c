@@ -105,62 +105,83 @@ int em_vk_pipe_init(em_vk *vk, em_err *err)
 
 /* ---- layouts ---------------------------------------------------------- */
 
-/* The shared layout for (n_bindings, push_size) (vk->lock held). */
-static int layout_get(em_vk *vk, uint32_t n_bindings, uint32_t push_size,
+/* A descriptor set layout of n storage buffers, bit i of texel making
+ * binding i a uniform texel buffer instead. */
+static int dsl_create(em_vk *vk, uint32_t n, uint32_t texel, VkDescriptorSetLayout *out, em_err *err)
+{
+    VkDescriptorSetLayoutBinding b[EM_VK_MAX_BINDINGS];
+    for (uint32_t i = 0; i < n; i++)
+        b[i] = (VkDescriptorSetLayoutBinding){
+            .binding = i,
+            .descriptorType = (texel >> i & 1u) ? VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER
+                                                : VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+            .descriptorCount = 1,
+            .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT,
+        };
+    VkDescriptorSetLayoutCreateInfo dci = {
+        .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
+        .bindingCount = n,
+        .pBindings = b,
+    };
+    VkResult r = vkCreateDescriptorSetLayout(vk->dev, &dci, NULL, out);
+    if (r != VK_SUCCESS) {
+        *out = VK_NULL_HANDLE;
+        return em_vk_fail(vk, err, r, "cannot create a descriptor set layout");
+    }
+    return 0;
+}
+
+/* The shared layout for (n_bindings, push_size, texel) (vk->lock held):
+ * storage-buffer-only layouts share one set layout per binding count, so
+ * their descriptor sets are interchangeable; one with texel bindings has its
+ * own. */
+static int layout_get(em_vk *vk, uint32_t n_bindings, uint32_t push_size, uint32_t texel,
                       const em_vk_layout **out, em_err *err)
 {
     int rc = 0;
     VkResult r;
     em_vk_layout *l;
     for (l = vk->layouts; l; l = l->next) {
-        if (l->n_bindings == n_bindings && l->push_size == push_size) {
+        if (l->n_bindings == n_bindings && l->push_size == push_size && l->texel == texel) {
             *out = l;
             return 0;
         }
     }
-    if (!vk->dsls[n_bindings]) {
-        VkDescriptorSetLayoutBinding b[EM_VK_MAX_BINDINGS];
-        for (uint32_t i = 0; i < n_bindings; i++)
-            b[i] = (VkDescriptorSetLayoutBinding){
-                .binding = i,
-                .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
-                .descriptorCount = 1,
-                .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT,
-            };
-        VkDescriptorSetLayoutCreateInfo dci = {
-            .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
-            .bindingCount = n_bindings,
-            .pBindings = b,
-        };
-        r = vkCreateDescriptorSetLayout(vk->dev, &dci, NULL, &vk->dsls[n_bindings]);
-        if (r != VK_SUCCESS) {
-            vk->dsls[n_bindings] = VK_NULL_HANDLE;
-            rc = em_vk_fail(vk, err, r, "cannot create a descriptor set layout");
-            goto done;
-        }
-    }
+    VkDescriptorSetLayout own = VK_NULL_HANDLE;
+    if (texel)
+        rc = dsl_create(vk, n_bindings, texel, &own, err);
+    else if (!vk->dsls[n_bindings])
+        rc = dsl_create(vk, n_bindings, 0, &vk->dsls[n_bindings], err);
+    if (rc)
+        goto done;
     l = calloc(1, sizeof *l);
     if (!l) {
+        if (own)
+            vkDestroyDescriptorSetLayout(vk->dev, own, NULL);
         rc = em_err_set(err, EM_ENOMEM, "vulkan: out of host memory");
         goto done;
     }
+    l->own_dsl = own;
+    l->dsl = own ? own : vk->dsls[n_bindings];
     VkPushConstantRange pr = { VK_SHADER_STAGE_COMPUTE_BIT, 0, push_size };
     VkPipelineLayoutCreateInfo pci = {
         .sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
         .setLayoutCount = 1,
-        .pSetLayouts = &vk->dsls[n_bindings],
+        .pSetLayouts = &l->dsl,
         .pushConstantRangeCount = push_size ? 1 : 0,
         .pPushConstantRanges = &pr,
     };
     r = vkCreatePipelineLayout(vk->dev, &pci, NULL, &l->pl);
     if (r != VK_SUCCESS) {
+        if (own)
+            vkDestroyDescriptorSetLayout(vk->dev, own, NULL);
         free(l);
         rc = em_vk_fail(vk, err, r, "cannot create a pipeline layout");
         goto done;
     }
     l->n_bindings = n_bindings;
     l->push_size = push_size;
-    l->dsl = vk->dsls[n_bindings];
+    l->texel = texel;
     l->next = vk->layouts;
     vk->layouts = l;
     *out = l;
@@ -241,7 +262,7 @@ int em_vk_pipe_create(em_vk *vk, const em_vk_kernel *k, const uint32_t *spec,
         (rc = pipe_check(vk, k, n_spec, subgroup_size, &use_sg, err)))
         goto done;
     pthread_mutex_lock(&vk->lock);
-    rc = layout_get(vk, k->n_bindings, k->push_size, &layout, err);
+    rc = layout_get(vk, k->n_bindings, k->push_size, k->texel, &layout, err);
     pthread_mutex_unlock(&vk->lock);
     if (rc)
         goto done;
@@ -330,7 +351,7 @@ void em_vk_pipe_destroy(em_vk *vk, em_vk_pipe *p)
 
 /* ---- descriptor sets -------------------------------------------------- */
 
-static int ranges_check(const em_vk *vk, const char *kname, uint32_t n,
+static int ranges_check(const em_vk *vk, const char *kname, uint32_t n, uint32_t texel,
                         const em_vk_buf *ranges, em_err *err)
 {
     const em_vk_dev_info *in = &vk->info;
@@ -339,6 +360,19 @@ static int ranges_check(const em_vk *vk, const char *kname, uint32_t n,
         if (!b->buf || b->size == 0)
             return em_err_set(err, EM_EINVAL, "vulkan: descriptor set for %s: binding %u: "
                               "empty range", kname, i);
+        if (texel >> i & 1u) {
+            if (b->size % 16 || b->size / 16 > in->max_texel_elems)
+                return em_err_set(err, EM_ERANGE, "vulkan: descriptor set for %s: binding %u: "
+                                  "texel-buffer range of %llu bytes is not whole 16-byte texels "
+                                  "within maxTexelBufferElements (%llu)", kname, i,
+                                  (unsigned long long)b->size, (unsigned long long)in->max_texel_elems);
+            if (in->texel_align && b->off % in->texel_align)
+                return em_err_set(err, EM_EINVAL, "vulkan: descriptor set for %s: binding %u: "
+                                  "offset %llu is not a multiple of minTexelBufferOffsetAlignment "
+                                  "(%llu)", kname, i, (unsigned long long)b->off,
+                                  (unsigned long long)in->texel_align);
+            continue;
+        }
         if (b->size > in->max_storage_range)
             return em_err_set(err, EM_ERANGE, "vulkan: descriptor set for %s: binding %u: "
                               "range of %llu bytes exceeds the device's maxStorageBufferRange "
@@ -354,23 +388,58 @@ static int ranges_check(const em_vk *vk, const char *kname, uint32_t n,
     return 0;
 }
 
-static void dset_write(em_vk *vk, VkDescriptorSet set, uint32_t n, const em_vk_buf *ranges)
+static void views_free(em_vk *vk, em_vk_dset *d)
+{
+    for (uint32_t i = 0; i < EM_VK_MAX_BINDINGS; i++) {
+        if (d->views[i])
+            vkDestroyBufferView(vk->dev, d->views[i], NULL);
+        d->views[i] = VK_NULL_HANDLE;
+    }
+}
+
+/* Point the set's bindings at ranges; texel bindings get new buffer views
+ * (the old ones are destroyed: the set must not be in use). */
+static int dset_write(em_vk *vk, em_vk_dset *d, const em_vk_buf *ranges, em_err *err)
 {
     VkDescriptorBufferInfo bi[EM_VK_MAX_BINDINGS];
     VkWriteDescriptorSet w[EM_VK_MAX_BINDINGS];
+    VkBufferView nv[EM_VK_MAX_BINDINGS] = { 0 };
+    uint32_t n = d->n_bindings;
     for (uint32_t i = 0; i < n; i++) {
-        bi[i] = (VkDescriptorBufferInfo){ ranges[i].buf, ranges[i].off, ranges[i].size };
         w[i] = (VkWriteDescriptorSet){
             .sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
-            .dstSet = set,
+            .dstSet = d->set,
             .dstBinding = i,
             .descriptorCount = 1,
-            .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
-            .pBufferInfo = &bi[i],
         };
+        if (d->texel >> i & 1u) {
+            VkBufferViewCreateInfo vci = {
+                .sType = VK_STRUCTURE_TYPE_BUFFER_VIEW_CREATE_INFO,
+                .buffer = ranges[i].buf,
+                .format = VK_FORMAT_R32G32B32A32_UINT,
+                .offset = ranges[i].off,
+                .range = ranges[i].size,
+            };
+            VkResult r = vkCreateBufferView(vk->dev, &vci, NULL, &nv[i]);
+            if (r != VK_SUCCESS) {
+                for (uint32_t j = 0; j < i; j++)
+                    if (nv[j])
+                        vkDestroyBufferView(vk->dev, nv[j], NULL);
+                return em_vk_fail(vk, err, r, "cannot create a texel-buffer view");
+            }
+            w[i].descriptorType = VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER;
+            w[i].pTexelBufferView = &nv[i];
+        } else {
+            bi[i] = (VkDescriptorBufferInfo){ ranges[i].buf, ranges[i].off, ranges[i].size };
+            w[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+            w[i].pBufferInfo = &bi[i];
+        }
     }
     if (n)
         vkUpdateDescriptorSets(vk->dev, n, w, 0, NULL);
+    views_free(vk, d);
+    memcpy(d->views, nv, sizeof nv);
+    return 0;
 }
 
 /* Allocate a set of layout dsl from the pools, adding a pool when all are
@@ -403,13 +472,14 @@ static int set_alloc(em_vk *vk, VkDescriptorSetLayout dsl, VkDescriptorSet *set,
         vk->cap_pools = cap;
     }
     const uint32_t sets = 256;
-    VkDescriptorPoolSize ps = { VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, sets * 8 };
+    VkDescriptorPoolSize ps[2] = { { VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, sets * 8 },
+                                   { VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER, sets * 2 } };
     VkDescriptorPoolCreateInfo pci = {
         .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
         .flags = VK_DESCRIPTOR_POOL_CREATE_FREE_DESCRIPTOR_SET_BIT,
         .maxSets = sets,
-        .poolSizeCount = 1,
-        .pPoolSizes = &ps,
+        .poolSizeCount = 2,
+        .pPoolSizes = ps,
     };
     VkDescriptorPool p;
     r = vkCreateDescriptorPool(vk->dev, &pci, NULL, &p);
@@ -432,13 +502,14 @@ int em_vk_dset_create(em_vk *vk, const em_vk_pipe *pipe, const em_vk_buf *ranges
     *out = NULL;
     uint32_t n = pipe->layout->n_bindings;
     if ((rc = em_vk_check_lost(vk, err)) ||
-        (rc = ranges_check(vk, pipe->kernel->name, n, ranges, err)))
+        (rc = ranges_check(vk, pipe->kernel->name, n, pipe->layout->texel, ranges, err)))
         goto done;
     if (!(d = calloc(1, sizeof *d))) {
         rc = em_err_set(err, EM_ENOMEM, "vulkan: out of host memory");
         goto done;
     }
     d->n_bindings = n;
+    d->texel = pipe->layout->texel;
     pthread_mutex_lock(&vk->lock);
     rc = set_alloc(vk, pipe->layout->dsl, &d->set, &d->pool, err);
     if (!rc) {
@@ -450,7 +521,11 @@ int em_vk_dset_create(em_vk *vk, const em_vk_pipe *pipe, const em_vk_buf *ranges
     pthread_mutex_unlock(&vk->lock);
     if (rc)
         goto done;
-    dset_write(vk, d->set, n, ranges);
+    if ((rc = dset_write(vk, d, ranges, err))) {
+        em_vk_dset_destroy(vk, d);
+        d = NULL;
+        goto done;
+    }
     *out = d;
     d = NULL;
 done:
@@ -462,9 +537,9 @@ int em_vk_dset_update(em_vk *vk, em_vk_dset *d, const em_vk_buf *ranges, em_err 
 {
     int rc = em_vk_check_lost(vk, err);
     if (!rc)
-        rc = ranges_check(vk, "update", d->n_bindings, ranges, err);
+        rc = ranges_check(vk, "update", d->n_bindings, d->texel, ranges, err);
     if (!rc)
-        dset_write(vk, d->set, d->n_bindings, ranges);
+        rc = dset_write(vk, d, ranges, err);
     return rc;
 }
 
@@ -481,6 +556,7 @@ void em_vk_dset_destroy(em_vk *vk, em_vk_dset *d)
         d->next->prev = d->prev;
     vkFreeDescriptorSets(vk->dev, d->pool, 1, &d->set);
     pthread_mutex_unlock(&vk->lock);
+    views_free(vk, d);
     free(d);
 }
 
@@ -856,6 +932,7 @@ void em_vk_pipe_destroy_all(em_vk *vk)
     while (vk->dsets) {
         em_vk_dset *d = vk->dsets;
         vk->dsets = d->next;
+        views_free(vk, d);
         free(d);
     }
     for (uint32_t i = 0; i < vk->n_pools; i++)
@@ -873,6 +950,8 @@ void em_vk_pipe_destroy_all(em_vk *vk)
         em_vk_layout *l = vk->layouts;
         vk->layouts = l->next;
         vkDestroyPipelineLayout(vk->dev, l->pl, NULL);
+        if (l->own_dsl)
+            vkDestroyDescriptorSetLayout(vk->dev, l->own_dsl, NULL);
         free(l);
     }
     for (int i = 0; i <= EM_VK_MAX_BINDINGS; i++) {

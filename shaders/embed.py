@@ -4,8 +4,9 @@
 # table em_kernels[] (enum EM_K_<NAME>) of em_vk_kernel rows (core/vk.h).
 #
 # It also reads each module and fails the build when the table and the
-# shader disagree: bindings outside set 0 / 0..n_bindings-1 or not storage
-# buffers, a push_constant block whose size differs from the declared push
+# shader disagree: bindings outside set 0 / 0..n_bindings-1 or neither
+# storage buffers nor uniform texel buffers (usamplerBuffer; their mask
+# becomes the row's `texel`), a push_constant block whose size differs from the declared push
 # size, or a capability ember does not know how to enable. The features a
 # module's capabilities need become the row's `needs` mask, and its
 # specialization constant ids its `n_spec`.
@@ -23,6 +24,7 @@ OP_CAPABILITY, OP_TYPE_INT, OP_TYPE_FLOAT, OP_TYPE_VECTOR = 17, 21, 22, 23
 OP_TYPE_MATRIX, OP_TYPE_ARRAY, OP_TYPE_RUNTIME_ARRAY, OP_TYPE_STRUCT = 24, 28, 29, 30
 OP_TYPE_POINTER, OP_CONSTANT, OP_SPEC_CONSTANT, OP_VARIABLE = 32, 43, 50, 59
 OP_DECORATE, OP_MEMBER_DECORATE = 71, 72
+OP_TYPE_IMAGE, OP_TYPE_SAMPLED_IMAGE, DIM_BUFFER = 25, 27, 5
 DEC_SPEC_ID, DEC_BLOCK, DEC_BUFFER_BLOCK, DEC_ARRAY_STRIDE = 1, 2, 3, 6
 DEC_BINDING, DEC_SET, DEC_OFFSET = 33, 34, 35
 SC_UNIFORM_CONSTANT, SC_UNIFORM, SC_PUSH_CONSTANT, SC_STORAGE_BUFFER = 0, 2, 9, 12
@@ -32,6 +34,7 @@ SC_IGNORED = {1, 3, 4, 5, 6, 7, 8}   # Input, Output, Workgroup, CrossWorkgroup,
 # capability -> EM_VK_F_* it needs ('' : nothing to enable)
 CAPS = {
     0: '', 1: '',                                # Matrix, Shader
+    46: '',                                      # SampledBuffer (texel buffers: core)
     9: 'EM_VK_F_FLOAT16', 10: 'EM_VK_F_FLOAT64', 11: 'EM_VK_F_INT64',
     22: 'EM_VK_F_INT16', 39: 'EM_VK_F_INT8',
     61: 'EM_VK_F_SG_BASIC', 62: 'EM_VK_F_SG_VOTE', 63: 'EM_VK_F_SG_ARITH',
@@ -88,7 +91,8 @@ def analyse(name, path, words):
         elif op == OP_MEMBER_DECORATE:
             mdec.setdefault((a[0], a[1]), {})[a[2]] = a[3:]
         elif op in (OP_TYPE_INT, OP_TYPE_FLOAT, OP_TYPE_VECTOR, OP_TYPE_MATRIX,
-                    OP_TYPE_ARRAY, OP_TYPE_RUNTIME_ARRAY, OP_TYPE_STRUCT, OP_TYPE_POINTER):
+                    OP_TYPE_ARRAY, OP_TYPE_RUNTIME_ARRAY, OP_TYPE_STRUCT, OP_TYPE_POINTER,
+                    OP_TYPE_IMAGE, OP_TYPE_SAMPLED_IMAGE):
             types[a[0]] = (op, a[1:])
         elif op in (OP_CONSTANT, OP_SPEC_CONSTANT):
             consts[a[1]] = a[2] if len(a) > 2 else 0
@@ -123,7 +127,7 @@ def analyse(name, path, words):
             return end
         fail('kernel %s: unsupported type in the push_constant block' % name)
 
-    bindings, push = set(), 0
+    bindings, texel, push = set(), set(), 0
     for ptype, vid, sc in variables:
         if sc in SC_IGNORED:
             continue
@@ -134,6 +138,20 @@ def analyse(name, path, words):
             continue
         is_ssbo = sc == SC_STORAGE_BUFFER or (
             sc == SC_UNIFORM and DEC_BUFFER_BLOCK in dec.get(pointee, {}))
+        # a usamplerBuffer: sampled image of a Dim=Buffer, Sampled=1 image
+        is_texel = False
+        if sc == SC_UNIFORM_CONSTANT and types.get(pointee, (None,))[0] == OP_TYPE_SAMPLED_IMAGE:
+            img = types.get(types[pointee][1][0], (None, []))
+            is_texel = img[0] == OP_TYPE_IMAGE and img[1][1] == DIM_BUFFER and img[1][5] == 1
+        if is_texel:
+            dset = d.get(DEC_SET, [0])[0]
+            b = d.get(DEC_BINDING, [None])[0]
+            if dset != 0 or b is None:
+                fail('kernel %s: texel buffer %%%d is at set %d binding %s; use set 0'
+                     % (name, vid, dset, b))
+            bindings.add(b)
+            texel.add(b)
+            continue
         if not is_ssbo:
             fail('kernel %s: variable %%%d is a %s; ember kernels bind storage buffers only'
                  % (name, vid, 'uniform buffer' if sc == SC_UNIFORM else
@@ -144,11 +162,13 @@ def analyse(name, path, words):
         if dset != 0 or b is None:
             fail('kernel %s: storage buffer %%%d is at set %d binding %s; use set 0'
                  % (name, vid, dset, b))
+        if b in texel:
+            fail('kernel %s: binding %d is both a texel buffer and a storage buffer' % (name, b))
         if b in bindings:
             continue   # an alias: another view of the same storage buffer
         bindings.add(b)
     n_spec = max(spec_ids) + 1 if spec_ids else 0
-    return needs, n_spec, bindings, push
+    return needs, n_spec, bindings, push, sum(1 << b for b in texel)
 
 
 def main():
@@ -174,7 +194,7 @@ def main():
             fail('kernel %s listed twice in shaders/meson.build' % name)
         seen.add(name)
         words = words_of(path)
-        needs, n_spec, bindings, push_real = analyse(name, path, words)
+        needs, n_spec, bindings, push_real, texel = analyse(name, path, words)
         extra = sorted(b for b in bindings if b >= nb)
         if extra:
             fail('kernel %s: shaders/meson.build says %d bindings but the shader uses '
@@ -184,7 +204,7 @@ def main():
                  "shader's push_constant block is %d bytes" % (name, push, push_real))
         if push % 4:
             fail('kernel %s: push size %d is not a multiple of 4' % (name, push))
-        rows.append((name, words, nb, push, n_spec, needs))
+        rows.append((name, words, nb, push, n_spec, needs, texel))
 
     guard = 'EM_KERNELS_H'
     h = ['/* em_kernels.h — generated by shaders/embed.py from the variant list in',
@@ -194,7 +214,7 @@ def main():
     for name, *_ in rows:
         h.append('    EM_K_%s,' % name.upper())
     h += ['    EM_K_COUNT', '};', '']
-    for name, words, nb, push, n_spec, needs in rows:
+    for name, words, nb, push, n_spec, needs, texel in rows:
         h.append('#define EM_K_%s_BINDINGS %d' % (name.upper(), nb))
         h.append('#define EM_K_%s_PUSH %d' % (name.upper(), push))
     h += ['', 'extern const em_vk_kernel em_kernels[EM_K_COUNT];', '', '#endif', '']
@@ -208,10 +228,10 @@ def main():
             c.append('    ' + ' '.join('0x%08x,' % x for x in words[k:k + 8]))
         c += ['};', '']
     c.append('const em_vk_kernel em_kernels[EM_K_COUNT] = {')
-    for name, words, nb, push, n_spec, needs in rows:
-        c.append('    [EM_K_%s] = { "%s", spv_%s, sizeof spv_%s, %d, %d, %d, %s },'
+    for name, words, nb, push, n_spec, needs, texel in rows:
+        c.append('    [EM_K_%s] = { "%s", spv_%s, sizeof spv_%s, %d, %d, %d, %s, 0x%x },'
                  % (name.upper(), name, name, name, nb, push, n_spec,
-                    ' | '.join(needs) if needs else '0'))
+                    ' | '.join(needs) if needs else '0', texel))
     c += ['};', '']
 
     for path, lines in ((args.h, h), (args.c, c)):

@@ -33,7 +33,11 @@ layout(constant_id = 3) const uint FLAGS = 0;
 
 const uint F_NORM_IN = 1u, F_BIAS = 2u, F_ADD_OUT = 4u, F_SWIGLU = 8u, F_GATHER_IN = 16u;
 
-layout(std430, binding = 0) readonly buffer QW { uvec4 qw[]; };
+// The packed weights are a uniform texel buffer of uvec4 texels: llvmpipe
+// fetches texels through its texture path, about half the cost of its
+// lane-by-lane storage-buffer loads (docs/PERFORMANCE.md).
+layout(binding = 0) uniform usamplerBuffer qwt;
+#define QW(i) texelFetch(qwt, int(i))
 layout(std430, binding = 1) readonly buffer SC { uvec4 sc4[]; };
 layout(std430, binding = 2) readonly buffer XIn { vec4 x4[]; };
 layout(std430, binding = 3) buffer YOut { float y[]; };
@@ -94,20 +98,20 @@ void unit_dot(uint q0, uint u, float d, inout float acc[TN])
 {
 #if defined(TYPE_F32)
     for (uint w = 0u; w < 8u; w++) {
-        const vec4 wv = uintBitsToFloat(qw[q0 + w]);
+        const vec4 wv = uintBitsToFloat(QW(q0 + w));
         for (uint t = 0u; t < TN; t++)
             acc[t] += dot(wv, xv[t * XV + w]);
     }
 #elif defined(TYPE_F16)
     for (uint w = 0u; w < 4u; w++) {
-        const uvec4 q = qw[q0 + w];
+        const uvec4 q = QW(q0 + w);
         const vec4 a = vec4(unpackHalf2x16(q.x), unpackHalf2x16(q.y));
         const vec4 b = vec4(unpackHalf2x16(q.z), unpackHalf2x16(q.w));
         for (uint t = 0u; t < TN; t++)
             acc[t] += dot(a, xv[t * XV + 2u * w]) + dot(b, xv[t * XV + 2u * w + 1u]);
     }
 #elif defined(TYPE_Q8_0)
-    const uvec4 a = qw[q0], b = qw[q0 + 1u];
+    const uvec4 a = QW(q0), b = QW(q0 + 1u);
     const vec4 w0 = i8x4(a.x), w1 = i8x4(a.y), w2 = i8x4(a.z), w3 = i8x4(a.w);
     const vec4 w4 = i8x4(b.x), w5 = i8x4(b.y), w6 = i8x4(b.z), w7 = i8x4(b.w);
     for (uint t = 0u; t < TN; t++) {
@@ -117,7 +121,7 @@ void unit_dot(uint q0, uint u, float d, inout float acc[TN])
     }
 #elif defined(TYPE_Q4_0)
     // element j of the block: low nibble of byte j (j < 16), high nibble of byte j - 16
-    const uvec4 q = qw[q0];
+    const uvec4 q = QW(q0);
     const vec4 w0 = u4x4(q.x), w1 = u4x4(q.y), w2 = u4x4(q.z), w3 = u4x4(q.w);
     const vec4 w4 = u4x4(q.x >> 4), w5 = u4x4(q.y >> 4), w6 = u4x4(q.z >> 4), w7 = u4x4(q.w >> 4);
     for (uint t = 0u; t < TN; t++) {
@@ -130,14 +134,14 @@ void unit_dot(uint q0, uint u, float d, inout float acc[TN])
     // unit = sub-block pair i (64 elements): low nibbles are sub-block 2i,
     // high nibbles 2i+1; x = d*sc*q - dmin*m per sub-block
     const uint i = u % UPB;
-    const uvec4 h = qw[q0];                                  // d|dmin, scales[12]
+    const uvec4 h = QW(q0);                                  // d|dmin, scales[12]
     const vec2 dm = unpackHalf2x16(h.x);
     const vec4 smv = k4_scale_min(2u * i, h.y, h.z, h.w);   // (sc, m) of 2i and 2i+1
 #if defined(TYPE_Q4_K)
-    const uvec4 qa = qw[q0 + 1u + 2u * i], qb = qw[q0 + 2u + 2u * i];
+    const uvec4 qa = QW(q0 + 1u + 2u * i), qb = QW(q0 + 2u + 2u * i);
 #else
-    const uvec4 qa = qw[q0 + 3u + 2u * i], qb = qw[q0 + 4u + 2u * i];
-    const uvec4 ha = qw[q0 + 1u], hb = qw[q0 + 2u];          // qh: bit 2i / 2i+1 of byte l
+    const uvec4 qa = QW(q0 + 3u + 2u * i), qb = QW(q0 + 4u + 2u * i);
+    const uvec4 ha = QW(q0 + 1u), hb = QW(q0 + 2u);          // qh: bit 2i / 2i+1 of byte l
 #endif
     vec4 lo[8], hi[8];
     for (uint w = 0u; w < 8u; w++) {
@@ -164,8 +168,8 @@ void unit_dot(uint q0, uint u, float d, inout float acc[TN])
     // unit = (half hf, l-range s of 16): elements 128*hf + 16*s + l + 32*p,
     // l < 16, p < 4; value d * scale[8*hf + s + 2p] * (q6 - 32)
     const uint hf = (u % UPB) / 2u, s = u % 2u;
-    const uvec4 A = qw[q0 + 4u * hf + s], B = qw[q0 + 4u * hf + 2u + s];
-    const uvec4 H = qw[q0 + 8u + 2u * hf + s], C = qw[q0 + 12u];
+    const uvec4 A = QW(q0 + 4u * hf + s), B = QW(q0 + 4u * hf + 2u + s);
+    const uvec4 H = QW(q0 + 8u + 2u * hf + s), C = QW(q0 + 12u);
     const uint cw0 = hf == 0u ? C.x : C.z, cw1 = hf == 0u ? C.y : C.w;   // the half's 8 scales
     const float c0 = i8_at(cw0, cw1, s), c1 = i8_at(cw0, cw1, s + 2u);
     const float c2 = i8_at(cw0, cw1, s + 4u), c3 = i8_at(cw0, cw1, s + 6u);

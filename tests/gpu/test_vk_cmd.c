@@ -151,11 +151,59 @@ static void ranges(em_vk *vk)
     em_vk_free(vk, &out);
 }
 
+/* A kernel whose binding 0 is a texel buffer (mm.comp's weights): ranges of
+ * whole 16-byte texels within maxTexelBufferElements at aligned offsets;
+ * views are made per set and replaced by an update; many sets left for
+ * em_vk_destroy (their views too). */
+static void texel_ranges(em_vk *vk)
+{
+    em_err err = { 0 };
+    const em_vk_dev_info *in = em_vk_info(vk);
+    const em_vk_kernel *k = &em_kernels[EM_K_MM_Q4_0];
+    CHECK(k->texel == 1u);
+    em_vk_pipe *pipe = NULL;
+    uint32_t spec[4] = { in->subgroup_size, 8, 1, 0 };
+    CHECK_OK(em_vk_pipe_create(vk, k, spec, 4, 0, &pipe, &err), err);
+    em_vk_buf b;
+    CHECK_OK(em_vk_alloc(vk, EM_VK_MEM_DEVICE, 1 << 20, &b, &err), err);
+    em_vk_buf r[6];
+    for (int i = 0; i < 6; i++)
+        r[i] = em_vk_buf_view(&b, 0, 4096);
+    em_vk_dset *set = NULL;
+    CHECK_OK(em_vk_dset_create(vk, pipe, r, &set, &err), err);
+    r[0] = em_vk_buf_view(&b, 4096, 8192);
+    CHECK_OK(em_vk_dset_update(vk, set, r, &err), err);
+    r[0] = em_vk_buf_view(&b, 0, 4100);                    /* not whole texels */
+    int rc = em_vk_dset_update(vk, set, r, &err);
+    CHECKF(rc == EM_ERANGE && strstr(err.msg, "maxTexelBufferElements"), "rc %d %s", rc, err.msg);
+    if (in->texel_align > 4) {
+        r[0] = em_vk_buf_view(&b, 4, 4096);
+        rc = em_vk_dset_update(vk, set, r, &err);
+        CHECKF(rc == EM_EINVAL && strstr(err.msg, "minTexelBufferOffsetAlignment"), "rc %d %s", rc,
+               err.msg);
+    }
+    if (in->max_texel_elems * 16 < (1u << 20)) {
+        r[0] = em_vk_buf_view(&b, 0, 1 << 20);
+        CHECK(em_vk_dset_update(vk, set, r, &err) == EM_ERANGE);
+    }
+    em_vk_dset_destroy(vk, set);
+    r[0] = em_vk_buf_view(&b, 0, 4096);
+    for (int i = 0; i < 300; i++) {
+        em_vk_dset *d = NULL;
+        if ((rc = em_vk_dset_create(vk, pipe, r, &d, &err))) {
+            CHECK_OK(rc, err);
+            break;
+        }
+    }
+    em_vk_free(vk, &b);
+}
+
 int main(void)
 {
     em_vk *vk = gpu_open("test_vk_cmd", NULL);
     replay(vk);
     ranges(vk);
+    texel_ranges(vk);
     gpu_close(vk);
     return test_summary("test_vk_cmd");
 }
