@@ -23,10 +23,6 @@ const uint BLK = 16u;
 
 layout(std430, binding = 0) readonly buffer QKV { float qkv[]; };
 layout(std430, binding = 1) readonly buffer PV { int step[]; };
-layout(std430, binding = 2) readonly buffer KC { uvec4 kc4[]; };
-layout(std430, binding = 2) readonly buffer KCW { uint kcw[]; };
-layout(std430, binding = 3) readonly buffer VC { uvec4 vc4[]; };
-layout(std430, binding = 3) readonly buffer VCW { uint vcw[]; };
 layout(std430, binding = 4) writeonly buffer OUT { float att[]; };
 layout(std430, binding = 5) writeonly buffer PART { float part[]; };
 

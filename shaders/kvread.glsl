@@ -1,8 +1,20 @@
-// kvread.glsl — reading one position's K or V row from the paged cache in
-// 8-value chunks: f16 rows, or with -DKV_Q8 int8 rows with one f16 scale per
-// 32 values stored after all rows (see rope_kv.comp). Needs bindings kc4/vc4
-// (uvec4 rows) and, for KV_Q8, kcw/vcw (uint views of the same buffers), and
-// pc.kscale_off / pc.vscale_off.
+// kvread.glsl — the K and V cache bindings (2 and 3) and reading one
+// position's K or V row from the paged cache in 8-value chunks: f16 rows, or
+// with -DKV_Q8 int8 rows with one f16 scale per 32 values stored after all
+// rows (see rope_kv.comp). With -DKV_TEXEL (f16 rows only) the cache is read
+// through uniform texel buffers of uvec4 texels, which llvmpipe fetches at
+// about half the cost of storage-buffer words. Needs pc.kscale_off /
+// pc.vscale_off for KV_Q8.
+
+#if defined(KV_TEXEL)
+layout(binding = 2) uniform usamplerBuffer kct;
+layout(binding = 3) uniform usamplerBuffer vct;
+#else
+layout(std430, binding = 2) readonly buffer KC { uvec4 kc4[]; };
+layout(std430, binding = 2) readonly buffer KCW { uint kcw[]; };
+layout(std430, binding = 3) readonly buffer VC { uvec4 vc4[]; };
+layout(std430, binding = 3) readonly buffer VCW { uint vcw[]; };
+#endif
 
 #if defined(KV_Q8)
 vec4 i8v(uint q)
@@ -25,7 +37,12 @@ void kv_chunk(bool is_v, uint r, uint n, uint c, out vec4 a, out vec4 b)
 #else
 void kv_chunk(bool is_v, uint r, uint n, uint c, out vec4 a, out vec4 b)
 {
+#if defined(KV_TEXEL)
+    const int i = int(r * (n / 8u) + c);
+    const uvec4 k = is_v ? texelFetch(vct, i) : texelFetch(kct, i);
+#else
     const uvec4 k = is_v ? vc4[r * (n / 8u) + c] : kc4[r * (n / 8u) + c];
+#endif
     a = vec4(unpackHalf2x16(k.x), unpackHalf2x16(k.y));
     b = vec4(unpackHalf2x16(k.z), unpackHalf2x16(k.w));
 }
