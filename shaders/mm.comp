@@ -39,7 +39,7 @@ const uint F_NORM_IN = 1u, F_BIAS = 2u, F_ADD_OUT = 4u, F_SWIGLU = 8u, F_GATHER_
 layout(binding = 0) uniform usamplerBuffer qwt;
 #define QW(i) texelFetch(qwt, int(i))
 layout(std430, binding = 1) readonly buffer SC { uvec4 sc4[]; };
-layout(std430, binding = 2) readonly buffer XIn { vec4 x4[]; };
+layout(binding = 2) uniform usamplerBuffer xt;
 layout(std430, binding = 3) buffer YOut { float y[]; };
 layout(std430, binding = 4) readonly buffer Vecs { vec4 vecs4[]; };
 layout(std430, binding = 5) readonly buffer Step { int step[]; };
@@ -233,7 +233,7 @@ void main()
             for (uint t = 0u; t < TN; t++) {
                 for (uint i = 0u; i < XV; i++) {
                     const uint k4 = unit_x4(u, i);
-                    vec4 v = x4[xrow[t] + k4];
+                    vec4 v = uintBitsToFloat(texelFetch(xt, int(xrow[t] + k4)));
                     if ((FLAGS & F_NORM_IN) != 0u) {
                         ss[t] += dot(v, v);
                         v *= vecs4[pc.norm_off / 4u + k4];
