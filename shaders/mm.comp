@@ -92,6 +92,24 @@ float xsum(uint t, uint a, uint n)
     return s.x + s.y + s.z + s.w;
 }
 
+// The sums a unit's formula subtracts (offset or min times the sum of x per
+// part), per token: the same for every row, so made once per unit.
+vec4 xs[TN];
+void unit_sums()
+{
+    for (uint t = 0u; t < TN; t++) {
+#if defined(TYPE_Q4_0)
+        xs[t] = vec4(xsum(t, 0u, 8u), 0.0, 0.0, 0.0);
+#elif defined(TYPE_Q4_K) || defined(TYPE_Q5_K)
+        xs[t] = vec4(xsum(t, 0u, 8u), xsum(t, 8u, 8u), 0.0, 0.0);
+#elif defined(TYPE_Q6_K)
+        xs[t] = vec4(xsum(t, 0u, 4u), xsum(t, 4u, 4u), xsum(t, 8u, 4u), xsum(t, 12u, 4u));
+#else
+        xs[t] = vec4(0.0);
+#endif
+    }
+}
+
 // Add the dot products of unit u of the row whose block starts at word q0
 // (block scale d where the type has one) to acc[0..TN).
 void unit_dot(uint q0, uint u, float d, inout float acc[TN])
@@ -128,7 +146,7 @@ void unit_dot(uint q0, uint u, float d, inout float acc[TN])
         const uint o = t * XV;
         const float s = dot(w0, xv[o]) + dot(w1, xv[o + 1u]) + dot(w2, xv[o + 2u]) + dot(w3, xv[o + 3u]) +
                         dot(w4, xv[o + 4u]) + dot(w5, xv[o + 5u]) + dot(w6, xv[o + 6u]) + dot(w7, xv[o + 7u]);
-        acc[t] += d * (s - 8.0 * xsum(t, 0u, 8u));
+        acc[t] += d * (s - 8.0 * xs[t].x);
     }
 #elif defined(TYPE_Q4_K) || defined(TYPE_Q5_K)
     // unit = sub-block pair i (64 elements): low nibbles are sub-block 2i,
@@ -162,7 +180,7 @@ void unit_dot(uint q0, uint u, float d, inout float acc[TN])
             sa += dot(lo[w], xv[o + w]);
             sb += dot(hi[w], xv[o + 8u + w]);
         }
-        acc[t] += dm.x * (smv.x * sa + smv.z * sb) - dm.y * (smv.y * xsum(t, 0u, 8u) + smv.w * xsum(t, 8u, 8u));
+        acc[t] += dm.x * (smv.x * sa + smv.z * sb) - dm.y * (smv.y * xs[t].x + smv.w * xs[t].y);
     }
 #elif defined(TYPE_Q6_K)
     // unit = (half hf, l-range s of 16): elements 128*hf + 16*s + l + 32*p,
@@ -190,8 +208,8 @@ void unit_dot(uint q0, uint u, float d, inout float acc[TN])
             s2 += dot(v2[w], xv[o + 8u + w]);
             s3 += dot(v3[w], xv[o + 12u + w]);
         }
-        acc[t] += d * (c0 * (s0 - 32.0 * xsum(t, 0u, 4u)) + c1 * (s1 - 32.0 * xsum(t, 4u, 4u)) +
-                       c2 * (s2 - 32.0 * xsum(t, 8u, 4u)) + c3 * (s3 - 32.0 * xsum(t, 12u, 4u)));
+        acc[t] += d * (c0 * (s0 - 32.0 * xs[t].x) + c1 * (s1 - 32.0 * xs[t].y) +
+                       c2 * (s2 - 32.0 * xs[t].z) + c3 * (s3 - 32.0 * xs[t].w));
     }
 #endif
 }
@@ -241,6 +259,7 @@ void main()
                     xv[t * XV + i] = v;
                 }
             }
+            unit_sums();
             const uint gb = g * nb + u / UPB;
 #if defined(TYPE_Q4_0) || defined(TYPE_Q8_0) || defined(TYPE_Q6_K)
             uvec4 scw[RPW / 8u];
