@@ -32,16 +32,16 @@ typedef struct em_vk_block {
     uint32_t            n_free, cap_free;
 } em_vk_block;
 
-/* Pipeline and set layouts are shared by every pipeline with the same binding
- * count (and push size), so descriptor sets are interchangeable between them
- * and outlive the pipelines. */
+/* A pipeline layout and its set layout, shared by every pipeline with the
+ * same binding count, push size and texel mask. Set layouts of the same
+ * binding count and mask are identically defined, so descriptor sets are
+ * interchangeable between all those pipelines and outlive them. */
 typedef struct em_vk_layout {
     struct em_vk_layout  *next;
     uint32_t              n_bindings;
     uint32_t              push_size;
     uint32_t              texel;      /* em_vk_kernel.texel of its kernels */
-    VkDescriptorSetLayout dsl;        /* vk->dsls[n_bindings], or own_dsl */
-    VkDescriptorSetLayout own_dsl;    /* with texel bindings: this layout's own */
+    VkDescriptorSetLayout dsl;        /* owned */
     VkPipelineLayout      pl;
 } em_vk_layout;
 
@@ -122,7 +122,6 @@ struct em_vk {
     VkPipelineCache    cache;
     uint8_t            cache_uuid[VK_UUID_SIZE];
     em_vk_layout      *layouts;        /* list */
-    VkDescriptorSetLayout dsls[EM_VK_MAX_BINDINGS + 1]; /* by binding count */
     VkDescriptorPool  *pools;
     uint32_t           n_pools, cap_pools;
     em_vk_pipe        *pipes;

@@ -1,6 +1,7 @@
 /* vk_pipe.c — compute pipelines from the embedded kernel table (shared
- * pipeline cache, layouts shared by binding count, specialization constants,
- * required subgroup size), descriptor sets over buffer ranges (checked
+ * pipeline cache, layouts shared by binding count, push size and binding
+ * kinds, specialization constants, required subgroup size), descriptor
+ * sets over buffer ranges (checked
  * against the device limits, pools grown on demand), and command buffers
  * with a fence that are recorded once and submitted any number of times. */
 #include "core/vk_int.h"
@@ -131,10 +132,10 @@ static int dsl_create(em_vk *vk, uint32_t n, uint32_t texel, VkDescriptorSetLayo
     return 0;
 }
 
-/* The shared layout for (n_bindings, push_size, texel) (vk->lock held):
- * storage-buffer-only layouts share one set layout per binding count, so
- * their descriptor sets are interchangeable; one with texel bindings has its
- * own. */
+/* The shared layout for (n_bindings, push_size, texel) (vk->lock held). Each
+ * owns its set layout; set layouts with the same binding count and texel
+ * mask are identically defined, so a descriptor set works with every
+ * pipeline whose layout has them, whatever its push size. */
 static int layout_get(em_vk *vk, uint32_t n_bindings, uint32_t push_size, uint32_t texel,
                       const em_vk_layout **out, em_err *err)
 {
@@ -147,22 +148,16 @@ static int layout_get(em_vk *vk, uint32_t n_bindings, uint32_t push_size, uint32
             return 0;
         }
     }
-    VkDescriptorSetLayout own = VK_NULL_HANDLE;
-    if (texel)
-        rc = dsl_create(vk, n_bindings, texel, &own, err);
-    else if (!vk->dsls[n_bindings])
-        rc = dsl_create(vk, n_bindings, 0, &vk->dsls[n_bindings], err);
-    if (rc)
+    VkDescriptorSetLayout dsl;
+    if ((rc = dsl_create(vk, n_bindings, texel, &dsl, err)))
         goto done;
     l = calloc(1, sizeof *l);
     if (!l) {
-        if (own)
-            vkDestroyDescriptorSetLayout(vk->dev, own, NULL);
+        vkDestroyDescriptorSetLayout(vk->dev, dsl, NULL);
         rc = em_err_set(err, EM_ENOMEM, "vulkan: out of host memory");
         goto done;
     }
-    l->own_dsl = own;
-    l->dsl = own ? own : vk->dsls[n_bindings];
+    l->dsl = dsl;
     VkPushConstantRange pr = { VK_SHADER_STAGE_COMPUTE_BIT, 0, push_size };
     VkPipelineLayoutCreateInfo pci = {
         .sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
@@ -173,8 +168,7 @@ static int layout_get(em_vk *vk, uint32_t n_bindings, uint32_t push_size, uint32
     };
     r = vkCreatePipelineLayout(vk->dev, &pci, NULL, &l->pl);
     if (r != VK_SUCCESS) {
-        if (own)
-            vkDestroyDescriptorSetLayout(vk->dev, own, NULL);
+        vkDestroyDescriptorSetLayout(vk->dev, dsl, NULL);
         free(l);
         rc = em_vk_fail(vk, err, r, "cannot create a pipeline layout");
         goto done;
@@ -950,14 +944,8 @@ void em_vk_pipe_destroy_all(em_vk *vk)
         em_vk_layout *l = vk->layouts;
         vk->layouts = l->next;
         vkDestroyPipelineLayout(vk->dev, l->pl, NULL);
-        if (l->own_dsl)
-            vkDestroyDescriptorSetLayout(vk->dev, l->own_dsl, NULL);
+        vkDestroyDescriptorSetLayout(vk->dev, l->dsl, NULL);
         free(l);
-    }
-    for (int i = 0; i <= EM_VK_MAX_BINDINGS; i++) {
-        if (vk->dsls[i])
-            vkDestroyDescriptorSetLayout(vk->dev, vk->dsls[i], NULL);
-        vk->dsls[i] = VK_NULL_HANDLE;
     }
     if (vk->cache) {
         cache_save(vk);
