@@ -48,7 +48,8 @@ _Static_assert(sizeof(em_pc_mm) == 48, "mm push layout");
  * per unit plus the sums and writes per tile. Measured on llvmpipe with 64
  * and 128 rows, 1 and 8 tokens per pass (the largest tile count that still
  * gives correct sums): about rpw + 2 per unit and 2 * rpw * (tn + 1) per
- * tile; the estimate below stays above both. Returns 0 when even one token tile would exceed the budget. */
+ * tile; the estimate below stays above both. Returns 0 when even one token
+ * tile would exceed the budget. */
 static inline uint32_t em_mm_grid_y(uint32_t K_pad, uint32_t L, uint32_t rpw, uint32_t T, uint32_t tn,
                                     uint32_t gx)
 {

@@ -1,9 +1,9 @@
 /* vk_pipe.c — compute pipelines from the embedded kernel table (shared
  * pipeline cache, layouts shared by binding count, push size and binding
  * kinds, specialization constants, required subgroup size), descriptor
- * sets over buffer ranges (checked
- * against the device limits, pools grown on demand), and command buffers
- * with a fence that are recorded once and submitted any number of times. */
+ * sets over buffer ranges (checked against the device limits, pools grown
+ * on demand), and command buffers with a fence that are recorded once and
+ * submitted any number of times. */
 #include "core/vk_int.h"
 
 #include <stdarg.h>

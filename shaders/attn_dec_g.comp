@@ -99,22 +99,24 @@ void main()
         }
     }
 
+    // unsplit: this lane's slice of each head's output; split: its
+    // unnormalized slice, and (lane 0) the head's max and sum, for the reduce
     for (uint g = 0u; g < G; g++) {
         const uint h = h0 + g;
+        const uint pb = ((di * pc.H + h) * pc.nsplit + split) * (DV + 2u);
         for (uint i = 0u; i < 2u * CV; i++) {
             const uint d = 4u * (2u * lane * CV + i);
-            const vec4 r = my_split == 1u ? (l[g] > 0.0 ? o[g * 2u * CV + i] / l[g] : vec4(0.0))
-                                           : o[g * 2u * CV + i];
-            const uint base = my_split == 1u ? t * pc.out_stride + h * DV + d
-                                             : ((di * pc.H + h) * pc.nsplit + split) * (DV + 2u) + 2u + d;
+            const vec4 r = o[g * 2u * CV + i];
             if (my_split == 1u) {
-                att[base] = r.x; att[base + 1u] = r.y; att[base + 2u] = r.z; att[base + 3u] = r.w;
+                const vec4 v = l[g] > 0.0 ? r / l[g] : vec4(0.0);
+                const uint a = t * pc.out_stride + h * DV + d;
+                att[a] = v.x; att[a + 1u] = v.y; att[a + 2u] = v.z; att[a + 3u] = v.w;
             } else {
-                part[base] = r.x; part[base + 1u] = r.y; part[base + 2u] = r.z; part[base + 3u] = r.w;
+                const uint a = pb + 2u + d;
+                part[a] = r.x; part[a + 1u] = r.y; part[a + 2u] = r.z; part[a + 3u] = r.w;
             }
         }
         if (my_split > 1u && lane == 0u) {
-            const uint pb = ((di * pc.H + h) * pc.nsplit + split) * (DV + 2u);
             part[pb] = m[g];
             part[pb + 1u] = l[g];
         }
