@@ -180,3 +180,19 @@ int test_summary(const char *name)
     printf("%s: all %d checks passed\n", name, test_checks);
     return 0;
 }
+
+void test_expect_cli_error(const char *what, char *const argv[], const char *needle)
+{
+    char *out = NULL, *err = NULL;
+    int st = test_run(argv, &out, &err);
+    CHECKF(st == 2, "%s: exit status %d (stderr: %s)", what, st, err ? err : "");
+    int lines = 0;
+    for (const char *p = err; p && *p; p++)
+        lines += *p == '\n';
+    CHECKF(err && strncmp(err, "ember: ", 7) == 0 && lines == 1,
+           "%s: stderr is not one 'ember: ' line: [%s]", what, err ? err : "");
+    if (needle)
+        CHECKF(err && strstr(err, needle), "%s: expected '%s' in: %s", what, needle, err ? err : "");
+    free(out);
+    free(err);
+}

@@ -47,6 +47,11 @@ int   test_write_file(const char *path, const void *data, size_t len);
  * status, 128+signal if killed, -1 if it could not run. */
 int test_run(char *const argv[], char **out, char **err);
 
+/* Run argv (as test_run) and check ember's contract for bad input: exit
+ * status 2 and stderr exactly one line starting "ember: " (containing
+ * needle unless it is NULL). what labels the failures. */
+void test_expect_cli_error(const char *what, char *const argv[], const char *needle);
+
 /* Deterministic PRNG for tests. */
 unsigned long long test_rand(unsigned long long *state);
 

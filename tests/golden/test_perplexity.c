@@ -222,36 +222,23 @@ static void test_order_and_files(const char *tmp)
     free(err);
 }
 
-/* One line on stderr starting "ember: ", exit status 2. */
-static void expect_input_error(const char *what, char *const argv[])
-{
-    char *err = NULL;
-    int st = test_run(argv, NULL, &err);
-    int lines = 0;
-    for (const char *p = err; p && *p; p++)
-        lines += *p == '\n';
-    CHECKF(st == 2 && err && strncmp(err, "ember: ", 7) == 0 && lines == 1, "%s: exit %d, stderr '%s'", what, st,
-           err ? err : "");
-    free(err);
-}
-
 static void test_errors(void)
 {
     char *a1[] = { (char *)bin, "perplexity", "--model", model_path[1], "--file", (char *)story, "--ctx", "4096",
                    "--backend", (char *)backend, NULL };
-    expect_input_error("text shorter than a window", a1);
+    test_expect_cli_error("text shorter than a window", a1, NULL);
     char *a2[] = { (char *)bin, "perplexity", "--model", model_path[1], "--file", (char *)story,
                    "--base-logits", (char *)story, "--backend", (char *)backend, NULL };
-    expect_input_error("not a base-logits file", a2);
+    test_expect_cli_error("not a base-logits file", a2, NULL);
     char *a3[] = { (char *)bin, "perplexity", "--model", model_path[1], "--file", (char *)story, "--ctx", "128",
                    "--compare", model_path[0], "--backend", (char *)backend, NULL };
-    expect_input_error("another vocabulary", a3);
+    test_expect_cli_error("another vocabulary", a3, NULL);
     char *a4[] = { (char *)bin, "perplexity", "--model", model_path[1], NULL };
-    expect_input_error("no --file", a4);
+    test_expect_cli_error("no --file", a4, NULL);
     char *a5[] = { (char *)bin, "perplexity", "--model", model_path[1], "--file", (char *)story, "--report", NULL };
-    expect_input_error("--report without models", a5);
+    test_expect_cli_error("--report without models", a5, NULL);
     char *a6[] = { (char *)bin, "perplexity", "--model", "/nonexistent.gguf", "--file", (char *)story, NULL };
-    expect_input_error("missing model", a6);
+    test_expect_cli_error("missing model", a6, NULL);
 }
 
 int main(int argc, char **argv)

@@ -83,18 +83,7 @@ static void expect_bad(const char *label, const char *needle, char *const args[]
     for (int i = 0; args[i] && n < 31; i++)
         argv[n++] = args[i];
     argv[n] = NULL;
-    char *out = NULL, *err = NULL;
-    int st = test_run(argv, &out, &err);
-    CHECKF(st == 2, "%s: exit status %d (stderr: %s)", label, st, err ? err : "");
-    int lines = 0;
-    for (const char *p = err; p && *p; p++)
-        lines += *p == '\n';
-    CHECKF(err && strncmp(err, "ember: ", 7) == 0 && lines == 1,
-           "%s: stderr is not one 'ember: ' line: [%s]", label, err ? err : "");
-    if (needle)
-        CHECKF(err && strstr(err, needle), "%s: expected '%s' in: %s", label, needle, err ? err : "");
-    free(out);
-    free(err);
+    test_expect_cli_error(label, argv, needle);
 }
 
 int main(void)

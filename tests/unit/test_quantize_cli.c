@@ -158,18 +158,6 @@ static void test_interrupt(const char *dir, const char *in)
     unlink(log);
 }
 
-static void expect_input_error(const char *what, char *const argv[])
-{
-    char *err = NULL;
-    int st = test_run(argv, NULL, &err);
-    int lines = 0;
-    for (const char *p = err; p && *p; p++)
-        lines += *p == '\n';
-    CHECKF(st == 2 && err && strncmp(err, "ember: ", 7) == 0 && lines == 1, "%s: exit %d, stderr '%s'", what,
-           st, err ? err : "");
-    free(err);
-}
-
 static void test_errors(const char *dir, const char *in)
 {
     char junk[1200], out[1200];
@@ -177,21 +165,21 @@ static void test_errors(const char *dir, const char *in)
     snprintf(out, sizeof out, "%s/e.gguf", dir);
     test_write_file(junk, "this is not a gguf file at all", 30);
     char *a1[] = { (char *)bin, "quantize", NULL };
-    expect_input_error("no arguments", a1);
+    test_expect_cli_error("no arguments", a1, NULL);
     char *a2[] = { (char *)bin, "quantize", (char *)in, out, "Q3_K_M", NULL };
-    expect_input_error("unknown type", a2);
+    test_expect_cli_error("unknown type", a2, NULL);
     char *a3[] = { (char *)bin, "quantize", "/nonexistent/in.gguf", out, "Q8_0", NULL };
-    expect_input_error("missing input", a3);
+    test_expect_cli_error("missing input", a3, NULL);
     char *a4[] = { (char *)bin, "quantize", junk, out, "Q8_0", NULL };
-    expect_input_error("not a GGUF", a4);
+    test_expect_cli_error("not a GGUF", a4, NULL);
     char *a5[] = { (char *)bin, "quantize", (char *)in, "/nonexistent/dir/out.gguf", "Q8_0", NULL };
-    expect_input_error("missing output folder", a5);
+    test_expect_cli_error("missing output folder", a5, NULL);
     char *a6[] = { (char *)bin, "quantize", (char *)in, (char *)in, "Q8_0", NULL };
-    expect_input_error("output = input", a6);
+    test_expect_cli_error("output = input", a6, NULL);
     char *a7[] = { (char *)bin, "quantize", (char *)in, out, "Q8_0", "--threads", "0", NULL };
-    expect_input_error("--threads 0", a7);
+    test_expect_cli_error("--threads 0", a7, NULL);
     char *a8[] = { (char *)bin, "quantize", (char *)in, (char *)dir, "Q8_0", NULL };
-    expect_input_error("output is a folder", a8);
+    test_expect_cli_error("output is a folder", a8, NULL);
     CHECK(access(out, F_OK) != 0);
     unlink(junk);
 }
