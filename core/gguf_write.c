@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/gguf.h"
+#include "core/grow.h"
 
 typedef struct {
     uint8_t *p;
@@ -102,14 +103,8 @@ static bytes *entry(em_gguf_writer *w, const char *key)
             return &w->kv[i].val;
         }
     }
-    if (w->n_kv == w->cap_kv) {
-        size_t cap = w->cap_kv ? w->cap_kv * 2 : 32;
-        wkv *nk = realloc(w->kv, cap * sizeof *nk);
-        if (!nk)
-            return NULL;
-        w->kv = nk;
-        w->cap_kv = cap;
-    }
+    if (em_grow((void **)&w->kv, &w->cap_kv, w->n_kv, sizeof *w->kv, 32))
+        return NULL;
     wkv *e = &w->kv[w->n_kv];
     memset(e, 0, sizeof *e);
     if (!(e->key = strdup(key)))
@@ -233,14 +228,8 @@ int em_gguf_w_tensor(em_gguf_writer *w, const char *name, uint32_t type, uint32_
     const em_ttype_info *ti = em_ttype_get(type);
     if (!ti || n_dims == 0 || n_dims > 4 || ne[0] % ti->blck)
         return EM_EINVAL;
-    if (w->n_t == w->cap_t) {
-        size_t cap = w->cap_t ? w->cap_t * 2 : 64;
-        wtensor *nt = realloc(w->t, cap * sizeof *nt);
-        if (!nt)
-            return EM_ENOMEM;
-        w->t = nt;
-        w->cap_t = cap;
-    }
+    if (em_grow((void **)&w->t, &w->cap_t, w->n_t, sizeof *w->t, 64))
+        return EM_ENOMEM;
     wtensor *t = &w->t[w->n_t];
     memset(t, 0, sizeof *t);
     if (!(t->name = strdup(name)))

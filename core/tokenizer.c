@@ -9,6 +9,7 @@
  * string (ties: leftmost) and falls back to <0xXX> byte tokens; special
  * tokens are cut out of the text longest first before either model runs. */
 #include "core/tokenizer_int.h"
+#include "core/grow.h"
 
 #include <float.h>
 #include <stdio.h>
@@ -56,14 +57,8 @@ size_t em_tokenizer_utf8_len(uint8_t c)
 
 int em_tokenizer_ids_push(em_tokenizer_ids *v, int32_t id)
 {
-    if (v->n == v->cap) {
-        size_t cap = v->cap ? 2 * v->cap : 64;
-        int32_t *p = realloc(v->v, cap * sizeof *p);
-        if (!p)
-            return EM_ENOMEM;
-        v->v = p;
-        v->cap = cap;
-    }
+    if (em_grow((void **)&v->v, &v->cap, v->n, sizeof *v->v, 64))
+        return EM_ENOMEM;
     v->v[v->n++] = id;
     return 0;
 }
@@ -75,14 +70,8 @@ static int before(const em_tokenizer_bigram *a, const em_tokenizer_bigram *b)
 
 int em_tokenizer_heap_push(em_tokenizer_heap *h, em_tokenizer_bigram b)
 {
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? 2 * h->cap : 64;
-        em_tokenizer_bigram *v = realloc(h->v, cap * sizeof *v);
-        if (!v)
-            return EM_ENOMEM;
-        h->v = v;
-        h->cap = cap;
-    }
+    if (em_grow((void **)&h->v, &h->cap, h->n, sizeof *h->v, 64))
+        return EM_ENOMEM;
     size_t i = h->n++;
     while (i > 0 && before(&b, &h->v[(i - 1) / 2])) {
         h->v[i] = h->v[(i - 1) / 2];
@@ -611,14 +600,8 @@ static int frag_push(frags *f, size_t off, size_t len, int32_t id)
 {
     if (id < 0 && len == 0)
         return 0;
-    if (f->n == f->cap) {
-        size_t cap = f->cap ? 2 * f->cap : 16;
-        frag *v = realloc(f->v, cap * sizeof *v);
-        if (!v)
-            return EM_ENOMEM;
-        f->v = v;
-        f->cap = cap;
-    }
+    if (em_grow((void **)&f->v, &f->cap, f->n, sizeof *f->v, 16))
+        return EM_ENOMEM;
     f->v[f->n++] = (frag){ off, len, id };
     return 0;
 }

@@ -13,6 +13,7 @@
  * in the length of a digit run: a denial of service for a server), chameleon
  * and the add-SEP embedding models (jina-v1-en, jina-v2-code, roberta-bpe). */
 #include "core/tokenizer_int.h"
+#include "core/grow.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -332,14 +333,8 @@ static int seg_push(segs *s, size_t a, size_t b)
 {
     if (a >= b)
         return 0;
-    if (s->n == s->cap) {
-        size_t cap = s->cap ? 2 * s->cap : 64;
-        size_t *v = realloc(s->v, cap * 2 * sizeof *v);
-        if (!v)
-            return EM_ENOMEM;
-        s->v = v;
-        s->cap = cap;
-    }
+    if (em_grow((void **)&s->v, &s->cap, s->n, 2 * sizeof *s->v, 64))   /* (a, b) pairs */
+        return EM_ENOMEM;
     s->v[2 * s->n] = a;
     s->v[2 * s->n + 1] = b;
     s->n++;

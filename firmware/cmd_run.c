@@ -8,6 +8,7 @@
 
 #include "core/engine.h"
 #include "core/forward.h"
+#include "core/grow.h"
 #include "core/model.h"
 #include "core/sample.h"
 #include "core/tokenizer.h"
@@ -30,14 +31,8 @@ typedef struct {
 
 static int push_id(idvec *iv, int32_t id)
 {
-    if (iv->n == iv->cap) {
-        size_t cap = iv->cap ? iv->cap * 2 : 256;
-        int32_t *nv = realloc(iv->v, cap * sizeof *nv);
-        if (!nv)
-            return EM_ENOMEM;
-        iv->v = nv;
-        iv->cap = cap;
-    }
+    if (em_grow((void **)&iv->v, &iv->cap, iv->n, sizeof *iv->v, 256))
+        return EM_ENOMEM;
     iv->v[iv->n++] = id;
     return 0;
 }

@@ -47,7 +47,7 @@ typedef struct {
     uint64_t n;                    /* scored positions */
     double   kl_sum, kl2_sum;
     float   *kl;                   /* [kl_cap] every position's KL (owned), for percentiles */
-    uint64_t kl_n, kl_cap;
+    size_t   kl_n, kl_cap;
     uint64_t top_same;             /* positions where base and model agree on the top token */
 } em_ppl_stats;
 

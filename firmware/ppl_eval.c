@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "firmware/ppl.h"
+#include "core/grow.h"
 
 static const char base_magic[8] = { 'E', 'M', 'B', 'A', 'S', 'E', 'L', 'P' };
 enum { BASE_VERSION = 1, BASE_HEADER = 32 };
@@ -155,14 +156,8 @@ void em_ppl_add_nll(em_ppl_stats *s, double nll)
 
 int em_ppl_add_kl(em_ppl_stats *s, double kl, int same_top)
 {
-    if (s->kl_n == s->kl_cap) {
-        uint64_t cap = s->kl_cap ? s->kl_cap * 2 : 4096;
-        float *nk = realloc(s->kl, cap * sizeof *nk);
-        if (!nk)
-            return EM_ENOMEM;
-        s->kl = nk;
-        s->kl_cap = cap;
-    }
+    if (em_grow((void **)&s->kl, &s->kl_cap, s->kl_n, sizeof *s->kl, 4096))
+        return EM_ENOMEM;
     s->kl[s->kl_n++] = (float)kl;
     s->kl_sum += kl;
     s->kl2_sum += kl * kl;

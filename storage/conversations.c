@@ -2,6 +2,7 @@
  * messages, scoped per API key (key_id 0 = no key), deletion, and the
  * store_content switch that turns storing chat text off. */
 #include "storage/storage_int.h"
+#include "core/grow.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,7 +80,7 @@ int em_storage_conv_list(em_storage *st, int64_t key_id, em_conv_info **out, siz
     }
     bind_key(s, 1, key_id);
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-        if (em_sto_grow((void **)&v, &cap, cnt, sizeof *v)) {
+        if (em_grow((void **)&v, &cap, cnt, sizeof *v, 16)) {
             ret = em_err_set(err, EM_ENOMEM, "%s: out of memory", st->path);
             rc = SQLITE_OK;
             goto done;
@@ -280,7 +281,7 @@ int em_storage_message_list(em_storage *st, int64_t key_id, int64_t conv_id, em_
     }
     sqlite3_bind_int64(s, 1, conv_id);
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-        if (em_sto_grow((void **)&v, &cap, cnt, sizeof *v)) {
+        if (em_grow((void **)&v, &cap, cnt, sizeof *v, 16)) {
             ret = em_err_set(err, EM_ENOMEM, "%s: out of memory", st->path);
             rc = SQLITE_OK;
             goto done;

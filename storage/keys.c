@@ -4,6 +4,7 @@
  * Only the hash and a short display prefix are stored; the key itself is
  * never written to the database and never appears in an error message. */
 #include "storage/storage_int.h"
+#include "core/grow.h"
 
 #include <sodium.h>
 #include <stdlib.h>
@@ -178,7 +179,7 @@ int em_storage_key_list(em_storage *st, em_key_info **out, size_t *n, em_err *er
         goto done;
     }
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-        if (em_sto_grow((void **)&v, &cap, cnt, sizeof *v)) {
+        if (em_grow((void **)&v, &cap, cnt, sizeof *v, 16)) {
             ret = em_err_set(err, EM_ENOMEM, "%s: out of memory listing keys", st->path);
             rc = SQLITE_OK;
             goto done;

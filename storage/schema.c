@@ -112,19 +112,6 @@ static const char *const migrations[EM_STORAGE_SCHEMA_VERSION] = {
     "PRAGMA user_version = 3;",
 };
 
-int em_sto_grow(void **v, size_t *cap, size_t n, size_t elem)
-{
-    if (n < *cap)
-        return 0;
-    size_t nc = *cap ? *cap * 2 : 16;
-    void *nv = realloc(*v, nc * elem);
-    if (!nv)
-        return EM_ENOMEM;
-    *v = nv;
-    *cap = nc;
-    return 0;
-}
-
 int em_sto_code(int sqlite_rc)
 {
     switch (sqlite_rc & 0xff) {

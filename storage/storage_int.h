@@ -121,10 +121,6 @@ int em_sto_code(int sqlite_rc);
 /* 1 when an SQLite error means the connection should be reopened. */
 int em_sto_conn_fault(int sqlite_rc);
 
-/* Make room for element n of the array *v of elem-byte elements and
- * capacity *cap (doubling, 16 at first). 0, or EM_ENOMEM with *v intact. */
-int em_sto_grow(void **v, size_t *cap, size_t n, size_t elem);
-
 /* ---- writer.c ---- */
 int  em_sto_writer_start(em_storage *st, em_err *err);
 void em_sto_writer_stop(em_storage *st);   /* commits what it can, joins */

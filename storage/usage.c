@@ -5,6 +5,7 @@
  * cost (docs/storage.md, "Cost"). Also the date and name parsers used by
  * `ember usage` and the web dashboard. */
 #include "storage/storage_int.h"
+#include "core/grow.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -39,14 +40,8 @@ void em_storage_usage_query_init(em_usage_query *q)
 
 static int push(double **v, size_t *n, size_t *cap, double x)
 {
-    if (*n == *cap) {
-        size_t nc = *cap ? *cap * 2 : 64;
-        double *nv = realloc(*v, nc * sizeof *nv);
-        if (!nv)
-            return EM_ENOMEM;
-        *v = nv;
-        *cap = nc;
-    }
+    if (em_grow((void **)v, cap, *n, sizeof **v, 64))
+        return EM_ENOMEM;
     (*v)[(*n)++] = x;
     return 0;
 }
@@ -77,14 +72,8 @@ static acc *acc_find(accs *g, const char *label)
         else
             hi = mid;
     }
-    if (g->n == g->cap) {
-        size_t nc = g->cap ? g->cap * 2 : 16;
-        acc *nv = realloc(g->v, nc * sizeof *nv);
-        if (!nv)
-            return NULL;
-        g->v = nv;
-        g->cap = nc;
-    }
+    if (em_grow((void **)&g->v, &g->cap, g->n, sizeof *g->v, 16))
+        return NULL;
     memmove(&g->v[lo + 1], &g->v[lo], (g->n - lo) * sizeof *g->v);
     g->n++;
     acc_init(&g->v[lo], label);
