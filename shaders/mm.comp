@@ -23,6 +23,7 @@
 #version 450
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
 
 #include "common.glsl"
 
@@ -276,37 +277,55 @@ void main()
             }
         }
 
-        // sums across the lanes (uniform control flow), then one lane per row writes
-        float tot[RPW][TN];
-        for (uint t = 0u; t < TN; t++) {
-            const float scale = (FLAGS & F_NORM_IN) != 0u
+        // The sums across the lanes, transposed: the (column, token) pairs,
+        // L at a time, are summed so that pair k*L + l ends in lane l (each
+        // step halves the values a lane keeps and swaps the other half with
+        // the lane m apart: L - 1 shuffles for L sums), then every lane writes
+        // its output. (Was: one subgroupAdd per row and token and one lane
+        // writing per row, a third of a 1024-wide product's time on llvmpipe.)
+        const bool swiglu = (FLAGS & F_SWIGLU) != 0u;   // rows (2c, 2c+1) are (gate, up) of column c
+        const uint cols = swiglu ? RPW / 2u : RPW;
+        float scale[TN];
+        for (uint t = 0u; t < TN; t++)
+            scale[t] = (FLAGS & F_NORM_IN) != 0u
                 ? inversesqrt(subgroupAdd(ss[t]) / float(pc.k_real) + pc.eps) : 1.0;
-            for (uint r = 0u; r < RPW; r++) {
-                tot[r][t] = subgroupAdd(acc[r][t]) * scale;
-                if ((FLAGS & F_BIAS) != 0u) {
-                    const uint bi = pc.bias_off + pc.row0 + min(r0 + r, pc.N - 1u);
-                    tot[r][t] += vecs4[bi / 4u][bi % 4u];
-                }
+        for (uint k = 0u; k < (cols * TN + L - 1u) / L; k++) {
+            float v[gl_WorkGroupSize.x], w[gl_WorkGroupSize.x];   // gate or plain, up
+            for (uint i = 0u; i < L; i++) {
+                const uint p = k * L + i, r = (swiglu ? 2u : 1u) * min(p / TN, cols - 1u);
+                v[i] = p < cols * TN ? acc[r][p % TN] : 0.0;
+                w[i] = swiglu && p < cols * TN ? acc[r + 1u][p % TN] : 0.0;
             }
-        }
-        for (uint r = 0u; r < RPW; r++) {
-            const uint n = r0 + r;
-            if (lane != r % L || n >= pc.N)
+#define LANE_STEP(M)                                                                         \
+            if (L > M) {                                                                     \
+                const bool hi = (lane & M) != 0u;                                            \
+                for (uint i = 0u; i < M; i++) {                                              \
+                    v[i] = (hi ? v[i + M] : v[i]) + subgroupShuffleXor(hi ? v[i] : v[i + M], M); \
+                    if (swiglu)                                                              \
+                        w[i] = (hi ? w[i + M] : w[i]) + subgroupShuffleXor(hi ? w[i] : w[i + M], M); \
+                }                                                                            \
+            }
+            LANE_STEP(64u) LANE_STEP(32u) LANE_STEP(16u) LANE_STEP(8u) LANE_STEP(4u) LANE_STEP(2u) LANE_STEP(1u)
+#undef LANE_STEP
+            const uint p = k * L + lane, t = p % TN, n = r0 + (swiglu ? 2u : 1u) * (p / TN), tt = t0 + t;
+            if (p >= cols * TN || n >= pc.N || tt >= pc.T)
                 continue;
-            for (uint t = 0u; t < TN; t++) {
-                const uint tt = t0 + t;
-                if (tt >= pc.T)
-                    continue;
-                const float v = tot[r][t];
-                if ((FLAGS & F_SWIGLU) != 0u) {
-                    if ((r & 1u) == 0u)   // RPW and row0 are even: (r, r+1) is a (gate, up) pair
-                        y[tt * pc.y_stride + pc.y_off + n / 2u] = v / (1.0 + exp(-v)) * tot[r + 1u < RPW ? r + 1u : r][t];
-                } else if ((FLAGS & F_ADD_OUT) != 0u) {
-                    y[tt * pc.y_stride + pc.y_off + n] += v;
-                } else {
-                    y[tt * pc.y_stride + pc.y_off + n] = v;
-                }
+            float sc = 1.0;
+            for (uint i = 0u; i < TN; i++)
+                sc = i == t ? scale[i] : sc;
+            float val = v[0] * sc, up = w[0] * sc;
+            if ((FLAGS & F_BIAS) != 0u) {
+                const uint bi = pc.bias_off + pc.row0 + n, bu = pc.bias_off + pc.row0 + min(n + 1u, pc.N - 1u);
+                val += vecs4[bi / 4u][bi % 4u];
+                up += vecs4[bu / 4u][bu % 4u];
             }
+            const uint yi = tt * pc.y_stride + pc.y_off + (swiglu ? n / 2u : n);
+            if (swiglu)
+                y[yi] = val / (1.0 + exp(-val)) * up;
+            else if ((FLAGS & F_ADD_OUT) != 0u)
+                y[yi] += val;
+            else
+                y[yi] = val;
         }
     }
 }
