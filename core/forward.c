@@ -414,16 +414,18 @@ static void mark(em_fwd *f, em_vk_cmd *cmd, int kind)
 /* Tokens per pass of the matrix kernel for T tokens. Each pass loads each
  * lane's input slices and dequantizes the weights once for its tokens; more
  * tokens amortize the weights better but keep more inputs and sums live.
- * With 32 or more rows per workgroup (CPU devices) 8 tokens per pass
- * measured fastest on llvmpipe for every type (8192 x 1024 x 64, 32 rows:
- * Q4_0 25 -> 33 GFLOP/s, Q8_0, Q4_K and Q6_K x1.4-1.5, F16 x2; 16 was no
- * better); with 8 rows (GPUs) 2 stays, best there for Q4_0 on llvmpipe and
- * not yet measured on a GPU. Eight is used from T >= 8 on: the last pass of
- * a T that is not a multiple of 8 computes idle tokens. */
+ * With 32 or more rows per workgroup (CPU devices) 16 tokens per pass from
+ * T >= 16 on and 8 from T >= 8 on measured fastest on llvmpipe (128 rows,
+ * 512 tokens: 16 beat 8 by 4-14% for Q4_0, Q8_0, Q4_K and Q6_K over
+ * 1024 x 5632, 2816 x 1024 and 1024 x 1536; 24 and 32 were slower than 8;
+ * with 32 rows, before the transposed lane sums, 16 was no better than 8);
+ * with 8 rows (GPUs) 2 stays, best there for Q4_0 on llvmpipe and not yet
+ * measured on a GPU. The last pass of a T that is not a multiple of the
+ * tokens per pass computes idle tokens. */
 static uint32_t mm_tokens_per_pass(const em_fwd *f, uint32_t T)
 {
     if (T >= 8 && f->RPW >= 32)
-        return 8;
+        return T >= 16 ? 16 : 8;
     return T >= 2 ? 2 : 1;
 }
 

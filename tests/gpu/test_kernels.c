@@ -56,8 +56,8 @@ static uint8_t *random_rows(uint32_t type, uint32_t K, uint32_t N, size_t *row_b
 typedef struct {
     em_vk *vk;
     uint32_t L, RPW;            /* lanes and rows per workgroup of mm.comp */
-    em_vk_pipe *pipes[64];
-    uint32_t keys[64][3];
+    em_vk_pipe *pipes[128];
+    uint32_t keys[128][3];
     int n_pipes;
 } harness;
 
@@ -66,6 +66,10 @@ static em_vk_pipe *pipe_for(harness *h, uint32_t k, uint32_t tn, uint32_t flags)
     for (int i = 0; i < h->n_pipes; i++)
         if (h->keys[i][0] == k && h->keys[i][1] == tn && h->keys[i][2] == flags)
             return h->pipes[i];
+    if (h->n_pipes == (int)(sizeof h->pipes / sizeof h->pipes[0])) {
+        CHECKF(0, "harness: more than %d pipelines", h->n_pipes);
+        exit(1);
+    }
     uint32_t spec[4] = { h->L, h->RPW, tn, flags };
     if (k >= EM_K_EMBED_F32 && k <= EM_K_EMBED_Q6_K)
         spec[0] = h->RPW;   /* rows per packed group */
@@ -295,6 +299,7 @@ int main(void)
             mm_case(&h, t, K1, 1, 1, 0, 1);                /* single row */
             mm_case(&h, t, bs == 256 ? 512 : 96, 3 * h.RPW + 5, 3, EM_MM_NORM_IN | EM_MM_BIAS, 2);
             mm_case(&h, t, bs == 256 ? 256 : 64, 2 * h.RPW + 6, 9, EM_MM_SWIGLU | EM_MM_NORM_IN, 8);
+            mm_case(&h, t, bs == 256 ? 256 : 64, h.RPW + 2, 37, EM_MM_SWIGLU | EM_MM_BIAS, 16);
             mm_case(&h, t, bs == 256 ? 768 : 160, h.RPW + 1, 17, EM_MM_ADD_OUT | EM_MM_GATHER_IN, 1);
             if (gi == 0)
                 mm_case(&h, t, bs == 256 ? 16384 : 8192, 2 * h.RPW, 1, EM_MM_NORM_IN, 1);  /* long rows */
@@ -305,6 +310,7 @@ int main(void)
                  * terms of em_mm_grid_y once the row loop is not unrolled */
                 mm_case(&h, t, 8192 * 4, 2 * h.RPW, 160, 0, 1);
                 mm_case(&h, t, 256, 2 * h.RPW, 10240, 0, 8);
+                mm_case(&h, t, 256, 2 * h.RPW, 10240, 0, 16);
             }
             if (gi == 0 && (t == EM_T_F32 || t == EM_T_F16 || t == EM_T_Q8_0 || t == EM_T_Q4_0 ||
                             t == EM_T_Q4_K || t == EM_T_Q5_K || t == EM_T_Q6_K || t == EM_T_Q2_K)) {
