@@ -411,21 +411,22 @@ static void mark(em_fwd *f, em_vk_cmd *cmd, int kind)
     em_vk_cmd_timestamp(cmd, ++r->n_ts);
 }
 
-/* Tokens per pass of the matrix kernel for T tokens. Each pass loads each
- * lane's input slices and dequantizes the weights once for its tokens; more
- * tokens amortize the weights better but keep more inputs and sums live.
- * With 32 or more rows per workgroup (CPU devices) 16 tokens per pass from
- * T >= 16 on and 8 from T >= 8 on measured fastest on llvmpipe (128 rows,
- * 512 tokens: 16 beat 8 by 4-14% for Q4_0, Q8_0, Q4_K and Q6_K over
- * 1024 x 5632, 2816 x 1024 and 1024 x 1536; 24 and 32 were slower than 8;
- * with 32 rows, before the transposed lane sums, 16 was no better than 8);
- * with 8 rows (GPUs) 2 stays, best there for Q4_0 on llvmpipe and not yet
- * measured on a GPU. The last pass of a T that is not a multiple of the
- * tokens per pass computes idle tokens. */
-static uint32_t mm_tokens_per_pass(const em_fwd *f, uint32_t T)
+/* Tokens per pass of the matrix kernel (weights of kernel type type) for T
+ * tokens. Each pass loads each lane's input slices and dequantizes the
+ * weights once for its tokens; more tokens amortize the weights better but
+ * keep more inputs and sums live. With 32 or more rows per workgroup (CPU
+ * devices) 8 tokens per pass from T >= 8 on, and 16 from T >= 16 on for the
+ * quantized types, measured fastest on llvmpipe (128 rows, 512 tokens,
+ * 1024 x 5632: 16 beat 8 by 3-10% for Q4_0, Q8_0, Q4_K, Q5_K and Q6_K, and
+ * by 9-10% over 2816 x 1024; 24 and 32 were slower than 8; F32 and F16 with
+ * 16 ran 6x slower than with 8 and took 10x longer to compile). With 8 rows
+ * (GPUs) 2 stays, best there for Q4_0 on llvmpipe and not yet measured on a
+ * GPU. The last pass of a T that is not a multiple of the tokens per pass
+ * computes idle tokens. */
+static uint32_t mm_tokens_per_pass(const em_fwd *f, uint32_t type, uint32_t T)
 {
     if (T >= 8 && f->RPW >= 32)
-        return T >= 16 ? 16 : 8;
+        return T >= 16 && type != EM_T_F32 && type != EM_T_F16 ? 16 : 8;
     return T >= 2 ? 2 : 1;
 }
 
@@ -433,9 +434,9 @@ static uint32_t mm_tokens_per_pass(const em_fwd *f, uint32_t T)
 static int site_record(em_fwd *f, em_vk_cmd *cmd, const site *s, uint32_t T, uint32_t x_stride,
                        uint32_t y_stride, int kind, em_err *err)
 {
-    uint32_t tn = mm_tokens_per_pass(f, T);
     for (uint32_t p = 0; p < s->n_parts; p++) {
         const pmat *pm = &s->part[p];
+        uint32_t tn = mm_tokens_per_pass(f, pm->L.type, T);
         em_vk_pipe *pipe;
         int rc = get_pipe(f, em_fwd_mm_kernel(pm->L.type), tn, s->flags, &pipe, err);
         if (rc)

@@ -299,7 +299,11 @@ int main(void)
             mm_case(&h, t, K1, 1, 1, 0, 1);                /* single row */
             mm_case(&h, t, bs == 256 ? 512 : 96, 3 * h.RPW + 5, 3, EM_MM_NORM_IN | EM_MM_BIAS, 2);
             mm_case(&h, t, bs == 256 ? 256 : 64, 2 * h.RPW + 6, 9, EM_MM_SWIGLU | EM_MM_NORM_IN, 8);
-            mm_case(&h, t, bs == 256 ? 256 : 64, h.RPW + 2, 37, EM_MM_SWIGLU | EM_MM_BIAS, 16);
+            em_wpack_layout pl;
+            em_err perr = { 0 };
+            CHECK_OK(em_wpack_layout_for(t, bs == 256 ? 256 : 64, 1, h.RPW, &pl, &perr), perr);
+            if (pl.type != EM_T_F32 && pl.type != EM_T_F16)
+                mm_case(&h, t, bs == 256 ? 256 : 64, h.RPW + 2, 37, EM_MM_SWIGLU | EM_MM_BIAS, 16);  /* ember's tn 16: quantized */
             mm_case(&h, t, bs == 256 ? 768 : 160, h.RPW + 1, 17, EM_MM_ADD_OUT | EM_MM_GATHER_IN, 1);
             if (gi == 0)
                 mm_case(&h, t, bs == 256 ? 16384 : 8192, 2 * h.RPW, 1, EM_MM_NORM_IN, 1);  /* long rows */
