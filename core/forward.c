@@ -913,7 +913,7 @@ static int record(em_fwd *f, em_vk_cmd *cmd, const shape *sh, em_err *err)
         pr.kn_off = ly->kn_off;
         if ((rc = get_pipe(f, f->k_rope, 0, 0, &p, err)))
             return rc;
-        em_vk_cmd_dispatch(cmd, p, ly->rope_ds, &pr, hp->n_head + hp->n_head_kv, T, 1);
+        em_vk_cmd_dispatch(cmd, p, ly->rope_ds, &pr, 1, T, 1);
         mark(f, cmd, P_ROPE);
         em_vk_cmd_barrier(cmd);
         if (sh->n_dec) {

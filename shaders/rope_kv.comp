@@ -4,7 +4,7 @@
 // the sequence's KV cache blocks through its block table: f16, or with
 // -DKV_Q8 int8 with one f16 scale per 32 values (Q8_0, the scale rounds the
 // largest magnitude to 127).
-// Grid: (H + Hk, T); one workgroup per (head, token).
+// Grid: (1, T); one workgroup per token does all its heads.
 //
 // KV cache layout per layer (block = BLK positions), row r = (blk*Hk+hk)*BLK+p:
 //   f16: K[r][d], V[r][d]   (a position's row is contiguous: the attention
@@ -16,7 +16,7 @@
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 
-layout(local_size_x = 64) in;
+layout(local_size_x = 32) in;
 layout(constant_id = 0) const uint NEOX = 0;
 layout(constant_id = 1) const uint QK_NORM = 0;
 const uint BLK = 16u;
@@ -50,7 +50,7 @@ layout(push_constant) uniform Push {
 
 shared float red[64];
 #if defined(KV_Q8)
-shared float row[256];
+shared float rowbuf[256];
 shared float dsc[8];
 
 // Quantize the row in shared memory (n values) to int8 + f16 scale per 32
@@ -61,18 +61,18 @@ void put_q8(uint n, bool is_v, uint qbase, uint sbase)
     if (lid < n / 32u) {
         float amax = 0.0;
         for (uint i = 0u; i < 32u; i++)
-            amax = max(amax, abs(row[32u * lid + i]));
+            amax = max(amax, abs(rowbuf[32u * lid + i]));
         const float d = amax / 127.0;
         dsc[lid] = d;
         if (is_v) vh[sbase + lid] = float16_t(d); else kh[sbase + lid] = float16_t(d);
     }
     barrier();
-    for (uint g = lid; g < n / 4u; g += 64u) {
+    for (uint g = lid; g < n / 4u; g += gl_WorkGroupSize.x) {
         const float d = dsc[(4u * g) / 32u];
         const float id = d > 0.0 ? 1.0 / d : 0.0;
         uint w = 0u;
         for (uint k = 0u; k < 4u; k++) {
-            const int q = clamp(int(round(row[4u * g + k] * id)), -127, 127);
+            const int q = clamp(int(round(rowbuf[4u * g + k] * id)), -127, 127);
             w |= (uint(q) & 0xFFu) << (8u * k);
         }
         if (is_v) vw[qbase + g] = w; else kw[qbase + g] = w;
@@ -109,39 +109,41 @@ vec2 cs(float theta)
 
 void main()
 {
-    const uint head = gl_WorkGroupID.x, t = gl_WorkGroupID.y, lid = gl_LocalInvocationID.x;
-    const bool is_q = head < pc.H;
-    const uint hk = head - pc.H;
-    const uint base = t * pc.qkv_stride + (is_q ? head * pc.D : pc.H * pc.D + hk * pc.D);
+    const uint t = gl_WorkGroupID.y, lid = gl_LocalInvocationID.x, WG = gl_WorkGroupSize.x;
+    const uint row = t * pc.qkv_stride;   // q heads at row + h*D (h < H), then k heads, then v
+    const uint nqk = pc.H + pc.Hk;
     const uint pos = uint(step[pc.pos_off + t]);
 
-    // optional per-head RMS norm (qwen3)
-    float scale = 1.0;
+    // optional per-head RMS norm (qwen3); each lane scales the elements it summed
     if (QK_NORM != 0u) {
-        float ss = 0.0;
-        for (uint d = lid; d < pc.D; d += 64u)
-            ss += qkv[base + d] * qkv[base + d];
-        scale = inversesqrt(wg_sum(ss) / float(pc.D) + pc.eps);
-        barrier();   // every lane has read the head before anyone writes it (wg_sum may not barrier)
-        uint noff = is_q ? pc.qn_off : pc.kn_off;
-        for (uint d = lid; d < pc.D; d += 64u)
-            qkv[base + d] *= scale * vecs[noff + d];
+        for (uint h = 0u; h < nqk; h++) {
+            const uint base = row + h * pc.D;
+            float ss = 0.0;
+            for (uint d = lid; d < pc.D; d += WG)
+                ss += qkv[base + d] * qkv[base + d];
+            const float scale = inversesqrt(wg_sum(ss) / float(pc.D) + pc.eps);
+            const uint noff = h < pc.H ? pc.qn_off : pc.kn_off;
+            for (uint d = lid; d < pc.D; d += WG)
+                qkv[base + d] *= scale * vecs[noff + d];
+        }
         memoryBarrierBuffer();
         barrier();
     }
 
-    // rotate pairs in place
+    // rotate pairs in place: the angle depends on the pair, not the head, so
+    // it is made once per pair for all q and k heads of the token
     const uint half_rot = pc.n_rot / 2u;
-    for (uint i = lid; i < half_rot; i += 64u) {
-        uint i0 = NEOX != 0u ? i : 2u * i;
-        uint i1 = NEOX != 0u ? i + half_rot : 2u * i + 1u;
-        vec2 c = cs(float(pos) * vecs[pc.freq_off + i]);
-        float x0 = qkv[base + i0], x1 = qkv[base + i1];
-        qkv[base + i0] = x0 * c.x - x1 * c.y;
-        qkv[base + i1] = x0 * c.y + x1 * c.x;
+    for (uint i = lid; i < half_rot; i += WG) {
+        const uint i0 = NEOX != 0u ? i : 2u * i;
+        const uint i1 = NEOX != 0u ? i + half_rot : 2u * i + 1u;
+        const vec2 c = cs(float(pos) * vecs[pc.freq_off + i]);
+        for (uint h = 0u; h < nqk; h++) {
+            const uint base = row + h * pc.D;
+            const float x0 = qkv[base + i0], x1 = qkv[base + i1];
+            qkv[base + i0] = x0 * c.x - x1 * c.y;
+            qkv[base + i1] = x0 * c.y + x1 * c.x;
+        }
     }
-    if (is_q)
-        return;
 
     // k and v into the cache
     memoryBarrierBuffer();
@@ -149,21 +151,24 @@ void main()
     const uint seq = uint(step[pc.seq_off + t]);
     const uint blk = uint(step[pc.bt_off + seq * pc.bt_stride + pos / BLK]);
     const uint p = pos % BLK;
-    const uint r = (blk * pc.Hk + hk) * BLK + p;
-    const uint vbase = t * pc.qkv_stride + pc.H * pc.D + pc.Hk * pc.D + hk * pc.Dv;
+    for (uint hk = 0u; hk < pc.Hk; hk++) {
+        const uint r = (blk * pc.Hk + hk) * BLK + p;
+        const uint kbase = row + (pc.H + hk) * pc.D;
+        const uint vbase = row + nqk * pc.D + hk * pc.Dv;
 #if defined(KV_Q8)
-    for (uint d = lid; d < pc.D; d += 64u)
-        row[d] = qkv[base + d];
-    barrier();
-    put_q8(pc.D, false, r * pc.D / 4u, pc.kscale_off + r * (pc.D / 32u));
-    for (uint d = lid; d < pc.Dv; d += 64u)
-        row[d] = qkv[vbase + d];
-    barrier();
-    put_q8(pc.Dv, true, r * pc.Dv / 4u, pc.vscale_off + r * (pc.Dv / 32u));
+        for (uint d = lid; d < pc.D; d += WG)
+            rowbuf[d] = qkv[kbase + d];
+        barrier();
+        put_q8(pc.D, false, r * pc.D / 4u, pc.kscale_off + r * (pc.D / 32u));
+        for (uint d = lid; d < pc.Dv; d += WG)
+            rowbuf[d] = qkv[vbase + d];
+        barrier();
+        put_q8(pc.Dv, true, r * pc.Dv / 4u, pc.vscale_off + r * (pc.Dv / 32u));
 #else
-    for (uint d = lid; d < pc.D; d += 64u)
-        kc[r * pc.D + d] = float16_t(qkv[base + d]);
-    for (uint d = lid; d < pc.Dv; d += 64u)
-        vc[r * pc.Dv + d] = float16_t(qkv[vbase + d]);
+        for (uint d = lid; d < pc.D; d += WG)
+            kc[r * pc.D + d] = float16_t(qkv[kbase + d]);
+        for (uint d = lid; d < pc.Dv; d += WG)
+            vc[r * pc.Dv + d] = float16_t(qkv[vbase + d]);
 #endif
+    }
 }
