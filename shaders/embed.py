@@ -175,7 +175,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('--c', required=True)
     ap.add_argument('--h', required=True)
-    ap.add_argument('--meta', nargs='+', required=True, help='NAME:BINDINGS:PUSH per module')
+    ap.add_argument('--meta', nargs='+', required=True,
+                    help='NAME:BINDINGS:PUSH:TEXELS per module (TEXELS: comma-separated, may be empty)')
     ap.add_argument('--spv', nargs='+', required=True)
     args = ap.parse_args()
     if len(args.meta) != len(args.spv):
@@ -184,17 +185,26 @@ def main():
     rows, seen = [], set()
     for meta, path in zip(args.meta, args.spv):
         try:
-            name, nb, push = meta.split(':')
+            name, nb, push, texels = meta.split(':')
             nb, push = int(nb), int(push)
+            declared = {int(b) for b in texels.split(',') if b}
         except ValueError:
-            fail('bad --meta %r (want NAME:BINDINGS:PUSH)' % meta)
+            fail('bad --meta %r (want NAME:BINDINGS:PUSH:TEXELS)' % meta)
         if not re.fullmatch(r'[a-z][a-z0-9_]*', name):
             fail('kernel name %r: use lower_case letters, digits and _' % name)
         if name in seen:
             fail('kernel %s listed twice in shaders/meson.build' % name)
         seen.add(name)
         words = words_of(path)
-        needs, n_spec, bindings, push_real, texel = analyse(name, path, words)
+        needs, n_spec, bindings, push_real, used_texel = analyse(name, path, words)
+        for b in range(nb):
+            used = 'a texel buffer' if used_texel >> b & 1 else 'a storage buffer' if b in bindings else None
+            if used and (b in declared) != (used_texel >> b & 1 == 1):
+                fail('kernel %s: binding %d is %s in the shader but %s in shaders/meson.build'
+                     % (name, b, used, 'a texel binding' if b in declared else 'not a texel binding'))
+        if any(b >= nb for b in declared):
+            fail('kernel %s: texel binding past its %d bindings in shaders/meson.build' % (name, nb))
+        texel = sum(1 << b for b in declared)
         extra = sorted(b for b in bindings if b >= nb)
         if extra:
             fail('kernel %s: shaders/meson.build says %d bindings but the shader uses '

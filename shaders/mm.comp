@@ -39,7 +39,11 @@ const uint F_NORM_IN = 1u, F_BIAS = 2u, F_ADD_OUT = 4u, F_SWIGLU = 8u, F_GATHER_
 // lane-by-lane storage-buffer loads (docs/PERFORMANCE.md).
 layout(binding = 0) uniform usamplerBuffer qwt;
 #define QW(i) texelFetch(qwt, int(i))
-layout(std430, binding = 1) readonly buffer SC { uvec4 sc4[]; };
+// The f16 block scales of Q4_0, Q8_0 and Q6_K: texel (g * nb + b) * RPW / 8
+// + r / 8 holds rows r..r+7 of block b (two per word). Other types do not
+// read it; it is still a texel binding (shaders/meson.build) so that every
+// variant has the same descriptor set layout.
+layout(binding = 1) uniform usamplerBuffer sct;
 layout(binding = 2) uniform usamplerBuffer xt;
 layout(std430, binding = 3) buffer YOut { float y[]; };
 layout(std430, binding = 4) readonly buffer Vecs { vec4 vecs4[]; };
@@ -263,18 +267,29 @@ void main()
             unit_sums();
             const uint gb = g * nb + u / UPB;
 #if defined(TYPE_Q4_0) || defined(TYPE_Q8_0) || defined(TYPE_Q6_K)
-            uvec4 scw[RPW / 8u];
-            for (uint k = 0u; k < RPW / 8u; k++)
-                scw[k] = sc4[gb * (RPW / 8u) + k];
-#endif
-            for (uint r = 0u; r < RPW; r++) {
-#if defined(TYPE_Q4_0) || defined(TYPE_Q8_0) || defined(TYPE_Q6_K)
-                const float d = unpackHalf2x16(scw[r / 8u][(r % 8u) / 2u])[r % 2u];
-#else
-                const float d = 0.0;
-#endif
-                unit_dot((gb * RPW + r) * W4, u, d, acc[r]);
+            // the scales of eight rows come in one texel: fetched once per
+            // eight rows (decode: the eight rows unrolled; with more tokens
+            // per pass that body would be too large and the fetch is made on
+            // every eighth row of the loop)
+            if (TN == 1u) {
+                for (uint r = 0u; r < RPW; r += 8u) {
+                    const uvec4 sw = texelFetch(sct, int((gb * RPW + r) / 8u));
+                    for (uint j = 0u; j < 8u; j++)
+                        unit_dot((gb * RPW + r + j) * W4, u, unpackHalf2x16(sw[j / 2u])[j % 2u], acc[r + j]);
+                }
+            } else {
+                uvec4 sw = uvec4(0u);
+                for (uint r = 0u; r < RPW; r++) {
+                    if (r % 8u == 0u)
+                        sw = texelFetch(sct, int((gb * RPW + r) / 8u));
+                    const uint w2 = (r & 4u) != 0u ? ((r & 2u) != 0u ? sw.w : sw.z) : ((r & 2u) != 0u ? sw.y : sw.x);
+                    unit_dot((gb * RPW + r) * W4, u, unpackHalf2x16(w2)[r % 2u], acc[r]);
+                }
             }
+#else
+            for (uint r = 0u; r < RPW; r++)
+                unit_dot((gb * RPW + r) * W4, u, 0.0, acc[r]);
+#endif
         }
 
         // The sums across the lanes, transposed: the (column, token) pairs,
