@@ -66,15 +66,18 @@ int em_vk_bench_read(em_vk *vk, const em_vk_buf *src, int repeats, uint32_t *sum
     if (rc)
         goto done;
 
-    /* ranges of at most maxStorageBufferRange (and 2^32 uvec4), aligned */
-    uint64_t range = in->max_storage_range;   /* < 4 GiB: uvec4 indices fit in uint */
-    uint64_t align = in->storage_align > 16 ? in->storage_align : 16;
+    /* ranges of at most maxTexelBufferElements texels (and 2^31, texelFetch
+     * takes an int), aligned */
+    uint64_t range = (in->max_texel_elems < (1ull << 31) ? in->max_texel_elems : (1ull << 31)) * 16;
+    uint64_t align = in->texel_align > 16 ? in->texel_align : 16;
     range = range / align * align;
     n_ranges = (uint32_t)((src->size + range - 1) / range);
-    /* 64 KiB per workgroup (16 uvec4 per lane): on llvmpipe a workgroup's
+    /* 256 KiB per workgroup (64 uvec4 per lane): on llvmpipe a workgroup's
      * subgroups run one after the other, each striding over the group's
-     * slice, so the slice must stay in the core's cache (measured: 64 KiB
-     * 9.2 GB/s, 256 KiB 6.7, 2 MiB 2.9); plenty of groups for a GPU. */
+     * slice, so the slice must stay in the core's cache (measured with the
+     * texel reads on the 2-core machine: 16 KiB 10.7 GB/s, 64 KiB 16.9,
+     * 256 KiB 17.8-18.0, 1 MiB 17.9, 4 MiB 17.1; with storage-buffer reads
+     * 64 KiB 9.2, 256 KiB 6.7); plenty of groups for a GPU. */
     uint64_t groups_per_range[64], per_group[64];
     uint64_t total_groups = 0;
     if (n_ranges > 64) {
@@ -84,7 +87,7 @@ int em_vk_bench_read(em_vk *vk, const em_vk_buf *src, int repeats, uint32_t *sum
     }
     for (uint32_t r = 0; r < n_ranges; r++) {
         uint64_t bytes = r + 1 < n_ranges ? range : src->size - (uint64_t)r * range;
-        uint64_t n = bytes / 16, per = 16 * WG;
+        uint64_t n = bytes / 16, per = 64 * WG;
         while ((n + per - 1) / per > in->max_wg_count[0])
             per *= 2;
         per_group[r] = per;

@@ -113,32 +113,34 @@ static void ranges(em_vk *vk)
     CHECK_OK(em_vk_alloc(vk, EM_VK_MEM_DEVICE, 256, &out, &err), err);
     CHECK_OK(em_vk_pipe_create(vk, &em_kernels[EM_K_BENCH_READ], NULL, 0, 0, &pipe, &err), err);
 
-    em_vk_buf r[2] = { big, out };
+    /* binding 1 (the partial sums) is bench_read's storage buffer; binding 0
+     * a texel buffer (texel_ranges below) */
+    em_vk_buf r[2] = { out, big };
     int rc = em_vk_dset_create(vk, pipe, r, &set, &err);
     CHECKF(rc == EM_ERANGE && !set && strstr(err.msg, "maxStorageBufferRange") &&
-           strstr(err.msg, "binding 0"), "rc %d %s", rc, err.msg);
+           strstr(err.msg, "binding 1"), "rc %d %s", rc, err.msg);
     /* exactly the limit is fine, in two parts too */
-    r[0] = em_vk_buf_view(&big, 0, in->max_storage_range);
+    r[1] = em_vk_buf_view(&big, 0, in->max_storage_range);
     CHECK_OK(em_vk_dset_create(vk, pipe, r, &set, &err), err);
-    r[0] = em_vk_buf_view(&big, in->max_storage_range, 256);
+    r[1] = em_vk_buf_view(&big, in->max_storage_range, 256);
     CHECK_OK(em_vk_dset_update(vk, set, r, &err), err);
-    r[0] = big;
+    r[1] = big;
     rc = em_vk_dset_update(vk, set, r, &err);
     CHECK(rc == EM_ERANGE);
     em_vk_dset_destroy(vk, set);
     set = NULL;
     if (in->storage_align > 4) {
-        r[0] = em_vk_buf_view(&big, 4, 1024);
+        r[1] = em_vk_buf_view(&big, 4, 1024);
         rc = em_vk_dset_create(vk, pipe, r, &set, &err);
         CHECKF(rc == EM_EINVAL && strstr(err.msg, "minStorageBufferOffsetAlignment"),
                "rc %d %s", rc, err.msg);
     }
-    r[0] = em_vk_buf_view(&big, 0, 0);
+    r[1] = em_vk_buf_view(&big, 0, 0);
     CHECK(em_vk_dset_create(vk, pipe, r, &set, &err) == EM_EINVAL);
 
     /* many sets: the descriptor pools grow; left for em_vk_destroy to free */
-    r[0] = em_vk_buf_view(&big, 0, 4096);
-    r[1] = out;
+    r[0] = out;
+    r[1] = em_vk_buf_view(&big, 0, 4096);
     for (int i = 0; i < 700; i++) {
         em_vk_dset *d = NULL;
         rc = em_vk_dset_create(vk, pipe, r, &d, &err);
