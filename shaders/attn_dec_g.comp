@@ -81,11 +81,22 @@ void main()
             vec4 v[2u * CV];
             for (uint i = 0u; i < CV; i++)
                 kv_chunk(true, row, DV, lane * CV + i, v[2u * i], v[2u * i + 1u]);
+            // the G partial scores summed across the lanes four at a time
+            float sc[(G + 3u) / 4u * 4u];
             for (uint g = 0u; g < G; g++) {
                 float s = 0.0;
                 for (uint i = 0u; i < 2u * CK; i++)
                     s += dot(q[g * 2u * CK + i], k[i]);
-                s = subgroupAdd(s);
+                sc[g] = s;
+            }
+            for (uint g = G; g < (G + 3u) / 4u * 4u; g++)
+                sc[g] = 0.0;
+            for (uint g4 = 0u; g4 < G; g4 += 4u) {
+                const vec4 t4 = subgroupAdd(vec4(sc[g4], sc[g4 + 1u], sc[g4 + 2u], sc[g4 + 3u]));
+                sc[g4] = t4.x; sc[g4 + 1u] = t4.y; sc[g4 + 2u] = t4.z; sc[g4 + 3u] = t4.w;
+            }
+            for (uint g = 0u; g < G; g++) {
+                const float s = sc[g];
                 // one exp per position: the smaller of (m, s) is scaled by
                 // exp(-|s - m|) against the new max, the larger by 1
                 const float e = exp(-abs(s - m[g]));
