@@ -98,6 +98,7 @@ struct em_fwd {
     uint32_t off_tok, off_pos, off_seq, off_gather, off_dec, off_tiles, off_bt, step_ints;
     uint32_t dec_lanes;            /* workgroup width of attn_dec */
     int      dec_grouped;          /* decode attention by KV head (attn_dec_g.comp) */
+    uint32_t pre_heads;            /* query heads per prefill attention workgroup */
     uint32_t k_rope, k_dec, k_pre; /* kernels for the KV element type */
     uint32_t kscale_off, vscale_off; /* Q8_0 KV: half index of the scales in a layer's K / V */
     em_vk_buf part;                /* split-K partials [max_tokens][H][MAX_SPLIT][Dv + 2] */
@@ -241,7 +242,8 @@ static int get_pipe(em_fwd *f, uint32_t k, uint32_t tn, uint32_t flags, em_vk_pi
         spec[0] = f->hp->head_dim;
         spec[1] = f->hp->head_dim_v;
         spec[2] = em_vk_info(f->vk)->subgroup_size;
-        n_spec = 3;
+        spec[3] = f->pre_heads;
+        n_spec = 4;
     } else if (k == EM_K_ROPE_KV || k == EM_K_ROPE_KV_Q8) {
         spec[0] = f->hp->rope_type == EM_ROPE_NEOX;
         spec[1] = f->hp->has_qk_norm;
@@ -627,8 +629,14 @@ static void choose_variant(em_fwd *f)
     /* prefill attention: on a CPU device each K/V row is read once per
      * subgroup and shared with subgroupShuffle (attn_pre.comp, SHUF) */
     uint32_t k_pre_s = f->k_pre == EM_K_ATTN_PRE_Q8 ? EM_K_ATTN_PRE_S_Q8 : EM_K_ATTN_PRE_S;
-    if (di->type == VK_PHYSICAL_DEVICE_TYPE_CPU && em_vk_kernel_supported(f->vk, &em_kernels[k_pre_s]))
+    f->pre_heads = 1;
+    if (di->type == VK_PHYSICAL_DEVICE_TYPE_CPU && em_vk_kernel_supported(f->vk, &em_kernels[k_pre_s])) {
         f->k_pre = k_pre_s;
+        /* all the query heads of a KV head in one workgroup: each shared
+         * K/V row serves them all */
+        uint32_t group = f->hp->n_head / f->hp->n_head_kv;
+        f->pre_heads = group <= EM_FWD_DEC_GROUP_MAX ? group : 1;
+    }
     snprintf(f->variant, sizeof f->variant, "mm %u lanes x %u rows per workgroup", f->L, f->RPW);
 }
 
@@ -926,7 +934,7 @@ static int record(em_fwd *f, em_vk_cmd *cmd, const shape *sh, em_err *err)
         if (sh->n_tiles) {
             if ((rc = get_pipe(f, f->k_pre, 0, 0, &p, err)))
                 return rc;
-            em_vk_cmd_dispatch(cmd, p, ly->pre_ds, &pp, hp->n_head, sh->n_tiles, 1);
+            em_vk_cmd_dispatch(cmd, p, ly->pre_ds, &pp, hp->n_head / f->pre_heads, sh->n_tiles, 1);
             mark(f, cmd, P_ATTN);
         }
         if (sh->n_dec && sh->nsplit > 1) {

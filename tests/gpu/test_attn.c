@@ -16,7 +16,8 @@ static unsigned long long seed = 11;
 static int kv_q8;   /* test the Q8_0 KV variants */
 static uint32_t dec_lanes = 16;   /* workgroup width of attn_dec (ember: 8 on CPUs, >= 16 on GPUs) */
 static int dec_grouped;           /* attn_dec_g.comp: one workgroup per KV head (ember: GQA on CPUs) */
-static int pre_shuf;              /* attn_pre.comp with SHUF: rows shared by subgroupShuffle (ember: CPUs) */
+static int pre_shuf;              /* attn_pre.comp with SHUF: rows shared by subgroupShuffle (ember: CPUs);
+                                     2: and all the query heads of a KV head in one workgroup (ember: CPUs) */
 static float frand(void) { return (float)((double)(test_rand(&seed) >> 11) / 9007199254740992.0) * 2 - 1; }
 
 static em_vk_buf mkbuf(em_vk *vk, const void *data, size_t n)
@@ -134,13 +135,14 @@ static void scenario(em_vk *vk, uint32_t H, uint32_t Hk, uint32_t D, uint32_t Dv
     em_vk_buf b6[6] = { bq, bs, bk, bv, bo, bp };
     int rc;
     uint32_t spec[4] = { dec_lanes, D, Dv, H / Hk };
+    uint32_t pre_heads = pre_shuf == 2 ? H / Hk : 1;
     if (n_q == 1 && dec_grouped)
         rc = em_vk_pipe_create(vk, &em_kernels[kv_q8 ? EM_K_ATTN_DEC_G_Q8 : EM_K_ATTN_DEC_G], spec, 4, 0, &p, &err);
     else if (n_q == 1)
         rc = em_vk_pipe_create(vk, &em_kernels[kv_q8 ? EM_K_ATTN_DEC_Q8 : EM_K_ATTN_DEC], spec, 3, 0, &p, &err);
     else if (pre_shuf) {
-        uint32_t sp[3] = { D, Dv, em_vk_info(vk)->subgroup_size };
-        rc = em_vk_pipe_create(vk, &em_kernels[kv_q8 ? EM_K_ATTN_PRE_S_Q8 : EM_K_ATTN_PRE_S], sp, 3, 0, &p, &err);
+        uint32_t sp[4] = { D, Dv, em_vk_info(vk)->subgroup_size, pre_heads };
+        rc = em_vk_pipe_create(vk, &em_kernels[kv_q8 ? EM_K_ATTN_PRE_S_Q8 : EM_K_ATTN_PRE_S], sp, 4, 0, &p, &err);
     } else
         rc = em_vk_pipe_create(vk, &em_kernels[kv_q8 ? EM_K_ATTN_PRE_Q8 : EM_K_ATTN_PRE], spec + 1, 2, 0, &p, &err);
     CHECK_OK(rc, err);
@@ -164,7 +166,7 @@ static void scenario(em_vk *vk, uint32_t H, uint32_t Hk, uint32_t D, uint32_t Dv
         } else {
             em_pc_attn_pre pc = { H, Hk, D, Dv, qkv_st, out_st, off_pos, off_seq, off_bt, bt_stride,
                                   off_list, scale, kso, vso };
-            em_vk_cmd_dispatch(cmd, p, ds, &pc, H, n_list, 1);
+            em_vk_cmd_dispatch(cmd, p, ds, &pc, H / pre_heads, n_list, 1);
         }
         rc = em_vk_cmd_end(cmd, &err);
         if (!rc)
@@ -248,17 +250,17 @@ int main(int argc, char **argv)
                 }
                 dec_lanes = 16;
                 uint32_t ctx1[2] = { 600, 95 };
-                for (pre_shuf = 0; pre_shuf < 2; pre_shuf++)            /* prefill tiles after a prefix */
+                for (pre_shuf = 0; pre_shuf < 3; pre_shuf++)            /* prefill tiles after a prefix */
                     scenario(vk, H, Hk, D, D, 2, ctx1, 40, 1, 1);
                 pre_shuf = 0;
             }
         }
         uint32_t c[1] = { 33 };
-        for (pre_shuf = 0; pre_shuf < 2; pre_shuf++)
+        for (pre_shuf = 0; pre_shuf < 3; pre_shuf++)
             if (!kv_q8)
                 scenario(vk, 8, 4, 8, 8, 1, c, 33, 1, 0);                /* tiny heads, whole prompt */
-        pre_shuf = 1;
-        scenario(vk, 2, 1, 32, 64, 1, c, 33, 1, 0);                      /* Dv != D, fewer chunks than lanes */
+        for (pre_shuf = 1; pre_shuf < 3; pre_shuf++)
+            scenario(vk, 2, 1, 32, 64, 1, c, 33, 1, 0);                  /* Dv != D, fewer chunks than lanes */
         pre_shuf = 0;
         scenario(vk, 2, 1, 32, 64, 1, c, 1, 3, 0);                       /* Dv != D, more splits than blocks */
         scenario(vk, 2, 1, 32, 64, 1, c, 33, 1, 0);
