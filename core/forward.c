@@ -417,18 +417,20 @@ static void mark(em_fwd *f, em_vk_cmd *cmd, int kind)
  * tokens. Each pass loads each lane's input slices and dequantizes the
  * weights once for its tokens; more tokens amortize the weights better but
  * keep more inputs and sums live. With 32 or more rows per workgroup (CPU
- * devices) 8 tokens per pass from T >= 8 on, and 16 from T >= 16 on for the
- * quantized types, measured fastest on llvmpipe (128 rows, 512 tokens,
- * 1024 x 5632: 16 beat 8 by 3-10% for Q4_0, Q8_0, Q4_K, Q5_K and Q6_K, and
- * by 9-10% over 2816 x 1024; 24 and 32 were slower than 8; F32 and F16 with
- * 16 ran 6x slower than with 8 and took 10x longer to compile). With 8 rows
- * (GPUs) 2 stays, best there for Q4_0 on llvmpipe and not yet measured on a
- * GPU. The last pass of a T that is not a multiple of the tokens per pass
- * computes idle tokens. */
+ * devices) 8 tokens per pass from T >= 8 on, and 16 from T >= 16 on for
+ * Q8_0 and the K-quants, measured fastest on llvmpipe (128 rows, 512
+ * tokens, 1024 x 5632: 16 beat 8 by 3-10% for Q8_0, Q4_K, Q5_K and Q6_K,
+ * and by 9-10% over 2816 x 1024; 24 and 32 were slower than 8; F32 and F16
+ * with 16 ran 6x slower than with 8 and took 10x longer to compile; Q4_0,
+ * whose products are integer multiplies, is 3-9% faster with 8 than 16).
+ * With 8 rows (GPUs) 2 stays, best there for Q4_0 on llvmpipe and not yet
+ * measured on a GPU. The last pass of a T that is not a multiple of the
+ * tokens per pass computes idle tokens. */
 static uint32_t mm_tokens_per_pass(const em_fwd *f, uint32_t type, uint32_t T)
 {
     if (T >= 8 && f->RPW >= 32)
-        return T >= 16 && type != EM_T_F32 && type != EM_T_F16 ? 16 : 8;
+        return T >= 16 && (type == EM_T_Q8_0 || type == EM_T_Q4_K || type == EM_T_Q5_K || type == EM_T_Q6_K)
+               ? 16 : 8;
     return T >= 2 ? 2 : 1;
 }
 

@@ -42,6 +42,8 @@ int em_wpack_layout_for(uint32_t src_type, uint32_t K, uint32_t N, uint32_t R,
     case EM_T_Q5_K: out->BS = 256; out->W = 44; break;
     case EM_T_Q6_K: out->BS = 256; out->W = 52; out->has_sc = 1; break;
     }
+    if (kt == EM_T_Q4_0 && R < 2)
+        return em_err_set(err, EM_EINVAL, "wpack: Q4_0 rows are packed in pairs (group of %u)", R);
     out->K_pad = (K + out->BS - 1) / out->BS * out->BS;
     if ((kt != EM_T_F32 && kt != EM_T_F16) && out->K_pad != K)
         return em_err_set(err, EM_EFORMAT, "wpack: row of %u is not a multiple of the block", K);
@@ -64,6 +66,34 @@ static uint16_t rd16(const uint8_t *p)
     uint16_t v;
     memcpy(&v, p, 2);
     return v;
+}
+
+/* Q4_0 rows in pairs: the 32 bytes of rows 2p and 2p+1 of a block become 8
+ * words, word w holding elements 4w..4w+3 of row 2p in bits 4i..4i+3 and of
+ * row 2p+1 in bits 16+4i..16+4i+3, so that (word >> 4i) & 0x000F000F is
+ * both rows' element 4w+i in two 16-bit halves (mm.comp multiplies that by
+ * an 8-bit activation once for both rows). qw holds the GGUF quants of each
+ * row (byte j: element j low, element j+16 high) on entry. */
+static void pair_q4_0(const em_wpack_layout *L, uint32_t *qw)
+{
+    for (uint32_t b = 0; b < L->nb; b++) {
+        for (uint32_t r = 0; r < L->R; r += 2) {
+            uint32_t *dst = qw + ((size_t)b * L->R + r) * 4;
+            uint8_t q[2][16];
+            memcpy(q, dst, sizeof q);   /* rows r and r+1: 4 words each, adjacent */
+            for (uint32_t w = 0; w < 8; w++) {
+                uint32_t v = 0;
+                for (uint32_t i = 0; i < 4; i++) {
+                    uint32_t k = 4 * w + i;
+                    for (uint32_t h = 0; h < 2; h++) {
+                        uint32_t n = k < 16 ? q[h][k] & 0xFu : (uint32_t)q[h][k - 16] >> 4;
+                        v |= n << (16 * h + 4 * i);
+                    }
+                }
+                dst[w] = v;
+            }
+        }
+    }
 }
 
 void em_wpack_group(const em_wpack_layout *L, const void *const *rows, uint32_t *qw,
@@ -127,4 +157,6 @@ void em_wpack_group(const em_wpack_layout *L, const void *const *rows, uint32_t 
                 dst[w] = rd32(words + 4 * (size_t)w);
         }
     }
+    if (L->type == EM_T_Q4_0)
+        pair_q4_0(L, qw);
 }

@@ -10,6 +10,10 @@
  * Q8_0 and Q6_K (whose blocks are not whole 16-byte words) goes to
  * sc[(g * nb + b) * R + r] (halves): R rows' scales of one block are
  * adjacent. Q4_K and Q5_K blocks are all words and are copied verbatim.
+ * Q4_0 rows go in pairs (R >= 2): the 32 bytes of rows 2p and 2p+1 of a
+ * block are 8 words, word w holding elements 4w..4w+3 of row 2p in bits
+ * 4i..4i+3 and of row 2p+1 in bits 16+4i..16+4i+3, so that one 32-bit
+ * multiply by an integer activation gives both rows' products (mm.comp).
  * Every W is a multiple of 4 (blocks are whole 16-byte words). Types
  * without a kernel (Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, BF16) are converted to
  * F16; F32/F16 rows are zero-padded to a multiple of 32. Rows past N in the

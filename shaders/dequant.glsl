@@ -38,8 +38,9 @@ vec4 dq4(uint blk, uint lane, uint j4)
 #elif defined(TYPE_Q8_0)
     return half_at(blk * R + lane) * i8x4(qword(blk, lane, j4));
 #elif defined(TYPE_Q4_0)
-    uint q = qword(blk, lane, j4 & 3u);
-    return half_at(blk * R + lane) * ((j4 < 4u ? u4x4(q) : u4x4(q >> 4)) - 8.0);
+    // rows in pairs (core/wpack.h): word j4 of the pair, this row's half
+    uint q = qword(blk, lane & ~1u, j4) >> (16u * (lane & 1u));
+    return half_at(blk * R + lane) * (vec4(q & 15u, (q >> 4) & 15u, (q >> 8) & 15u, (q >> 12) & 15u) - 8.0);
 #elif defined(TYPE_Q4_K) || defined(TYPE_Q5_K)
     vec2 dm = unpackHalf2x16(qword(blk, lane, 0u));
     uint sub = j4 / 8u;                       // sub-block of 32 (0..7)

@@ -97,15 +97,71 @@ float xsum(uint t, uint a, uint n)
     return s.x + s.y + s.z + s.w;
 }
 
+#if defined(TYPE_Q4_0)
+// Q4_0 multiplies 8-bit activations, as the reference does: per unit (one
+// block of 32) and token, xd = amax / 127 rounded to f16 and the values
+// rounded to integers xa = round(x * 127 / amax) (the reference's Q8_0
+// quantization of the input rows), with their sum xsa for the -8 offset.
+int xa[TN * 32u];
+float xd[TN];
+int xsa[TN];
+void unit_sums()
+{
+    for (uint t = 0u; t < TN; t++) {
+        vec4 mx = vec4(0.0);
+        for (uint i = 0u; i < 8u; i++)
+            mx = max(mx, abs(xv[t * XV + i]));
+        const float d = max(max(mx.x, mx.y), max(mx.z, mx.w)) / 127.0;
+        const float id = d > 0.0 ? 1.0 / d : 0.0;
+        xd[t] = unpackHalf2x16(packHalf2x16(vec2(d, 0.0))).x;
+        ivec4 sum = ivec4(0);
+        for (uint i = 0u; i < 8u; i++) {
+            const vec4 v = xv[t * XV + i] * id;
+            const ivec4 q = ivec4(sign(v) * floor(abs(v) + 0.5));   // half away from zero
+            xa[t * 32u + 4u * i] = q.x;
+            xa[t * 32u + 4u * i + 1u] = q.y;
+            xa[t * 32u + 4u * i + 2u] = q.z;
+            xa[t * 32u + 4u * i + 3u] = q.w;
+            sum += q;
+        }
+        xsa[t] = sum.x + sum.y + sum.z + sum.w;
+    }
+}
+
+// The products of unit u (one block) of the row pair whose 32 bytes start at
+// word q0, with block scales d (core/wpack.h): (word >> 4i) & 0x000F000F is
+// element 4w+i of both rows in two 16-bit halves, one integer multiply per
+// element gives both rows' products, and 16 of them fit each half
+// (|sum| <= 16 * 15 * 127 < 2^15) before they are taken apart.
+void pair_dot(uint q0, vec2 d, inout float acc0[TN], inout float acc1[TN])
+{
+    const uvec4 A = QW(q0), B = QW(q0 + 1u);
+    int wq[32];
+    for (uint w = 0u; w < 4u; w++)
+        for (uint i = 0u; i < 4u; i++) {
+            wq[4u * w + i] = int((A[w] >> (4u * i)) & 0x000F000Fu);
+            wq[16u + 4u * w + i] = int((B[w] >> (4u * i)) & 0x000F000Fu);
+        }
+    for (uint t = 0u; t < TN; t++) {
+        int s0 = 0, s1 = 0;
+        for (uint k = 0u; k < 16u; k++) {
+            s0 += wq[k] * xa[t * 32u + k];
+            s1 += wq[16u + k] * xa[t * 32u + 16u + k];
+        }
+        const int l0 = (s0 << 16) >> 16, l1 = (s1 << 16) >> 16;   // the low halves, signed
+        const int off = 8 * xsa[t];
+        acc0[t] += d.x * xd[t] * float(l0 + l1 - off);
+        acc1[t] += d.y * xd[t] * float(((s0 - l0) >> 16) + ((s1 - l1) >> 16) - off);
+    }
+}
+#else
 // The sums a unit's formula subtracts (offset or min times the sum of x per
 // part), per token: the same for every row, so made once per unit.
 vec4 xs[TN];
 void unit_sums()
 {
     for (uint t = 0u; t < TN; t++) {
-#if defined(TYPE_Q4_0)
-        xs[t] = vec4(xsum(t, 0u, 8u), 0.0, 0.0, 0.0);
-#elif defined(TYPE_Q4_K) || defined(TYPE_Q5_K)
+#if defined(TYPE_Q4_K) || defined(TYPE_Q5_K)
         xs[t] = vec4(xsum(t, 0u, 8u), xsum(t, 8u, 8u), 0.0, 0.0);
 #elif defined(TYPE_Q6_K)
         xs[t] = vec4(xsum(t, 0u, 4u), xsum(t, 4u, 4u), xsum(t, 8u, 4u), xsum(t, 12u, 4u));
@@ -114,6 +170,7 @@ void unit_sums()
 #endif
     }
 }
+#endif
 
 // Add the dot products of unit u of the row whose block starts at word q0
 // (block scale d where the type has one) to acc[0..TN).
@@ -141,17 +198,6 @@ void unit_dot(uint q0, uint u, float d, inout float acc[TN])
         const uint o = t * XV;
         acc[t] += d * (dot(w0, xv[o]) + dot(w1, xv[o + 1u]) + dot(w2, xv[o + 2u]) + dot(w3, xv[o + 3u]) +
                        dot(w4, xv[o + 4u]) + dot(w5, xv[o + 5u]) + dot(w6, xv[o + 6u]) + dot(w7, xv[o + 7u]));
-    }
-#elif defined(TYPE_Q4_0)
-    // element j of the block: low nibble of byte j (j < 16), high nibble of byte j - 16
-    const uvec4 q = QW(q0);
-    const vec4 w0 = u4x4(q.x), w1 = u4x4(q.y), w2 = u4x4(q.z), w3 = u4x4(q.w);
-    const vec4 w4 = u4x4(q.x >> 4), w5 = u4x4(q.y >> 4), w6 = u4x4(q.z >> 4), w7 = u4x4(q.w >> 4);
-    for (uint t = 0u; t < TN; t++) {
-        const uint o = t * XV;
-        const float s = dot(w0, xv[o]) + dot(w1, xv[o + 1u]) + dot(w2, xv[o + 2u]) + dot(w3, xv[o + 3u]) +
-                        dot(w4, xv[o + 4u]) + dot(w5, xv[o + 5u]) + dot(w6, xv[o + 6u]) + dot(w7, xv[o + 7u]);
-        acc[t] += d * (s - 8.0 * xs[t].x);
     }
 #elif defined(TYPE_Q4_K) || defined(TYPE_Q5_K)
     // unit = sub-block pair i (64 elements): low nibbles are sub-block 2i,
@@ -266,7 +312,25 @@ void main()
             }
             unit_sums();
             const uint gb = g * nb + u / UPB;
-#if defined(TYPE_Q4_0) || defined(TYPE_Q8_0) || defined(TYPE_Q6_K)
+#if defined(TYPE_Q4_0)
+            // row pairs; the scales of eight rows come in one texel (as below)
+            if (TN == 1u) {
+                for (uint r = 0u; r < RPW; r += 8u) {
+                    const uvec4 sw = texelFetch(sct, int((gb * RPW + r) / 8u));
+                    for (uint j = 0u; j < 4u; j++)
+                        pair_dot((gb * RPW + r + 2u * j) * W4, unpackHalf2x16(sw[j]), acc[r + 2u * j],
+                                 acc[r + 2u * j + 1u]);
+                }
+            } else {
+                uvec4 sw = uvec4(0u);
+                for (uint r = 0u; r < RPW; r += 2u) {
+                    if (r % 8u == 0u)
+                        sw = texelFetch(sct, int((gb * RPW + r) / 8u));
+                    const uint w2 = (r & 4u) != 0u ? ((r & 2u) != 0u ? sw.w : sw.z) : ((r & 2u) != 0u ? sw.y : sw.x);
+                    pair_dot((gb * RPW + r) * W4, unpackHalf2x16(w2), acc[r], acc[r + 1u]);
+                }
+            }
+#elif defined(TYPE_Q8_0) || defined(TYPE_Q6_K)
             // the scales of eight rows come in one texel: fetched once per
             // eight rows (decode: the eight rows unrolled; with more tokens
             // per pass that body would be too large and the fetch is made on

@@ -128,6 +128,33 @@ static double nmse(const float *a, const float *b, size_t n)
     return den > 0 ? num / den : num;
 }
 
+/* Q4_0 rows times x as mm.comp computes them: x in 8 bits per block of 32
+ * (d = amax / 127 rounded to f16, values x * 127 / amax rounded half away
+ * from zero), the integer products per block times both scales. */
+static void ref_q4_0_q8(const uint8_t *w, uint32_t K, uint32_t N, const float *x, float *out)
+{
+    for (uint32_t n = 0; n < N; n++) {
+        double acc = 0;
+        for (uint32_t b = 0; b < K / 32; b++) {
+            const uint8_t *blk = w + ((size_t)n * (K / 32) + b) * 18;
+            uint16_t dwh;
+            memcpy(&dwh, blk, 2);
+            const float *xb = x + b * 32;
+            float amax = 0;
+            for (int j = 0; j < 32; j++)
+                amax = fmaxf(amax, fabsf(xb[j]));
+            float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+            long isum = 0;
+            for (int j = 0; j < 32; j++) {
+                int q = j < 16 ? blk[2 + j] & 15 : blk[2 + j - 16] >> 4;
+                isum += (long)(q - 8) * (long)roundf(xb[j] * id);
+            }
+            acc += (double)em_f16_to_f32(dwh) * em_f16_to_f32(em_f32_to_f16(d)) * (double)isum;
+        }
+        out[n] = (float)acc;
+    }
+}
+
 /* One mm case: N x K weights of src_type, T tokens, fused flags, tn tokens per pass. */
 static void mm_case(harness *h, uint32_t src_type, uint32_t K, uint32_t N, uint32_t T, uint32_t flags,
                     uint32_t tn)
@@ -197,11 +224,25 @@ static void mm_case(harness *h, uint32_t src_type, uint32_t K, uint32_t N, uint3
     memcpy(ref, y0, (size_t)T * ys * sizeof *ref);
     for (uint32_t t = 0; t < T; t++) {
         const float *xr = x + (size_t)step[t] * xs;
-        if (flags & EM_MM_NORM_IN)
+        if (L.type == EM_T_Q4_0) {
+            /* the kernel quantizes x (times the norm weight) and applies the
+             * RMS scale to the sums */
+            double ss = 0;
+            for (uint32_t k = 0; k < K; k++) {
+                ss += (double)xr[k] * xr[k];
+                xin[k] = (flags & EM_MM_NORM_IN) ? xr[k] * vecs[norm_off + k] : xr[k];
+            }
+            ref_q4_0_q8(w, K, N, xin, full);
+            if (flags & EM_MM_NORM_IN)
+                for (uint32_t n = 0; n < N; n++)
+                    full[n] *= (float)(1.0 / sqrt(ss / K + 1e-5));
+        } else if (flags & EM_MM_NORM_IN) {
             em_ref_rmsnorm(xin, xr, vecs + norm_off, (int)K, 1e-5f);
-        else
+            em_ref_matvec(src_type, w, K, N, xin, full);
+        } else {
             memcpy(xin, xr, K * sizeof *xin);
-        em_ref_matvec(src_type, w, K, N, xin, full);
+            em_ref_matvec(src_type, w, K, N, xin, full);
+        }
         for (uint32_t n = 0; n < N; n++)
             if (flags & EM_MM_BIAS)
                 full[n] += vecs[bias_off + n];
