@@ -14,6 +14,10 @@
 // are added across the lanes once at the end.
 // (On llvmpipe a lane is a SIMD lane and every load is per lane: this shape
 // keeps the loads few and wide. On GPUs the lanes read consecutive words.)
+// Q4_0 rows come in pairs that share their 32 bytes per block (core/wpack.h)
+// and are multiplied as integers against 8-bit activations (pair_dot).
+// The tests compare Q4_0 with a reference that quantizes its input the same
+// way (tests/gpu/test_kernels.c).
 //
 // Fusions (FLAGS): NORM_IN applies the RMS norm of the input rows times a
 // norm weight; BIAS adds a bias; ADD_OUT accumulates into y (residual);
