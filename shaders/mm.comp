@@ -117,7 +117,8 @@ void unit_sums()
             mx = max(mx, abs(xv[t * XV + i]));
         const float d = max(max(mx.x, mx.y), max(mx.z, mx.w)) / 127.0;
         const float id = d > 0.0 ? 1.0 / d : 0.0;
-        xd[t] = unpackHalf2x16(packHalf2x16(vec2(d, 0.0))).x;
+        // (past the f16 range the f32 scale is kept rather than infinity)
+        xd[t] = d <= 65504.0 ? unpackHalf2x16(packHalf2x16(vec2(d, 0.0))).x : d;
         ivec4 sum = ivec4(0);
         for (uint i = 0u; i < 8u; i++) {
             const vec4 v = xv[t * XV + i] * id;
