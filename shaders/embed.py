@@ -5,13 +5,15 @@
 #
 # It also reads each module and fails the build when the table and the
 # shader disagree: bindings outside set 0 / 0..n_bindings-1 or neither
-# storage buffers nor uniform texel buffers (usamplerBuffer; their mask
-# becomes the row's `texel`), a push_constant block whose size differs from the declared push
-# size, or a capability ember does not know how to enable. The features a
+# storage buffers nor uniform texel buffers (usamplerBuffer), a binding the
+# shader uses as the other kind than declared (the declared texel bindings
+# become the row's `texel` mask, whether the shader reads them or not), a
+# push_constant block whose size differs from the declared push size, or a
+# capability ember does not know how to enable. The features a
 # module's capabilities need become the row's `needs` mask, and its
 # specialization constant ids its `n_spec`.
 #
-# usage: embed.py --c OUT.c --h OUT.h --meta NAME:BINDINGS:PUSH... --spv FILE...
+# usage: embed.py --c OUT.c --h OUT.h --meta NAME:BINDINGS:PUSH:TEXELS... --spv FILE...
 import argparse
 import re
 import struct

@@ -48,6 +48,19 @@ layout(binding = 0) uniform usamplerBuffer qwt;
 // read it; it is still a texel binding (shaders/meson.build) so that every
 // variant has the same descriptor set layout.
 layout(binding = 1) uniform usamplerBuffer sct;
+
+// The texel of block gb's scales that holds rows r .. r+7 (r a multiple of 8).
+uvec4 scales8(uint gb, uint r)
+{
+    return texelFetch(sct, int((gb * RPW + r) / 8u));
+}
+
+// The word of scales8(gb, r & ~7) that holds rows r & ~1 and r | 1, chosen
+// by selects rather than a dynamically indexed component.
+uint scale_pair(uvec4 sw, uint r)
+{
+    return (r & 4u) != 0u ? ((r & 2u) != 0u ? sw.w : sw.z) : ((r & 2u) != 0u ? sw.y : sw.x);
+}
 layout(binding = 2) uniform usamplerBuffer xt;
 layout(std430, binding = 3) buffer YOut { float y[]; };
 layout(std430, binding = 4) readonly buffer Vecs { vec4 vecs4[]; };
@@ -321,7 +334,7 @@ void main()
             // row pairs; the scales of eight rows come in one texel (as below)
             if (TN == 1u) {
                 for (uint r = 0u; r < RPW; r += 8u) {
-                    const uvec4 sw = texelFetch(sct, int((gb * RPW + r) / 8u));
+                    const uvec4 sw = scales8(gb, r);
                     for (uint j = 0u; j < 4u; j++)
                         pair_dot((gb * RPW + r + 2u * j) * W4, unpackHalf2x16(sw[j]), acc[r + 2u * j],
                                  acc[r + 2u * j + 1u]);
@@ -330,9 +343,8 @@ void main()
                 uvec4 sw = uvec4(0u);
                 for (uint r = 0u; r < RPW; r += 2u) {
                     if (r % 8u == 0u)
-                        sw = texelFetch(sct, int((gb * RPW + r) / 8u));
-                    const uint w2 = (r & 4u) != 0u ? ((r & 2u) != 0u ? sw.w : sw.z) : ((r & 2u) != 0u ? sw.y : sw.x);
-                    pair_dot((gb * RPW + r) * W4, unpackHalf2x16(w2), acc[r], acc[r + 1u]);
+                        sw = scales8(gb, r);
+                    pair_dot((gb * RPW + r) * W4, unpackHalf2x16(scale_pair(sw, r)), acc[r], acc[r + 1u]);
                 }
             }
 #elif defined(TYPE_Q8_0) || defined(TYPE_Q6_K)
@@ -342,7 +354,7 @@ void main()
             // every eighth row of the loop)
             if (TN == 1u) {
                 for (uint r = 0u; r < RPW; r += 8u) {
-                    const uvec4 sw = texelFetch(sct, int((gb * RPW + r) / 8u));
+                    const uvec4 sw = scales8(gb, r);
                     for (uint j = 0u; j < 8u; j++)
                         unit_dot((gb * RPW + r + j) * W4, u, unpackHalf2x16(sw[j / 2u])[j % 2u], acc[r + j]);
                 }
@@ -350,9 +362,8 @@ void main()
                 uvec4 sw = uvec4(0u);
                 for (uint r = 0u; r < RPW; r++) {
                     if (r % 8u == 0u)
-                        sw = texelFetch(sct, int((gb * RPW + r) / 8u));
-                    const uint w2 = (r & 4u) != 0u ? ((r & 2u) != 0u ? sw.w : sw.z) : ((r & 2u) != 0u ? sw.y : sw.x);
-                    unit_dot((gb * RPW + r) * W4, u, unpackHalf2x16(w2)[r % 2u], acc[r]);
+                        sw = scales8(gb, r);
+                    unit_dot((gb * RPW + r) * W4, u, unpackHalf2x16(scale_pair(sw, r))[r % 2u], acc[r]);
                 }
             }
 #else
