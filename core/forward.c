@@ -612,6 +612,16 @@ int em_fwd_dec_grouped(const em_vk_dev_info *di, const em_hparams *hp, uint32_t 
            lanes <= di->subgroup_size && hp->head_dim % (8 * lanes) == 0 && hp->head_dim_v % (8 * lanes) == 0;
 }
 
+uint32_t em_fwd_pre_heads(const em_hparams *hp)
+{
+    uint32_t group = hp->n_head_kv ? hp->n_head / hp->n_head_kv : 1;
+    uint32_t d = hp->head_dim > hp->head_dim_v ? hp->head_dim : hp->head_dim_v;
+    for (uint32_t g = group < EM_FWD_DEC_GROUP_MAX ? group : EM_FWD_DEC_GROUP_MAX; g > 1; g--)
+        if (group % g == 0 && g * d <= EM_FWD_PRE_GROUP_DIMS)
+            return g;
+    return 1;
+}
+
 static void choose_variant(em_fwd *f)
 {
     const em_vk_dev_info *di = em_vk_info(f->vk);
@@ -634,10 +644,7 @@ static void choose_variant(em_fwd *f)
     f->pre_heads = 1;
     if (di->type == VK_PHYSICAL_DEVICE_TYPE_CPU && em_vk_kernel_supported(f->vk, &em_kernels[k_pre_s])) {
         f->k_pre = k_pre_s;
-        /* all the query heads of a KV head in one workgroup: each shared
-         * K/V row serves them all */
-        uint32_t group = f->hp->n_head / f->hp->n_head_kv;
-        f->pre_heads = group <= EM_FWD_DEC_GROUP_MAX ? group : 1;
+        f->pre_heads = em_fwd_pre_heads(f->hp);
     }
     snprintf(f->variant, sizeof f->variant, "mm %u lanes x %u rows per workgroup", f->L, f->RPW);
 }

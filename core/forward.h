@@ -137,6 +137,19 @@ uint32_t em_fwd_mm_rows(const em_vk_dev_info *di, uint64_t weight_bytes);
 #define EM_FWD_DEC_GROUP_MAX 8u
 int em_fwd_dec_grouped(const em_vk_dev_info *di, const em_hparams *hp, uint32_t lanes);
 
+/* Query heads per workgroup of the shuffled prefill attention on a CPU
+ * device (shaders/attn_pre.comp, spec constant 3): the largest divisor of
+ * the GQA group of at most EM_FWD_DEC_GROUP_MAX heads whose head sizes add
+ * up to at most EM_FWD_PRE_GROUP_DIMS, else 1. Each K/V row shared across
+ * the subgroup then serves every head of the workgroup (512-token prefill
+ * attention of the 155M model: 138 -> 89 ms with 4 heads of 64), but
+ * llvmpipe's compile time grows about 4x per doubling of the heads' total
+ * size (heads of 128 on an empty shader cache: 2 heads 1.5 s, 4 heads
+ * 5.1 s, 8 heads 20 s), while 4 heads of 128 instead of 2 gain only
+ * 10-17% of the attention, 1% of the prefill (docs/PERFORMANCE.md). */
+#define EM_FWD_PRE_GROUP_DIMS 256u
+uint32_t em_fwd_pre_heads(const em_hparams *hp);
+
 /* "mm 8 lanes x 8 rows per workgroup" etc. */
 const char *em_fwd_variant(const em_fwd *f);
 

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "core/forward.h"
 #include "core/kparams.h"
 #include "core/quant.h"
 #include "core/ref.h"
@@ -135,7 +136,8 @@ static void scenario(em_vk *vk, uint32_t H, uint32_t Hk, uint32_t D, uint32_t Dv
     em_vk_buf b6[6] = { bq, bs, bk, bv, bo, bp };
     int rc;
     uint32_t spec[4] = { dec_lanes, D, Dv, H / Hk };
-    uint32_t pre_heads = pre_shuf == 2 ? H / Hk : 1;
+    em_hparams hp = { .n_head = H, .n_head_kv = Hk, .head_dim = D, .head_dim_v = Dv };
+    uint32_t pre_heads = pre_shuf == 2 ? em_fwd_pre_heads(&hp) : 1;
     if (n_q == 1 && dec_grouped)
         rc = em_vk_pipe_create(vk, &em_kernels[kv_q8 ? EM_K_ATTN_DEC_G_Q8 : EM_K_ATTN_DEC_G], spec, 4, 0, &p, &err);
     else if (n_q == 1)
@@ -259,8 +261,10 @@ int main(int argc, char **argv)
         for (pre_shuf = 0; pre_shuf < 3; pre_shuf++)
             if (!kv_q8)
                 scenario(vk, 8, 4, 8, 8, 1, c, 33, 1, 0);                /* tiny heads, whole prompt */
-        for (pre_shuf = 1; pre_shuf < 3; pre_shuf++)
+        for (pre_shuf = 1; pre_shuf < 3; pre_shuf++) {
             scenario(vk, 2, 1, 32, 64, 1, c, 33, 1, 0);                  /* Dv != D, fewer chunks than lanes */
+            scenario(vk, 8, 1, 32, 32, 1, c, 33, 1, 0);                  /* MQA: 8 heads per workgroup */
+        }
         pre_shuf = 0;
         scenario(vk, 2, 1, 32, 64, 1, c, 1, 3, 0);                       /* Dv != D, more splits than blocks */
         scenario(vk, 2, 1, 32, 64, 1, c, 33, 1, 0);
