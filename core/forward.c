@@ -221,8 +221,9 @@ static int get_pipe(em_fwd *f, uint32_t k, uint32_t tn, uint32_t flags, em_vk_pi
         spec[0] = f->L; spec[1] = f->RPW; spec[2] = tn; spec[3] = flags;
         n_spec = 4;
     } else if (k >= EM_K_EMBED_F32 && k <= EM_K_EMBED_Q6_K) {
-        spec[0] = f->RPW;   /* rows per packed group */
-        n_spec = 1;
+        spec[0] = f->RPW;        /* rows per packed group */
+        spec[1] = f->embd.L.C;   /* blocks per chunk */
+        n_spec = 2;
     } else if (k == EM_K_ATTN_DEC || k == EM_K_ATTN_DEC_Q8) {
         spec[0] = f->dec_lanes;
         spec[1] = f->hp->head_dim;
@@ -296,7 +297,7 @@ static int pmat_build(em_fwd *f, const row_src *s, pmat *pm, em_vk_progress *pro
     uint32_t N = 0;
     for (uint32_t i = 0; i < s->n; i++)
         N += (uint32_t)s->t[i]->ne[1];
-    int rc = em_wpack_layout_for(s->t[0]->type, (uint32_t)s->t[0]->ne[0], N, f->RPW, &pm->L, err);
+    int rc = em_wpack_layout_for(s->t[0]->type, (uint32_t)s->t[0]->ne[0], N, f->RPW, f->L, &pm->L, err);
     if (rc)
         return em_err_prefix(err, rc, "tensor '%s'", s->t[0]->name);
     const em_wpack_layout *L = &pm->L;

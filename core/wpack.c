@@ -18,7 +18,7 @@ static int kernel_type(uint32_t t)
     }
 }
 
-int em_wpack_layout_for(uint32_t src_type, uint32_t K, uint32_t N, uint32_t R,
+int em_wpack_layout_for(uint32_t src_type, uint32_t K, uint32_t N, uint32_t R, uint32_t lanes,
                         em_wpack_layout *out, em_err *err)
 {
     memset(out, 0, sizeof *out);
@@ -26,8 +26,8 @@ int em_wpack_layout_for(uint32_t src_type, uint32_t K, uint32_t N, uint32_t R,
     if (kt < 0)
         return em_err_set(err, EM_EUNSUPPORTED, "weights of type %s cannot be used on the GPU",
                           em_ttype_name(src_type));
-    if (R == 0 || R > 256 || (R & (R - 1)) || K == 0 || N == 0)
-        return em_err_set(err, EM_EINVAL, "wpack: bad shape %ux%u or group %u", N, K, R);
+    if (R == 0 || R > 256 || (R & (R - 1)) || K == 0 || N == 0 || lanes == 0 || lanes > 256)
+        return em_err_set(err, EM_EINVAL, "wpack: bad shape %ux%u, group %u or lanes %u", N, K, R, lanes);
     out->src_type = src_type;
     out->type = (uint32_t)kt;
     out->K = K;
@@ -48,10 +48,20 @@ int em_wpack_layout_for(uint32_t src_type, uint32_t K, uint32_t N, uint32_t R,
     if ((kt != EM_T_F32 && kt != EM_T_F16) && out->K_pad != K)
         return em_err_set(err, EM_EFORMAT, "wpack: row of %u is not a multiple of the block", K);
     out->nb = out->K_pad / out->BS;
+    uint32_t units = out->BS == 256 ? 4 : 1;   /* mm.comp's units per block */
+    out->C = lanes > units ? lanes / units : 1;
     out->n_groups = (N + R - 1) / R;
     out->group_qw_bytes = (uint64_t)out->nb * out->W * R * 4;
     out->group_sc_bytes = out->has_sc ? (uint64_t)out->nb * R * 2 : 0;
     return 0;
+}
+
+uint64_t em_wpack_word(const em_wpack_layout *L, uint32_t b, uint32_t r)
+{
+    uint32_t b0 = b - b % L->C, c = L->nb - b0 < L->C ? L->nb - b0 : L->C;
+    if (L->type == EM_T_Q4_0)
+        return ((uint64_t)b0 * L->R + 2 * ((uint64_t)(r / 2) * c + (b - b0))) * L->W;
+    return ((uint64_t)b0 * L->R + (uint64_t)r * c + (b - b0)) * L->W;
 }
 
 static uint32_t rd32(const uint8_t *p)
@@ -78,7 +88,7 @@ static void pair_q4_0(const em_wpack_layout *L, uint32_t *qw)
 {
     for (uint32_t b = 0; b < L->nb; b++) {
         for (uint32_t r = 0; r < L->R; r += 2) {
-            uint32_t *dst = qw + ((size_t)b * L->R + r) * 4;
+            uint32_t *dst = qw + em_wpack_word(L, b, r);
             uint8_t q[2][16];
             memcpy(q, dst, sizeof q);   /* rows r and r+1: 4 words each, adjacent */
             for (uint32_t w = 0; w < 8; w++) {
@@ -119,7 +129,7 @@ void em_wpack_group(const em_wpack_layout *L, const void *const *rows, uint32_t 
                 tmp[k] = 0;
             for (uint32_t b = 0; b < nb; b++) {
                 const float *x = tmp + (size_t)b * 32;
-                uint32_t *dst = qw + ((size_t)b * R + r) * W;
+                uint32_t *dst = qw + em_wpack_word(L, b, r);
                 for (uint32_t w = 0; w < W; w++) {
                     uint32_t v;
                     if (L->type == EM_T_F32) {
@@ -139,7 +149,7 @@ void em_wpack_group(const em_wpack_layout *L, const void *const *rows, uint32_t 
         }
         for (uint32_t b = 0; b < nb; b++) {
             const uint8_t *blk = row + (size_t)b * src->bytes;
-            uint32_t *dst = qw + ((size_t)b * R + r) * W;
+            uint32_t *dst = qw + em_wpack_word(L, b, r) + (L->type == EM_T_Q4_0 ? (r & 1) * W : 0);
             const uint8_t *words = blk;
             switch (L->type) {
             case EM_T_Q8_0:

@@ -2,18 +2,27 @@
  * (shaders/mm.comp, shaders/dequant.glsl).
  *
  * Rows are grouped by R (the rows one workgroup owns); within a group the
- * blocks come in order and, for each block, the R rows' copies of it follow
- * each other: the 32-bit word w of block b of row r of group g is at
- *   qw[((g * nb + b) * R + r) * W + w]
- * so a workgroup walks one contiguous stream, and a lane that takes block b
- * for all R rows reads R * W words in a row. The f16 block scale of Q4_0,
- * Q8_0 and Q6_K (whose blocks are not whole 16-byte words) goes to
- * sc[(g * nb + b) * R + r] (halves): R rows' scales of one block are
- * adjacent. Q4_K and Q5_K blocks are all words and are copied verbatim.
- * Q4_0 rows go in pairs (R >= 2): the 32 bytes of rows 2p and 2p+1 of a
- * block are 8 words, word w holding elements 4w..4w+3 of row 2p in bits
- * 4i..4i+3 and of row 2p+1 in bits 16+4i..16+4i+3, so that one 32-bit
- * multiply by an integer activation gives both rows' products (mm.comp).
+ * blocks come in chunks of C consecutive blocks (the last chunk may be
+ * shorter: c = min(C, nb - b0) blocks from b0 = b - b % C) and, within a
+ * chunk, row by row, the c blocks' copies of that row follow each other:
+ * the 32-bit word w of block b of row r of group g is at
+ *   qw[(g * nb * R + b0 * R + r * c + (b - b0)) * W + w]
+ * C is the number of lanes of mm.comp that take consecutive blocks (its
+ * workgroup width over the units per block: lanes / 1 for 32-element
+ * blocks, lanes / 4 for the K-quants), so at each step of its row loop a
+ * workgroup's lanes read adjacent words: one stream instead of C streams a
+ * block's R rows apart (decode product streaming from memory on llvmpipe,
+ * 1024 x 65536 Q4_0: 2.97-3.01 -> 2.47-2.54 ms). With C = 1 a lane that
+ * takes block b for all R rows reads R * W words in a row. The f16 block
+ * scale of Q4_0, Q8_0 and Q6_K (whose blocks are not whole 16-byte words)
+ * goes to sc[(g * nb + b) * R + r] (halves): R rows' scales of one block
+ * are adjacent. Q4_K and Q5_K blocks are all words and are copied
+ * verbatim. Q4_0 rows go in pairs (R >= 2) that take the place of two
+ * rows: the 32 bytes of rows 2p and 2p+1 of a block are 8 words at
+ *   qw[(g * nb * R + b0 * R + 2 * (p * c + (b - b0))) * 4 + w]
+ * word w holding elements 4w..4w+3 of row 2p in bits 4i..4i+3 and of row
+ * 2p+1 in bits 16+4i..16+4i+3, so that one 32-bit multiply by an integer
+ * activation gives both rows' products (mm.comp).
  * Every W is a multiple of 4 (blocks are whole 16-byte words). Types
  * without a kernel (Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, BF16) are converted to
  * F16; F32/F16 rows are zero-padded to a multiple of 32. Rows past N in the
@@ -32,6 +41,7 @@ typedef struct {
     uint32_t K_pad;      /* padded row length (multiple of BS) */
     uint32_t N;          /* rows */
     uint32_t R;          /* rows per group */
+    uint32_t C;          /* blocks per chunk */
     uint32_t BS;         /* elements per block */
     uint32_t W;          /* words per block */
     uint32_t nb;         /* blocks per row (K_pad / BS) */
@@ -42,9 +52,16 @@ typedef struct {
 } em_wpack_layout;
 
 /* The layout for an N x K matrix of src_type grouped by R (a power of two,
- * 1..256). EM_EUNSUPPORTED for a type that cannot be packed. */
-int em_wpack_layout_for(uint32_t src_type, uint32_t K, uint32_t N, uint32_t R,
+ * 1..256) for a matrix kernel of `lanes` lanes per workgroup (1..256; the C
+ * above follows from it). EM_EUNSUPPORTED for a type that cannot be
+ * packed. */
+int em_wpack_layout_for(uint32_t src_type, uint32_t K, uint32_t N, uint32_t R, uint32_t lanes,
                         em_wpack_layout *out, em_err *err);
+
+/* Index in qw (32-bit words, within the group) of word 0 of row r's copy
+ * of block b; for Q4_0 r is even and this is the start of the pair's 8
+ * words. */
+uint64_t em_wpack_word(const em_wpack_layout *L, uint32_t b, uint32_t r);
 
 /* Pack one row group. rows[r] points at the source row for lane r (in
  * src_type encoding, K elements) or is NULL for a padding row. qw receives

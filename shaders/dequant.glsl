@@ -1,9 +1,9 @@
 // dequant.glsl — element access to packed weights (see core/wpack.h):
-// dq4(blk, lane, j4) returns elements 4*j4 .. 4*j4+3 of block blk (= group
-// * nb + block) of row `lane` of the group. Needs qw[] and sc[] bound,
-// R (rows per group) and one TYPE_* define. Used where single elements are
-// wanted (embedding lookup); mm.comp fuses dequantization into its dot
-// products instead.
+// dq4(g, nb, b, lane, j4) returns elements 4*j4 .. 4*j4+3 of block b of row
+// `lane` of group g (nb blocks per row). Needs qw[] and sc[] bound, R (rows
+// per group), C (blocks per chunk) and one TYPE_* define. Used where single
+// elements are wanted (embedding lookup); mm.comp fuses dequantization into
+// its dot products instead.
 
 #if defined(TYPE_F32)
 const uint BS = 32, W = 32;
@@ -23,36 +23,48 @@ const uint BS = 256, W = 52;
 #error "define one TYPE_*"
 #endif
 
-uint qword(uint blk, uint lane, uint w)
+// word 0 of row `lane`'s copy of block b of group g (Q4_0: of its row pair)
+uint rec_word(uint g, uint nb, uint b, uint lane)
 {
-    return qw[(blk * R + lane) * W + w];
+    const uint b0 = b - b % C, c = min(C, nb - b0);
+#if defined(TYPE_Q4_0)
+    return (g * nb * R + b0 * R + 2u * ((lane / 2u) * c + (b - b0))) * W;
+#else
+    return (g * nb * R + b0 * R + lane * c + (b - b0)) * W;
+#endif
 }
 
-vec4 dq4(uint blk, uint lane, uint j4)
+uint qword(uint rw, uint w)
 {
+    return qw[rw + w];
+}
+
+vec4 dq4(uint g, uint nb, uint b, uint lane, uint j4)
+{
+    const uint rw = rec_word(g, nb, b, lane), blk = g * nb + b;
 #if defined(TYPE_F32)
-    return vec4(uintBitsToFloat(qword(blk, lane, 4u * j4)), uintBitsToFloat(qword(blk, lane, 4u * j4 + 1u)),
-                uintBitsToFloat(qword(blk, lane, 4u * j4 + 2u)), uintBitsToFloat(qword(blk, lane, 4u * j4 + 3u)));
+    return vec4(uintBitsToFloat(qword(rw, 4u * j4)), uintBitsToFloat(qword(rw, 4u * j4 + 1u)),
+                uintBitsToFloat(qword(rw, 4u * j4 + 2u)), uintBitsToFloat(qword(rw, 4u * j4 + 3u)));
 #elif defined(TYPE_F16)
-    return vec4(unpackHalf2x16(qword(blk, lane, 2u * j4)), unpackHalf2x16(qword(blk, lane, 2u * j4 + 1u)));
+    return vec4(unpackHalf2x16(qword(rw, 2u * j4)), unpackHalf2x16(qword(rw, 2u * j4 + 1u)));
 #elif defined(TYPE_Q8_0)
-    return half_at(blk * R + lane) * i8x4(qword(blk, lane, j4));
+    return half_at(blk * R + lane) * i8x4(qword(rw, j4));
 #elif defined(TYPE_Q4_0)
     // rows in pairs (core/wpack.h): word j4 of the pair, this row's half
-    uint q = qword(blk, lane & ~1u, j4) >> (16u * (lane & 1u));
+    uint q = qword(rw, j4) >> (16u * (lane & 1u));
     return half_at(blk * R + lane) * (vec4(q & 15u, (q >> 4) & 15u, (q >> 8) & 15u, (q >> 12) & 15u) - 8.0);
 #elif defined(TYPE_Q4_K) || defined(TYPE_Q5_K)
-    vec2 dm = unpackHalf2x16(qword(blk, lane, 0u));
+    vec2 dm = unpackHalf2x16(qword(rw, 0u));
     uint sub = j4 / 8u;                       // sub-block of 32 (0..7)
     uint i = sub / 2u, w = j4 & 7u;
-    vec4 smv = k4_scale_min(sub & ~1u, qword(blk, lane, 1u), qword(blk, lane, 2u), qword(blk, lane, 3u));
+    vec4 smv = k4_scale_min(sub & ~1u, qword(rw, 1u), qword(rw, 2u), qword(rw, 3u));
     vec2 sm = (sub & 1u) == 0u ? smv.xy : smv.zw;
 #if defined(TYPE_Q4_K)
-    uint q = qword(blk, lane, 4u + 8u * i + w);
+    uint q = qword(rw, 4u + 8u * i + w);
     vec4 v = (sub & 1u) == 0u ? u4x4(q) : u4x4(q >> 4);
 #else
-    uint q = qword(blk, lane, 12u + 8u * i + w);
-    uint h = qword(blk, lane, 4u + w);
+    uint q = qword(rw, 12u + 8u * i + w);
+    uint h = qword(rw, 4u + w);
     vec4 v = (sub & 1u) == 0u ? u8x4((q & 0x0F0F0F0Fu) | (((h >> (2u * i)) & 0x01010101u) << 4))
                               : u8x4(((q >> 4) & 0x0F0F0F0Fu) | (((h >> (2u * i + 1u)) & 0x01010101u) << 4));
 #endif
@@ -62,12 +74,12 @@ vec4 dq4(uint blk, uint lane, uint j4)
     uint h = j4 / 32u;                        // half of 128
     uint r = j4 & 31u;                        // vec4 within the half
     uint part = r / 8u, w = r & 7u;           // which of the 4 quarter streams, word
-    uint qa = qword(blk, lane, 16u * h + w), qb = qword(blk, lane, 16u * h + 8u + w);
-    uint qh = qword(blk, lane, 32u + 8u * h + w);
+    uint qa = qword(rw, 16u * h + w), qb = qword(rw, 16u * h + 8u + w);
+    uint qh = qword(rw, 32u + 8u * h + w);
     uint lo = (part & 1u) == 0u ? qa : qb;
     uint nib = part < 2u ? (lo & 0x0F0F0F0Fu) : ((lo >> 4) & 0x0F0F0F0Fu);
     vec4 v = u8x4(nib | (((qh >> (2u * part)) & 0x03030303u) << 4)) - 32.0;
-    float c = i8_at(qword(blk, lane, 48u + 2u * h), qword(blk, lane, 49u + 2u * h), (w >> 2) + 2u * part);
+    float c = i8_at(qword(rw, 48u + 2u * h), qword(rw, 49u + 2u * h), (w >> 2) + 2u * part);
     return d * c * v;
 #endif
 }

@@ -7,6 +7,7 @@
 
 layout(local_size_x = 64) in;
 layout(constant_id = 0) const uint R = 8;     // rows per group of the packed table
+layout(constant_id = 1) const uint C = 1;     // blocks per chunk of the packed table
 
 layout(std430, binding = 0) readonly buffer QW { uint qw[]; };
 layout(std430, binding = 1) readonly buffer SC { uint sc[]; };
@@ -29,6 +30,5 @@ void main()
         return;
     uint row = uint(step[pc.tok_off + t]);
     uint nb = (pc.E + BS - 1u) / BS;
-    uint blk = (row / R) * nb + (j4 * 4u) / BS;
-    x4[t * (pc.x_stride / 4u) + j4] = dq4(blk, row % R, (j4 * 4u % BS) / 4u);
+    x4[t * (pc.x_stride / 4u) + j4] = dq4(row / R, nb, (j4 * 4u) / BS, row % R, (j4 * 4u % BS) / 4u);
 }

@@ -2,16 +2,16 @@
 // for every weight type (one SPIR-V module per type via -DTYPE_*); decode
 // (T = 1), batched decode and prefill (T tokens, TN per pass) alike.
 //
-// Weights are packed in groups of RPW rows (core/wpack.h): 16-byte word w of
-// block b of row r of group g is qw[((g * nb + b) * RPW + r) * W4 + w], and
-// the f16 block scales of Q4_0, Q8_0 and Q6_K are at sc (halves)
-// (g * nb + b) * RPW + r, so the RPW rows' scales of a block are one or two
-// 16-byte words. A workgroup is one subgroup of L lanes and owns one group;
-// the lanes split the rows into units (a block, or a part of a K-quant
-// block) and take every L-th one, so each lane loads its slice of the input
-// once per pass and reuses it for all RPW rows, every load moves 16 bytes,
-// and the workgroup reads one contiguous stream. The per-row partial sums
-// are added across the lanes once at the end.
+// Weights are packed in groups of RPW rows (core/wpack.h, rec_word below:
+// in chunks of C blocks, row by row), and the f16 block scales of Q4_0,
+// Q8_0 and Q6_K are at sc (halves) (g * nb + b) * RPW + r, so the RPW rows'
+// scales of a block are one or two 16-byte words. A workgroup is one
+// subgroup of L lanes and owns one group; the lanes split the rows into
+// units (a block, or a part of a K-quant block) and take every L-th one, so
+// each lane loads its slice of the input once per pass and reuses it for
+// all RPW rows, every load moves 16 bytes, and at each row the lanes read
+// adjacent words (the chunks of C blocks: one stream per workgroup). The
+// per-row partial sums are added across the lanes once at the end.
 // (On llvmpipe a lane is a SIMD lane and every load is per lane: this shape
 // keeps the loads few and wide. On GPUs the lanes read consecutive words.)
 // Q4_0 rows come in pairs that share their 32 bytes per block (core/wpack.h)
@@ -100,6 +100,27 @@ const uint EU = 64u, UPB = 4u, W4 = 13u;
 #error "define one TYPE_*"
 #endif
 const uint XV = EU / 4u;   // vec4 of input per unit and token
+// blocks per chunk of the packed layout: those of the lanes' consecutive units
+const uint C = gl_WorkGroupSize.x > UPB ? gl_WorkGroupSize.x / UPB : 1u;
+#if defined(TYPE_Q4_0)
+const uint UPR = 2u;   // rows per record: Q4_0 rows come in pairs
+#else
+const uint UPR = 1u;
+#endif
+
+// Where row r's copy of block b of group g starts (16-byte words; nb blocks
+// per row; core/wpack.h): rec0 + r * rstep, with rec0 = rec_word(g, nb, b)
+// and rstep = rec_step(nb, b); for Q4_0 (r even) the row pair's two words.
+uint rec_word(uint g, uint nb, uint b)
+{
+    const uint b0 = b - b % C;
+    return (g * nb * RPW + b0 * RPW) * W4 + (b - b0) * (UPR * W4);
+}
+uint rec_step(uint nb, uint b)
+{
+    const uint b0 = b - b % C;
+    return min(C, nb - b0) * W4;
+}
 
 // The input slice of one unit for TN tokens, and its sums per part (the
 // K-quant formulas subtract min * sum(x) per sub-block).
@@ -329,14 +350,15 @@ void main()
                 }
             }
             unit_sums();
-            const uint gb = g * nb + u / UPB;
+            const uint b = u / UPB, gb = g * nb + b;
+            const uint rec0 = rec_word(g, nb, b), rstep = rec_step(nb, b);
 #if defined(TYPE_Q4_0)
             // row pairs; the scales of eight rows come in one texel (as below)
             if (TN == 1u) {
                 for (uint r = 0u; r < RPW; r += 8u) {
                     const uvec4 sw = scales8(gb, r);
                     for (uint j = 0u; j < 4u; j++)
-                        pair_dot((gb * RPW + r + 2u * j) * W4, unpackHalf2x16(sw[j]), acc[r + 2u * j],
+                        pair_dot(rec0 + (r + 2u * j) * rstep, unpackHalf2x16(sw[j]), acc[r + 2u * j],
                                  acc[r + 2u * j + 1u]);
                 }
             } else {
@@ -344,7 +366,7 @@ void main()
                 for (uint r = 0u; r < RPW; r += 2u) {
                     if (r % 8u == 0u)
                         sw = scales8(gb, r);
-                    pair_dot((gb * RPW + r) * W4, unpackHalf2x16(scale_pair(sw, r)), acc[r], acc[r + 1u]);
+                    pair_dot(rec0 + r * rstep, unpackHalf2x16(scale_pair(sw, r)), acc[r], acc[r + 1u]);
                 }
             }
 #elif defined(TYPE_Q8_0) || defined(TYPE_Q6_K)
@@ -356,19 +378,19 @@ void main()
                 for (uint r = 0u; r < RPW; r += 8u) {
                     const uvec4 sw = scales8(gb, r);
                     for (uint j = 0u; j < 8u; j++)
-                        unit_dot((gb * RPW + r + j) * W4, u, unpackHalf2x16(sw[j / 2u])[j % 2u], acc[r + j]);
+                        unit_dot(rec0 + (r + j) * rstep, u, unpackHalf2x16(sw[j / 2u])[j % 2u], acc[r + j]);
                 }
             } else {
                 uvec4 sw = uvec4(0u);
                 for (uint r = 0u; r < RPW; r++) {
                     if (r % 8u == 0u)
                         sw = scales8(gb, r);
-                    unit_dot((gb * RPW + r) * W4, u, unpackHalf2x16(scale_pair(sw, r))[r % 2u], acc[r]);
+                    unit_dot(rec0 + r * rstep, u, unpackHalf2x16(scale_pair(sw, r))[r % 2u], acc[r]);
                 }
             }
 #else
             for (uint r = 0u; r < RPW; r++)
-                unit_dot((gb * RPW + r) * W4, u, 0.0, acc[r]);
+                unit_dot(rec0 + r * rstep, u, 0.0, acc[r]);
 #endif
         }
 

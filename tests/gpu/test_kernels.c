@@ -72,11 +72,13 @@ static em_vk_pipe *pipe_for(harness *h, uint32_t k, uint32_t tn, uint32_t flags)
         exit(1);
     }
     uint32_t spec[4] = { h->L, h->RPW, tn, flags };
-    if (k >= EM_K_EMBED_F32 && k <= EM_K_EMBED_Q6_K)
+    if (k >= EM_K_EMBED_F32 && k <= EM_K_EMBED_Q6_K) {
         spec[0] = h->RPW;   /* rows per packed group */
+        spec[1] = tn;       /* blocks per chunk of the packed table (embed_case) */
+    }
     em_err err = { 0 };
     em_vk_pipe *p = NULL;
-    int rc = em_vk_pipe_create(h->vk, &em_kernels[k], spec, k >= EM_K_EMBED_F32 && k <= EM_K_EMBED_Q6_K ? 1 : 4,
+    int rc = em_vk_pipe_create(h->vk, &em_kernels[k], spec, k >= EM_K_EMBED_F32 && k <= EM_K_EMBED_Q6_K ? 2 : 4,
                                0, &p, &err);
     CHECK_OK(rc, err);
     h->pipes[h->n_pipes] = p;
@@ -165,7 +167,7 @@ static void mm_case(harness *h, uint32_t src_type, uint32_t K, uint32_t N, uint3
     size_t rb;
     uint8_t *w = random_rows(src_type, K, N, &rb);
     em_wpack_layout L;
-    int rc = em_wpack_layout_for(src_type, K, N, h->RPW, &L, &err);
+    int rc = em_wpack_layout_for(src_type, K, N, h->RPW, h->L, &L, &err);
     CHECK_OK(rc, err);
     if (rc) {
         free(w);
@@ -280,7 +282,7 @@ static void embed_case(harness *h, uint32_t src_type, uint32_t E, uint32_t V)
     size_t rb;
     uint8_t *w = random_rows(src_type, E, V, &rb);
     em_wpack_layout L;
-    int rc = em_wpack_layout_for(src_type, E, V, h->RPW, &L, &err);
+    int rc = em_wpack_layout_for(src_type, E, V, h->RPW, h->L, &L, &err);
     CHECK_OK(rc, err);
     uint32_t *qw;
     uint16_t *sc;
@@ -292,7 +294,7 @@ static void embed_case(harness *h, uint32_t src_type, uint32_t E, uint32_t V)
     em_vk_buf bs = upload(h, toks, sizeof toks);
     em_vk_buf bx = upload(h, NULL, (size_t)T * xs * 4);
     uint32_t k = (uint32_t)em_fwd_embed_kernel(L.type);
-    em_vk_pipe *p = pipe_for(h, k, 0, 0);
+    em_vk_pipe *p = pipe_for(h, k, L.C, 0);
     em_vk_buf binds[4] = { bqw, bsc, bs, bx };
     em_vk_dset *ds = NULL;
     em_vk_cmd *cmd = NULL;
@@ -344,7 +346,7 @@ int main(void)
             mm_case(&h, t, bs == 256 ? 256 : 64, 2 * h.RPW + 6, 9, EM_MM_SWIGLU | EM_MM_NORM_IN, 8);
             em_wpack_layout pl;
             em_err perr = { 0 };
-            CHECK_OK(em_wpack_layout_for(t, bs == 256 ? 256 : 64, 1, h.RPW, &pl, &perr), perr);
+            CHECK_OK(em_wpack_layout_for(t, bs == 256 ? 256 : 64, 1, h.RPW, h.L, &pl, &perr), perr);
             if (pl.type != EM_T_F32 && pl.type != EM_T_F16)
                 mm_case(&h, t, bs == 256 ? 256 : 64, h.RPW + 2, 37, EM_MM_SWIGLU | EM_MM_BIAS, 16);  /* ember's tn 16: quantized */
             mm_case(&h, t, bs == 256 ? 768 : 160, h.RPW + 1, 17, EM_MM_ADD_OUT | EM_MM_GATHER_IN, 1);
