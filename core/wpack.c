@@ -64,6 +64,12 @@ uint64_t em_wpack_word(const em_wpack_layout *L, uint32_t b, uint32_t r)
     return ((uint64_t)b0 * L->R + (uint64_t)r * c + (b - b0)) * L->W;
 }
 
+uint64_t em_wpack_scale(const em_wpack_layout *L, uint32_t b, uint32_t r)
+{
+    uint32_t b0 = b - b % L->C, c = L->nb - b0 < L->C ? L->nb - b0 : L->C, S = L->R < 8 ? L->R : 8;
+    return (uint64_t)b0 * L->R + ((uint64_t)(r / S) * c + (b - b0)) * S + r % S;
+}
+
 static uint32_t rd32(const uint8_t *p)
 {
     uint32_t v;
@@ -154,11 +160,11 @@ void em_wpack_group(const em_wpack_layout *L, const void *const *rows, uint32_t 
             switch (L->type) {
             case EM_T_Q8_0:
             case EM_T_Q4_0:   /* f16 d first, then the quants */
-                sc[(size_t)b * R + r] = rd16(blk);
+                sc[em_wpack_scale(L, b, r)] = rd16(blk);
                 words = blk + 2;
                 break;
             case EM_T_Q6_K:   /* ql qh scales (208 bytes), then f16 d */
-                sc[(size_t)b * R + r] = rd16(blk + 208);
+                sc[em_wpack_scale(L, b, r)] = rd16(blk + 208);
                 break;
             default:          /* Q4_K, Q5_K: whole words */
                 break;

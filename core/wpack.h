@@ -12,12 +12,13 @@
  * blocks, lanes / 4 for the K-quants), so at each step of its row loop a
  * workgroup's lanes read adjacent words: one stream instead of C streams a
  * block's R rows apart (decode product streaming from memory on llvmpipe,
- * 1024 x 65536 Q4_0: 2.97-3.01 -> 2.47-2.54 ms). With C = 1 a lane that
+ * 1024 x 65536 Q4_0: 3.06-3.42 -> 2.76-2.85 ms). With C = 1 a lane that
  * takes block b for all R rows reads R * W words in a row. The f16 block
  * scale of Q4_0, Q8_0 and Q6_K (whose blocks are not whole 16-byte words)
- * goes to sc[(g * nb + b) * R + r] (halves): R rows' scales of one block
- * are adjacent. Q4_K and Q5_K blocks are all words and are copied
- * verbatim. Q4_0 rows go in pairs (R >= 2) that take the place of two
+ * goes to the halves sc[] in the same chunks, S = min(R, 8) rows (one
+ * 16-byte word) at a time:
+ *   sc[g * nb * R + b0 * R + ((r / S) * c + (b - b0)) * S + r % S]
+ * Q4_K and Q5_K blocks are all words and are copied verbatim. Q4_0 rows go in pairs (R >= 2) that take the place of two
  * rows: the 32 bytes of rows 2p and 2p+1 of a block are 8 words at
  *   qw[(g * nb * R + b0 * R + 2 * (p * c + (b - b0))) * 4 + w]
  * word w holding elements 4w..4w+3 of row 2p in bits 4i..4i+3 and of row
@@ -62,6 +63,9 @@ int em_wpack_layout_for(uint32_t src_type, uint32_t K, uint32_t N, uint32_t R, u
  * of block b; for Q4_0 r is even and this is the start of the pair's 8
  * words. */
 uint64_t em_wpack_word(const em_wpack_layout *L, uint32_t b, uint32_t r);
+
+/* Index in sc (halves, within the group) of row r's scale of block b. */
+uint64_t em_wpack_scale(const em_wpack_layout *L, uint32_t b, uint32_t r);
 
 /* Pack one row group. rows[r] points at the source row for lane r (in
  * src_type encoding, K elements) or is NULL for a padding row. qw receives

@@ -34,6 +34,14 @@ uint rec_word(uint g, uint nb, uint b, uint lane)
 #endif
 }
 
+// the half index in sc[] of row `lane`'s scale of block b of group g: the
+// same chunks, S = min(R, 8) rows (one 16-byte word of halves) at a time
+uint scale_half(uint g, uint nb, uint b, uint lane)
+{
+    const uint b0 = b - b % C, c = min(C, nb - b0), S = min(R, 8u);
+    return g * nb * R + b0 * R + ((lane / S) * c + (b - b0)) * S + lane % S;
+}
+
 uint qword(uint rw, uint w)
 {
     return qw[rw + w];
@@ -41,18 +49,18 @@ uint qword(uint rw, uint w)
 
 vec4 dq4(uint g, uint nb, uint b, uint lane, uint j4)
 {
-    const uint rw = rec_word(g, nb, b, lane), blk = g * nb + b;
+    const uint rw = rec_word(g, nb, b, lane), si = scale_half(g, nb, b, lane);
 #if defined(TYPE_F32)
     return vec4(uintBitsToFloat(qword(rw, 4u * j4)), uintBitsToFloat(qword(rw, 4u * j4 + 1u)),
                 uintBitsToFloat(qword(rw, 4u * j4 + 2u)), uintBitsToFloat(qword(rw, 4u * j4 + 3u)));
 #elif defined(TYPE_F16)
     return vec4(unpackHalf2x16(qword(rw, 2u * j4)), unpackHalf2x16(qword(rw, 2u * j4 + 1u)));
 #elif defined(TYPE_Q8_0)
-    return half_at(blk * R + lane) * i8x4(qword(rw, j4));
+    return half_at(si) * i8x4(qword(rw, j4));
 #elif defined(TYPE_Q4_0)
     // rows in pairs (core/wpack.h): word j4 of the pair, this row's half
     uint q = qword(rw, j4) >> (16u * (lane & 1u));
-    return half_at(blk * R + lane) * (vec4(q & 15u, (q >> 4) & 15u, (q >> 8) & 15u, (q >> 12) & 15u) - 8.0);
+    return half_at(si) * (vec4(q & 15u, (q >> 4) & 15u, (q >> 8) & 15u, (q >> 12) & 15u) - 8.0);
 #elif defined(TYPE_Q4_K) || defined(TYPE_Q5_K)
     vec2 dm = unpackHalf2x16(qword(rw, 0u));
     uint sub = j4 / 8u;                       // sub-block of 32 (0..7)
@@ -70,7 +78,7 @@ vec4 dq4(uint g, uint nb, uint b, uint lane, uint j4)
 #endif
     return dm.x * sm.x * v - dm.y * sm.y;
 #elif defined(TYPE_Q6_K)
-    float d = half_at(blk * R + lane);
+    float d = half_at(si);
     uint h = j4 / 32u;                        // half of 128
     uint r = j4 & 31u;                        // vec4 within the half
     uint part = r / 8u, w = r & 7u;           // which of the 4 quarter streams, word

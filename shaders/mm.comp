@@ -49,13 +49,14 @@ layout(binding = 0) uniform usamplerBuffer qwt;
 // variant has the same descriptor set layout.
 layout(binding = 1) uniform usamplerBuffer sct;
 
-// The texel of block gb's scales that holds rows r .. r+7 (r a multiple of 8).
-uvec4 scales8(uint gb, uint r)
+// The texel of the scales of rows r .. r+7 (r a multiple of 8) of the block
+// whose first texel is s0 (s0 = scale_texel(...), step: its chunk's c).
+uvec4 scales8(uint s0, uint c, uint r)
 {
-    return texelFetch(sct, int((gb * RPW + r) / 8u));
+    return texelFetch(sct, int(s0 + (r / 8u) * c));
 }
 
-// The word of scales8(gb, r & ~7) that holds rows r & ~1 and r | 1, chosen
+// The word of scales8(s0, c, r & ~7) that holds rows r & ~1 and r | 1, chosen
 // by selects rather than a dynamically indexed component.
 uint scale_pair(uvec4 sw, uint r)
 {
@@ -120,6 +121,13 @@ uint rec_step(uint nb, uint b)
 {
     const uint b0 = b - b % C;
     return min(C, nb - b0) * W4;
+}
+// The scale texel of rows 0..7 of block b of group g: the scales come in
+// the same chunks, eight rows (one texel) at a time (core/wpack.h).
+uint scale_texel(uint g, uint nb, uint b)
+{
+    const uint b0 = b - b % C;
+    return (g * nb * RPW + b0 * RPW) / 8u + (b - b0);
 }
 
 // The input slice of one unit for TN tokens, and its sums per part (the
@@ -350,13 +358,14 @@ void main()
                 }
             }
             unit_sums();
-            const uint b = u / UPB, gb = g * nb + b;
+            const uint b = u / UPB;
             const uint rec0 = rec_word(g, nb, b), rstep = rec_step(nb, b);
+            const uint s0 = scale_texel(g, nb, b), c = rstep / W4;
 #if defined(TYPE_Q4_0)
             // row pairs; the scales of eight rows come in one texel (as below)
             if (TN == 1u) {
                 for (uint r = 0u; r < RPW; r += 8u) {
-                    const uvec4 sw = scales8(gb, r);
+                    const uvec4 sw = scales8(s0, c, r);
                     for (uint j = 0u; j < 4u; j++)
                         pair_dot(rec0 + (r + 2u * j) * rstep, unpackHalf2x16(sw[j]), acc[r + 2u * j],
                                  acc[r + 2u * j + 1u]);
@@ -365,7 +374,7 @@ void main()
                 uvec4 sw = uvec4(0u);
                 for (uint r = 0u; r < RPW; r += 2u) {
                     if (r % 8u == 0u)
-                        sw = scales8(gb, r);
+                        sw = scales8(s0, c, r);
                     pair_dot(rec0 + r * rstep, unpackHalf2x16(scale_pair(sw, r)), acc[r], acc[r + 1u]);
                 }
             }
@@ -376,7 +385,7 @@ void main()
             // every eighth row of the loop)
             if (TN == 1u) {
                 for (uint r = 0u; r < RPW; r += 8u) {
-                    const uvec4 sw = scales8(gb, r);
+                    const uvec4 sw = scales8(s0, c, r);
                     for (uint j = 0u; j < 8u; j++)
                         unit_dot(rec0 + (r + j) * rstep, u, unpackHalf2x16(sw[j / 2u])[j % 2u], acc[r + j]);
                 }
@@ -384,7 +393,7 @@ void main()
                 uvec4 sw = uvec4(0u);
                 for (uint r = 0u; r < RPW; r++) {
                     if (r % 8u == 0u)
-                        sw = scales8(gb, r);
+                        sw = scales8(s0, c, r);
                     unit_dot(rec0 + r * rstep, u, unpackHalf2x16(scale_pair(sw, r))[r % 2u], acc[r]);
                 }
             }
