@@ -107,8 +107,7 @@ int em_quant_supported(uint32_t type)
     }
 }
 
-/* The 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K block. */
-static void k4_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *m)
+void em_k4_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *m)
 {
     if (j < 4) {
         *sc = q[j] & 63;
@@ -220,9 +219,9 @@ static void deq_q4_k(const uint8_t *b, float *y)
     const uint8_t *scales = b + 4, *q = b + 16;
     for (int j = 0; j < 8; j += 2) {
         uint8_t sc, m;
-        k4_scale_min(j, scales, &sc, &m);
+        em_k4_scale_min(j, scales, &sc, &m);
         float d1 = d * sc, m1 = dmin * m;
-        k4_scale_min(j + 1, scales, &sc, &m);
+        em_k4_scale_min(j + 1, scales, &sc, &m);
         float d2 = d * sc, m2 = dmin * m;
         for (int l = 0; l < 32; l++)
             *y++ = d1 * (float)(q[l] & 0xF) - m1;
@@ -239,9 +238,9 @@ static void deq_q5_k(const uint8_t *b, float *y)
     uint8_t u1 = 1, u2 = 2;
     for (int j = 0; j < 8; j += 2) {
         uint8_t sc, m;
-        k4_scale_min(j, scales, &sc, &m);
+        em_k4_scale_min(j, scales, &sc, &m);
         float d1 = d * sc, m1 = dmin * m;
-        k4_scale_min(j + 1, scales, &sc, &m);
+        em_k4_scale_min(j + 1, scales, &sc, &m);
         float d2 = d * sc, m2 = dmin * m;
         for (int l = 0; l < 32; l++)
             *y++ = d1 * (float)((ql[l] & 0xF) + ((qh[l] & u1) ? 16 : 0)) - m1;

@@ -16,6 +16,10 @@ float    em_bf16_to_f32(uint16_t h);
 /* 1 if em_dequant_row handles this tensor type. */
 int em_quant_supported(uint32_t type);
 
+/* The 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K block whose
+ * 12 packed scale bytes are at q. */
+void em_k4_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *m);
+
 /* Convert n elements (a multiple of the type's block size) starting at the
  * block at src into dst[n]. */
 void em_dequant_row(uint32_t type, const void *src, float *dst, int64_t n);

@@ -112,6 +112,23 @@ static void pair_q4_0(const em_wpack_layout *L, uint32_t *qw)
     }
 }
 
+/* The 12 scale bytes of a Q4_K/Q5_K block as three words that a lane
+ * unpacks with fixed shifts (common.glsl k4_scale_min): the low 4 bits of
+ * the eight 6-bit scales as nibbles of w[0], of the eight mins in w[1],
+ * their top 2 bits in w[2] (scale k at bits 2k, min k at 16 + 2k). The
+ * GGUF packing needs byte selects per sub-block; this is the same 96 bits. */
+static void k4_scales(const uint8_t *q, uint32_t *w)
+{
+    w[0] = w[1] = w[2] = 0;
+    for (int k = 0; k < 8; k++) {
+        uint8_t sc, m;
+        em_k4_scale_min(k, q, &sc, &m);
+        w[0] |= (uint32_t)(sc & 15) << (4 * k);
+        w[1] |= (uint32_t)(m & 15) << (4 * k);
+        w[2] |= (uint32_t)(sc >> 4) << (2 * k) | (uint32_t)(m >> 4) << (16 + 2 * k);
+    }
+}
+
 void em_wpack_group(const em_wpack_layout *L, const void *const *rows, uint32_t *qw,
                     uint16_t *sc, float *tmp)
 {
@@ -171,6 +188,8 @@ void em_wpack_group(const em_wpack_layout *L, const void *const *rows, uint32_t 
             }
             for (uint32_t w = 0; w < W; w++)
                 dst[w] = rd32(words + 4 * (size_t)w);
+            if (L->type == EM_T_Q4_K || L->type == EM_T_Q5_K)
+                k4_scales(blk + 4, dst + 1);
         }
     }
     if (L->type == EM_T_Q4_0)

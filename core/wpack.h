@@ -18,8 +18,10 @@
  * goes to the halves sc[] in the same chunks, S = min(R, 8) rows (one
  * 16-byte word) at a time:
  *   sc[g * nb * R + b0 * R + ((r / S) * c + (b - b0)) * S + r % S]
- * Q4_K and Q5_K blocks are all words and are copied verbatim. Q4_0 rows go in pairs (R >= 2) that take the place of two
- * rows: the 32 bytes of rows 2p and 2p+1 of a block are 8 words at
+ * Q4_K and Q5_K blocks are all words and are copied, but for their 12
+ * scale bytes, which become three words that unpack with fixed shifts
+ * (core/wpack.c k4_scales). Q4_0 rows go in pairs (R >= 2) that take the
+ * place of two rows: the 32 bytes of rows 2p and 2p+1 of a block are 8 words at
  *   qw[(g * nb * R + b0 * R + 2 * (p * c + (b - b0))) * 4 + w]
  * word w holding elements 4w..4w+3 of row 2p in bits 4i..4i+3 and of row
  * 2p+1 in bits 16+4i..16+4i+3, so that one 32-bit multiply by an integer
