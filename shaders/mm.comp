@@ -4,8 +4,8 @@
 //
 // Weights are packed in groups of RPW rows (core/wpack.h, rec_word below:
 // in chunks of C blocks, row by row), and the f16 block scales of Q4_0,
-// Q8_0 and Q6_K are at sc (halves) (g * nb + b) * RPW + r, so the RPW rows'
-// scales of a block are one or two 16-byte words. A workgroup is one
+// Q8_0 and Q6_K in the same chunks, eight rows (one 16-byte texel of
+// halves) at a time (scale_texel below). A workgroup is one
 // subgroup of L lanes and owns one group; the lanes split the rows into
 // units (a block, or a part of a K-quant block) and take every L-th one, so
 // each lane loads its slice of the input once per pass and reuses it for
