@@ -146,7 +146,7 @@ int em_fwd_dec_grouped(const em_vk_dev_info *di, const em_hparams *hp, uint32_t 
  * llvmpipe's compile time grows about 4x per doubling of the heads' total
  * size (heads of 128 on an empty shader cache: 2 heads 1.5 s, 4 heads
  * 5.1 s, 8 heads 20 s), while 4 heads of 128 instead of 2 gain only
- * 10-17% of the attention, 1% of the prefill (docs/PERFORMANCE.md). */
+ * 8-17% of the attention, ~1% of the prefill (docs/PERFORMANCE.md). */
 #define EM_FWD_PRE_GROUP_DIMS 256u
 uint32_t em_fwd_pre_heads(const em_hparams *hp);
 

@@ -56,9 +56,17 @@ int em_wpack_layout_for(uint32_t src_type, uint32_t K, uint32_t N, uint32_t R, u
     return 0;
 }
 
+/* The chunk of block b: its first block *b0 and its width *c. */
+static void chunk_of(const em_wpack_layout *L, uint32_t b, uint32_t *b0, uint32_t *c)
+{
+    *b0 = b - b % L->C;
+    *c = L->nb - *b0 < L->C ? L->nb - *b0 : L->C;
+}
+
 uint64_t em_wpack_word(const em_wpack_layout *L, uint32_t b, uint32_t r)
 {
-    uint32_t b0 = b - b % L->C, c = L->nb - b0 < L->C ? L->nb - b0 : L->C;
+    uint32_t b0, c;
+    chunk_of(L, b, &b0, &c);
     if (L->type == EM_T_Q4_0)
         return ((uint64_t)b0 * L->R + 2 * ((uint64_t)(r / 2) * c + (b - b0))) * L->W;
     return ((uint64_t)b0 * L->R + (uint64_t)r * c + (b - b0)) * L->W;
@@ -66,7 +74,8 @@ uint64_t em_wpack_word(const em_wpack_layout *L, uint32_t b, uint32_t r)
 
 uint64_t em_wpack_scale(const em_wpack_layout *L, uint32_t b, uint32_t r)
 {
-    uint32_t b0 = b - b % L->C, c = L->nb - b0 < L->C ? L->nb - b0 : L->C, S = L->R < 8 ? L->R : 8;
+    uint32_t b0, c, S = L->R < 8 ? L->R : 8;
+    chunk_of(L, b, &b0, &c);
     return (uint64_t)b0 * L->R + ((uint64_t)(r / S) * c + (b - b0)) * S + r % S;
 }
 

@@ -23,25 +23,6 @@ const uint BS = 256, W = 52;
 #error "define one TYPE_*"
 #endif
 
-// word 0 of row `lane`'s copy of block b of group g (Q4_0: of its row pair)
-uint rec_word(uint g, uint nb, uint b, uint lane)
-{
-    const uint b0 = b - b % C, c = min(C, nb - b0);
-#if defined(TYPE_Q4_0)
-    return (g * nb * R + b0 * R + 2u * ((lane / 2u) * c + (b - b0))) * W;
-#else
-    return (g * nb * R + b0 * R + lane * c + (b - b0)) * W;
-#endif
-}
-
-// the half index in sc[] of row `lane`'s scale of block b of group g: the
-// same chunks, S = min(R, 8) rows (one 16-byte word of halves) at a time
-uint scale_half(uint g, uint nb, uint b, uint lane)
-{
-    const uint b0 = b - b % C, c = min(C, nb - b0), S = min(R, 8u);
-    return g * nb * R + b0 * R + ((lane / S) * c + (b - b0)) * S + lane % S;
-}
-
 uint qword(uint rw, uint w)
 {
     return qw[rw + w];
@@ -49,7 +30,16 @@ uint qword(uint rw, uint w)
 
 vec4 dq4(uint g, uint nb, uint b, uint lane, uint j4)
 {
-    const uint rw = rec_word(g, nb, b, lane), si = scale_half(g, nb, b, lane);
+    // block b is in the chunk of c blocks from b0 (core/wpack.h): rw is word
+    // 0 of row `lane`'s copy of it (Q4_0: of its row pair), si the half of
+    // its scale, S = min(R, 8) rows (one 16-byte word of halves) at a time
+    const uint b0 = b - b % C, c = min(C, nb - b0), S = min(R, 8u);
+#if defined(TYPE_Q4_0)
+    const uint rw = ((g * nb + b0) * R + 2u * ((lane / 2u) * c + (b - b0))) * W;
+#else
+    const uint rw = ((g * nb + b0) * R + lane * c + (b - b0)) * W;
+#endif
+    const uint si = (g * nb + b0) * R + ((lane / S) * c + (b - b0)) * S + lane % S;
 #if defined(TYPE_F32)
     return vec4(uintBitsToFloat(qword(rw, 4u * j4)), uintBitsToFloat(qword(rw, 4u * j4 + 1u)),
                 uintBitsToFloat(qword(rw, 4u * j4 + 2u)), uintBitsToFloat(qword(rw, 4u * j4 + 3u)));
@@ -87,7 +77,7 @@ vec4 dq4(uint g, uint nb, uint b, uint lane, uint j4)
     uint lo = (part & 1u) == 0u ? qa : qb;
     uint nib = part < 2u ? (lo & 0x0F0F0F0Fu) : ((lo >> 4) & 0x0F0F0F0Fu);
     vec4 v = u8x4(nib | (((qh >> (2u * part)) & 0x03030303u) << 4)) - 32.0;
-    float c = i8_at(qword(rw, 48u + 2u * h), qword(rw, 49u + 2u * h), (w >> 2) + 2u * part);
-    return d * c * v;
+    float sc6 = i8_at(qword(rw, 48u + 2u * h), qword(rw, 49u + 2u * h), (w >> 2) + 2u * part);
+    return d * sc6 * v;
 #endif
 }

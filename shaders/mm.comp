@@ -2,10 +2,10 @@
 // for every weight type (one SPIR-V module per type via -DTYPE_*); decode
 // (T = 1), batched decode and prefill (T tokens, TN per pass) alike.
 //
-// Weights are packed in groups of RPW rows (core/wpack.h, rec_word below:
+// Weights are packed in groups of RPW rows (core/wpack.h; rec0 in main:
 // in chunks of C blocks, row by row), and the f16 block scales of Q4_0,
 // Q8_0 and Q6_K in the same chunks, eight rows (one 16-byte texel of
-// halves) at a time (scale_texel below). A workgroup is one
+// halves) at a time (s0 in main). A workgroup is one
 // subgroup of L lanes and owns one group; the lanes split the rows into
 // units (a block, or a part of a K-quant block) and take every L-th one, so
 // each lane loads its slice of the input once per pass and reuses it for
@@ -50,7 +50,7 @@ layout(binding = 0) uniform usamplerBuffer qwt;
 layout(binding = 1) uniform usamplerBuffer sct;
 
 // The texel of the scales of rows r .. r+7 (r a multiple of 8) of the block
-// whose first texel is s0 (s0 = scale_texel(...), step: its chunk's c).
+// whose first texel is s0, in a chunk of c blocks (main).
 uvec4 scales8(uint s0, uint c, uint r)
 {
     return texelFetch(sct, int(s0 + (r / 8u) * c));
@@ -108,27 +108,6 @@ const uint UPR = 2u;   // rows per record: Q4_0 rows come in pairs
 #else
 const uint UPR = 1u;
 #endif
-
-// Where row r's copy of block b of group g starts (16-byte words; nb blocks
-// per row; core/wpack.h): rec0 + r * rstep, with rec0 = rec_word(g, nb, b)
-// and rstep = rec_step(nb, b); for Q4_0 (r even) the row pair's two words.
-uint rec_word(uint g, uint nb, uint b)
-{
-    const uint b0 = b - b % C;
-    return (g * nb * RPW + b0 * RPW) * W4 + (b - b0) * (UPR * W4);
-}
-uint rec_step(uint nb, uint b)
-{
-    const uint b0 = b - b % C;
-    return min(C, nb - b0) * W4;
-}
-// The scale texel of rows 0..7 of block b of group g: the scales come in
-// the same chunks, eight rows (one texel) at a time (core/wpack.h).
-uint scale_texel(uint g, uint nb, uint b)
-{
-    const uint b0 = b - b % C;
-    return (g * nb * RPW + b0 * RPW) / 8u + (b - b0);
-}
 
 // The input slice of one unit for TN tokens, and its sums per part (the
 // K-quant formulas subtract min * sum(x) per sub-block).
@@ -361,9 +340,13 @@ void main()
                 }
             }
             unit_sums();
-            const uint b = u / UPB;
-            const uint rec0 = rec_word(g, nb, b), rstep = rec_step(nb, b);
-            const uint s0 = scale_texel(g, nb, b), c = rstep / W4;
+            // block b is in the chunk of c blocks from b0 (core/wpack.h): row
+            // r's copy of it starts at 16-byte word rec0 + r * rstep (for
+            // Q4_0, r even, the row pair's two words), the scales of rows
+            // r .. r+7 are texel s0 + (r / 8) * c
+            const uint b = u / UPB, b0 = b - b % C, c = min(C, nb - b0);
+            const uint rec0 = (g * nb + b0) * RPW * W4 + (b - b0) * UPR * W4, rstep = c * W4;
+            const uint s0 = (g * nb + b0) * RPW / 8u + (b - b0);
 #if defined(TYPE_Q4_0)
             // row pairs; the scales of eight rows come in one texel (as below)
             if (TN == 1u) {
