@@ -178,8 +178,25 @@ int em_cli_read_file(const char *path, char **data, size_t *len, em_err *err)
     return 0;
 }
 
-int em_cli_parse_ids(const char *text, const char *what, int32_t **ids, size_t *n, em_err *err)
+int em_cli_parse_ids(const char *text, size_t len, const char *what, int32_t **ids, size_t *n,
+                     em_err *err)
 {
+    /* strtoll stops at a NUL: ids after one would be dropped unseen */
+    const char *nul = memchr(text, '\0', len);
+    if (nul) {
+        size_t before = 0;
+        for (const char *q = text; q < nul;) {
+            while (q < nul && (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r'))
+                q++;
+            if (q == nul)
+                break;
+            before++;
+            while (q < nul && !(*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r'))
+                q++;
+        }
+        return em_err_set(err, EM_EFORMAT, "%s: a NUL byte after token %zu (byte %zu): not a list of ids",
+                          what, before, (size_t)(nul - text));
+    }
     size_t cap = 64, cnt = 0;
     int32_t *v = malloc(cap * sizeof *v);
     if (!v)

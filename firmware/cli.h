@@ -49,8 +49,11 @@ int em_cli_fail_err(const em_err *err);
 /* Read a whole file into a malloc'd NUL-terminated buffer (caller frees). */
 int em_cli_read_file(const char *path, char **data, size_t *len, em_err *err);
 
-/* Parse whitespace-separated token ids from text into a malloc'd array. */
-int em_cli_parse_ids(const char *text, const char *what, int32_t **ids, size_t *n, em_err *err);
+/* Parse whitespace-separated token ids from the len bytes at text into a
+ * malloc'd array (*ids, owned by the caller). Anything else, a NUL byte
+ * included, is EM_EFORMAT naming the token's position. */
+int em_cli_parse_ids(const char *text, size_t len, const char *what, int32_t **ids, size_t *n,
+                     em_err *err);
 
 /* The model to use when --model is absent: the first *.gguf in ./models
  * (sorted by name), else the demo model under ../shared. Writes a path into

@@ -49,7 +49,7 @@ int em_cmd_logits(int argc, char **argv)
     int status = 0;
 
     if ((rc = em_cli_read_file(tokens_path, &text, &len, &err)) ||
-        (rc = em_cli_parse_ids(text, tokens_path, &ids, &n_ids, &err)) ||
+        (rc = em_cli_parse_ids(text, len, tokens_path, &ids, &n_ids, &err)) ||
         (rc = em_model_open(model_path, &m, &err))) {
         status = em_cli_fail_err(&err);
         goto done;

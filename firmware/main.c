@@ -1,5 +1,6 @@
 /* main.c — the `ember` binary: dispatches argv[1] to a subcommand.
  * This is the only file allowed to end the process. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,18 @@ static void usage(FILE *f)
         fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
 }
 
+/* The exit status after a command: its own, or 1 when what it wrote to
+ * stdout did not all arrive (a full disk, a closed pipe) and it had not
+ * already failed — a result that was never seen must not look like success. */
+static int finish(const char *cmd, int st)
+{
+    errno = 0;
+    if ((fflush(stdout) != 0 || ferror(stdout)) && st == 0)
+        return em_cli_fail(1, "%s: cannot write the output: %s", cmd,
+                           errno ? strerror(errno) : "write error");
+    return st;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -37,17 +50,16 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
         strcmp(argv[1], "help") == 0) {
         usage(stdout);
-        return 0;
+        return finish(argv[1], 0);
     }
     if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
         printf("ember %s\n", EMBER_VERSION);
-        return 0;
+        return finish(argv[1], 0);
     }
     for (size_t i = 0; commands[i].name; i++) {
         if (strcmp(argv[1], commands[i].name) == 0) {
             int st = commands[i].fn(argc - 1, argv + 1);
-            fflush(stdout);
-            exit(st < 0 ? 0 : st);
+            exit(finish(argv[1], st < 0 ? 0 : st));
         }
     }
     return em_cli_fail(2, "%s: unknown command (see ember --help)", argv[1]);
