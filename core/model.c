@@ -64,15 +64,17 @@ static int need(loader *L, const char *name, uint64_t ne0, uint64_t ne1, int opt
     int dims_ok = ne1 ? (t->ne[0] == ne0 && t->ne[1] == ne1 && t->ne[2] == 1 && t->ne[3] == 1)
                       : (t->ne[0] == ne0 && t->ne[1] == 1 && t->ne[2] == 1 && t->ne[3] == 1);
     if (!dims_ok) {
+        /* every stored dimension, so that the message cannot contradict itself */
+        char shape[96];
+        size_t o = 0;
+        for (uint32_t d = 0; d < t->n_dims && d < 4; d++)
+            o += (size_t)snprintf(shape + o, sizeof shape - o, "%s%llu", d ? ", " : "",
+                                  (unsigned long long)t->ne[d]);
         if (ne1)
-            return em_err_set(L->err, EM_EFORMAT,
-                              "%s: tensor '%s' has shape [%llu, %llu, %llu], expected [%llu, %llu]",
-                              L->path, name, (unsigned long long)t->ne[0],
-                              (unsigned long long)t->ne[1], (unsigned long long)t->ne[2],
-                              (unsigned long long)ne0, (unsigned long long)ne1);
-        return em_err_set(L->err, EM_EFORMAT, "%s: tensor '%s' has shape [%llu, %llu], expected [%llu]",
-                          L->path, name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
-                          (unsigned long long)ne0);
+            return em_err_set(L->err, EM_EFORMAT, "%s: tensor '%s' has shape [%s], expected [%llu, %llu]",
+                              L->path, name, shape, (unsigned long long)ne0, (unsigned long long)ne1);
+        return em_err_set(L->err, EM_EFORMAT, "%s: tensor '%s' has shape [%s], expected [%llu]", L->path,
+                          name, shape, (unsigned long long)ne0);
     }
     if (!em_quant_supported(t->type))
         return em_err_set(L->err, EM_EUNSUPPORTED,
@@ -135,6 +137,9 @@ static int read_hparams(loader *L)
         (rc = arch_u32(L, "context_length", &hp->n_ctx_train, 1, 2048)) ||
         (rc = arch_u32(L, "rope.dimension_count", &hp->n_rot, 1, hp->head_dim)))
         return rc;
+    if (hp->n_ctx_train == 0)
+        return em_err_set(L->err, EM_EFORMAT, "%s: metadata '%s.context_length' is 0", L->path,
+                          hp->arch_name);
     if (hp->n_head_kv == 0 || hp->n_head % hp->n_head_kv)
         return em_err_set(L->err, EM_EFORMAT, "%s: %u query heads cannot share %u KV heads",
                           L->path, hp->n_head, hp->n_head_kv);
@@ -197,6 +202,19 @@ static int find_weights(loader *L)
     if (!m->output)
         m->output = m->tok_embd;
 
+    /* a block_count below the layers stored would run a truncated model
+     * without a word: refuse tensors of layers past it */
+    for (size_t i = 0; i < em_gguf_n_tensors(m->g); i++) {
+        const char *tn = em_gguf_tensor_at(m->g, i)->name;
+        char *end;
+        if (strncmp(tn, "blk.", 4) == 0) {
+            unsigned long il = strtoul(tn + 4, &end, 10);
+            if (end != tn + 4 && *end == '.' && il >= hp->n_layer)
+                return em_err_set(L->err, EM_EFORMAT,
+                                  "%s: tensor '%s' is for layer %lu, but '%s.block_count' is %u", L->path, tn,
+                                  il, hp->arch_name, hp->n_layer);
+        }
+    }
     m->layers = calloc(hp->n_layer, sizeof *m->layers);
     if (!m->layers)
         return em_err_set(L->err, EM_ENOMEM, "%s: out of memory", L->path);

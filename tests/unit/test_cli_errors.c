@@ -15,6 +15,12 @@
 
 static const char *bin;
 
+/* Variations of the tiny model below (reset after each use): its declared
+ * context_length, whether it stores a second layer that block_count (1)
+ * leaves out, and whether attn_norm is stored as [256, 1, 2]. */
+static uint32_t tiny_ctx = 64;
+static int tiny_extra_layer, tiny_norm_rank3;
+
 /* Write a minimal llama model: n_embd 256, 1 layer, 4 heads, vocab 8, with
  * the given architecture name and attn_q type. */
 static int write_tiny_model(const char *path, const char *arch, uint32_t q_type)
@@ -29,7 +35,7 @@ static int write_tiny_model(const char *path, const char *arch, uint32_t q_type)
     em_gguf_w_u32(w, K("block_count"), 1);
     em_gguf_w_u32(w, K("feed_forward_length"), 256);
     em_gguf_w_u32(w, K("attention.head_count"), 4);
-    em_gguf_w_u32(w, K("context_length"), 64);
+    em_gguf_w_u32(w, K("context_length"), tiny_ctx);
 #undef K
     const char *toks[8] = { "<unk>", "<s>", "</s>", "a", "b", "c", "d", "\xe2\x96\x81" };
     float scores[8] = { 0, 0, 0, -1, -2, -3, -4, -5 };
@@ -40,7 +46,7 @@ static int write_tiny_model(const char *path, const char *arch, uint32_t q_type)
     em_gguf_w_arr(w, "tokenizer.ggml.token_type", EM_GGUF_I32, types, 8);
     em_gguf_w_u32(w, "tokenizer.ggml.bos_token_id", 1);
     em_gguf_w_u32(w, "tokenizer.ggml.eos_token_id", 2);
-    struct { const char *name; uint32_t type; uint64_t ne0, ne1; } t[] = {
+    struct { const char *name; uint32_t type; uint64_t ne0, ne1; } t[24] = {
         { "token_embd.weight", EM_T_F32, 256, 8 },
         { "output_norm.weight", EM_T_F32, 256, 1 },
         { "blk.0.attn_norm.weight", EM_T_F32, 256, 1 },
@@ -53,12 +59,26 @@ static int write_tiny_model(const char *path, const char *arch, uint32_t q_type)
         { "blk.0.ffn_up.weight", EM_T_F32, 256, 256 },
         { "blk.0.ffn_down.weight", EM_T_F32, 256, 256 },
     };
-    size_t nt = sizeof t / sizeof t[0];
-    uint64_t sizes[16];
+    size_t nt = 11;
+    char extra[9][48];
+    if (tiny_extra_layer)   /* blk.1.* copies of the layer's tensors */
+        for (size_t i = 2; i < 11; i++) {
+            snprintf(extra[i - 2], sizeof extra[i - 2], "blk.1.%s", t[i].name + 6);
+            t[nt] = t[i];
+            t[nt++].name = extra[i - 2];
+        }
+    uint64_t sizes[24];
     for (size_t i = 0; i < nt; i++) {
-        uint64_t ne[2] = { t[i].ne0, t[i].ne1 };
-        em_gguf_w_tensor(w, t[i].name, t[i].type, t[i].ne1 > 1 ? 2 : 1, ne, &sizes[i]);
+        uint64_t ne[3] = { t[i].ne0, t[i].ne1, 1 };
+        uint32_t nd = t[i].ne1 > 1 ? 2 : 1;
+        if (tiny_norm_rank3 && i == 2) {
+            ne[2] = 2;
+            nd = 3;
+        }
+        em_gguf_w_tensor(w, t[i].name, t[i].type, nd, ne, &sizes[i]);
     }
+    tiny_ctx = 64;
+    tiny_extra_layer = tiny_norm_rank3 = 0;
     FILE *f = fopen(path, "wb");
     int rc = f ? em_gguf_w_header(w, f, NULL) : -1;
     for (size_t i = 0; !rc && i < nt; i++) {
@@ -206,6 +226,27 @@ int main(void)
     expect_bad("prompt too long", "does not fit",
                (char *[]){ "run", "--model", good, "--ctx", "4", "--prompt", "abcdabcdabcd",
                            "--backend", "cpu", NULL });
+
+    /* metadata and tensors that pass the GGUF checks but contradict each other */
+    {
+        char m1[600], m2[600], m3[600];
+        snprintf(m1, sizeof m1, "%s/ctx0.gguf", dir);
+        snprintf(m2, sizeof m2, "%s/extra-layer.gguf", dir);
+        snprintf(m3, sizeof m3, "%s/rank3.gguf", dir);
+        tiny_ctx = 0;
+        CHECK(write_tiny_model(m1, "llama", EM_T_F32) == 0);
+        tiny_extra_layer = 1;
+        CHECK(write_tiny_model(m2, "llama", EM_T_F32) == 0);
+        tiny_norm_rank3 = 1;
+        CHECK(write_tiny_model(m3, "llama", EM_T_F32) == 0);
+        expect_bad("context_length 0", "context_length' is 0",
+                   (char *[]){ "run", "--model", m1, "-n", "2", "--backend", "cpu", NULL });
+        expect_bad("layer past block_count", "is for layer 1, but 'llama.block_count' is 1",
+                   (char *[]){ "run", "--model", m2, "-n", "2", "--backend", "cpu", NULL });
+        expect_bad("rank-3 norm", "has shape [256, 1, 2], expected [256]",
+                   (char *[]){ "logits", "--model", m3, "--tokens-file", toks, "--output", out,
+                               "--backend", "cpu", NULL });
+    }
 
     /* ids after a NUL byte would be dropped unseen by a C-string parser */
     {
