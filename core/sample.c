@@ -119,6 +119,8 @@ int32_t em_sampler_sample(em_sampler *s, const float *logits)
                 s->c[k++] = s->c[i];
         m = k;
     }
+    if (m == 0)   /* NaN logits keep nothing (no p compares >= floor): the argmax, not c[-1] */
+        return em_argmax(logits, n);
     qsort(s->c, m, sizeof *s->c, cmp_cand);
     if (p->top_k > 0 && (uint32_t)p->top_k < m)
         m = (uint32_t)p->top_k;

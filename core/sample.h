@@ -25,7 +25,9 @@ typedef struct em_sampler em_sampler;
 int  em_sampler_create(const em_sample_params *p, uint32_t n_vocab, em_sampler **out, em_err *err);
 void em_sampler_destroy(em_sampler *s);   /* accepts NULL */
 
-/* Pick a token from logits[n_vocab] (borrowed, not modified). */
+/* Pick a token from logits[n_vocab] (borrowed, not modified). Always an id
+ * in [0, n_vocab), even for NaN or infinite logits (callers that can say
+ * why should refuse those first). */
 int32_t em_sampler_sample(em_sampler *s, const float *logits);
 
 /* Index of the largest value (lowest index on ties). */

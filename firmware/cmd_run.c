@@ -1,6 +1,7 @@
 /* cmd_run.c — `ember run`: tokenize a prompt, feed it, and stream generated
  * text to stdout (greedy or sampled), with a summary on stderr. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +52,22 @@ static int write_ids(const char *path, const int32_t *prompt, size_t np, const i
     fputc('\n', f);
     if (fclose(f) != 0)
         return em_cli_fail(1, "run: %s: write failed", path);
+    return 0;
+}
+
+/* Logits as the sampler may see them: ids past the tokenizer's vocabulary
+ * (an embedding padded beyond it) can never be chosen, since they have no
+ * text; a NaN or infinity means the weights are broken (a model file of NaNs
+ * ran to "stop: length" printing nothing): one error line, status 2. */
+static int vet_logits(const char *path, float *logits, uint32_t n_vocab, uint32_t n_tok, uint32_t pos)
+{
+    for (uint32_t i = 0; i < n_vocab; i++) {
+        if (!isfinite(logits[i]))
+            return em_cli_fail(2, "run: %s: the model gives a non-finite logit (%g for token %u at position %u): "
+                               "its weights are broken", path, (double)logits[i], i, pos);
+        if (i >= n_tok)
+            logits[i] = -INFINITY;
+    }
     return 0;
 }
 
@@ -154,6 +171,8 @@ int em_cmd_run(int argc, char **argv)
         status = em_cli_fail_err(&err);
         goto done;
     }
+    if ((status = vet_logits(model_path, logits, hp->n_vocab, em_tokenizer_n_vocab(tok), (uint32_t)n_pids - 1)))
+        goto done;
     double t1 = em_cli_now();
     em_detok dt;
     em_detok_init(&dt, 0);
@@ -171,8 +190,16 @@ int em_cmd_run(int argc, char **argv)
             if ((k = em_detok_flush(tok, &dt, piece, cap)) > 0)
                 fwrite(piece, 1, (size_t)k, stdout);
             k = em_tokenizer_piece(tok, id, 1, piece, cap);
-            if (k > (int)cap)
-                k = (int)cap;
+            if (k > (int)cap) {   /* a control token's text can be longer than any piece */
+                char *np = realloc(piece, (size_t)k);
+                if (!np) {
+                    status = em_cli_fail(1, "run: out of memory");
+                    goto done;
+                }
+                piece = np;
+                cap = (size_t)k;
+                k = em_tokenizer_piece(tok, id, 1, piece, cap);
+            }
         } else {
             k = eog ? 0 : em_detok_push(tok, &dt, id, piece, cap);
         }
@@ -194,6 +221,8 @@ int em_cmd_run(int argc, char **argv)
             status = em_cli_fail_err(&err);
             goto done;
         }
+        if ((status = vet_logits(model_path, logits, hp->n_vocab, em_tokenizer_n_vocab(tok), pos)))
+            goto done;
         pos++;
     }
     int k = em_detok_flush(tok, &dt, piece, cap);

@@ -4,6 +4,7 @@
  * must print exactly one line "ember: <what>: <why>" on stderr and exit 2,
  * never crash. Files are made here, in a temporary directory. */
 #include <fcntl.h>
+#include <math.h>
 #include <spawn.h>
 #include <stdint.h>
 #include <sys/wait.h>
@@ -16,10 +17,11 @@
 static const char *bin;
 
 /* Variations of the tiny model below (reset after each use): its declared
- * context_length, whether it stores a second layer that block_count (1)
- * leaves out, and whether attn_norm is stored as [256, 1, 2]. */
-static uint32_t tiny_ctx = 64;
-static int tiny_extra_layer, tiny_norm_rank3;
+ * context_length, the rows of its embedding (past the 8 tokens: padding),
+ * whether it stores a second layer that block_count (1) leaves out, whether
+ * attn_norm is stored as [256, 1, 2], and whether its F32 weights are NaN. */
+static uint32_t tiny_ctx = 64, tiny_embd_rows = 8;
+static int tiny_extra_layer, tiny_norm_rank3, tiny_nan;
 
 /* Write a minimal llama model: n_embd 256, 1 layer, 4 heads, vocab 8, with
  * the given architecture name and attn_q type. */
@@ -36,6 +38,8 @@ static int write_tiny_model(const char *path, const char *arch, uint32_t q_type)
     em_gguf_w_u32(w, K("feed_forward_length"), 256);
     em_gguf_w_u32(w, K("attention.head_count"), 4);
     em_gguf_w_u32(w, K("context_length"), tiny_ctx);
+    if (tiny_embd_rows != 8)
+        em_gguf_w_u32(w, K("vocab_size"), tiny_embd_rows);
 #undef K
     const char *toks[8] = { "<unk>", "<s>", "</s>", "a", "b", "c", "d", "\xe2\x96\x81" };
     float scores[8] = { 0, 0, 0, -1, -2, -3, -4, -5 };
@@ -47,7 +51,7 @@ static int write_tiny_model(const char *path, const char *arch, uint32_t q_type)
     em_gguf_w_u32(w, "tokenizer.ggml.bos_token_id", 1);
     em_gguf_w_u32(w, "tokenizer.ggml.eos_token_id", 2);
     struct { const char *name; uint32_t type; uint64_t ne0, ne1; } t[24] = {
-        { "token_embd.weight", EM_T_F32, 256, 8 },
+        { "token_embd.weight", EM_T_F32, 256, tiny_embd_rows },
         { "output_norm.weight", EM_T_F32, 256, 1 },
         { "blk.0.attn_norm.weight", EM_T_F32, 256, 1 },
         { "blk.0.attn_q.weight", q_type, 256, 256 },
@@ -77,8 +81,6 @@ static int write_tiny_model(const char *path, const char *arch, uint32_t q_type)
         }
         em_gguf_w_tensor(w, t[i].name, t[i].type, nd, ne, &sizes[i]);
     }
-    tiny_ctx = 64;
-    tiny_extra_layer = tiny_norm_rank3 = 0;
     FILE *f = fopen(path, "wb");
     int rc = f ? em_gguf_w_header(w, f, NULL) : -1;
     for (size_t i = 0; !rc && i < nt; i++) {
@@ -86,7 +88,7 @@ static int write_tiny_model(const char *path, const char *arch, uint32_t q_type)
         if (t[i].type == EM_T_F32) {   /* small nonzero values */
             float *fz = (float *)z;
             for (uint64_t k = 0; k < sizes[i] / 4; k++)
-                fz[k] = 0.01f * (float)(k % 7);
+                fz[k] = tiny_nan ? NAN : 0.01f * (float)(k % 7);
         }
         rc = em_gguf_w_data(w, f, z, sizes[i], NULL);
         free(z);
@@ -94,6 +96,9 @@ static int write_tiny_model(const char *path, const char *arch, uint32_t q_type)
     if (f)
         fclose(f);
     em_gguf_writer_destroy(w);
+    tiny_ctx = 64;
+    tiny_embd_rows = 8;
+    tiny_extra_layer = tiny_norm_rank3 = tiny_nan = 0;
     return rc;
 }
 
@@ -246,6 +251,47 @@ int main(void)
         expect_bad("rank-3 norm", "has shape [256, 1, 2], expected [256]",
                    (char *[]){ "logits", "--model", m3, "--tokens-file", toks, "--output", out,
                                "--backend", "cpu", NULL });
+
+        /* NaN weights: an error, not "stop: length" with nothing generated */
+        char m4[600], m5[600], ids[600];
+        snprintf(m4, sizeof m4, "%s/nan.gguf", dir);
+        tiny_nan = 1;
+        CHECK(write_tiny_model(m4, "llama", EM_T_F32) == 0);
+        expect_bad("NaN weights", "non-finite logit",
+                   (char *[]){ "run", "--model", m4, "-n", "2", "--prompt", "", "--backend", "cpu", NULL });
+
+        /* an embedding padded past the tokenizer: the padding ids have no
+         * text and are never generated (they used to vanish from the text) */
+        snprintf(m5, sizeof m5, "%s/padded.gguf", dir);
+        snprintf(ids, sizeof ids, "%s/padded.ids", dir);
+        tiny_embd_rows = 64;
+        CHECK(write_tiny_model(m5, "llama", EM_T_F32) == 0);
+        int n_gen = 0, bad = 0;
+        for (int seed = 1; seed <= 4; seed++) {   /* sampled ids would mostly be padding (56 of 64) */
+            char sd[8];
+            snprintf(sd, sizeof sd, "%d", seed);
+            char *argv[] = { (char *)bin, "run", "--model", m5, "-n", "24", "--temp", "1", "--seed", sd,
+                             "--backend", "cpu", "--ids-out", ids, NULL };
+            char *err = NULL;
+            int st = test_run(argv, NULL, &err);
+            CHECKF(st == 0, "padded vocabulary: status %d: %s", st, err ? err : "");
+            free(err);
+            size_t ilen = 0;
+            char *itext = test_read_file(ids, &ilen);
+            const char *g = itext ? strstr(itext, "\n") : NULL;   /* the generated line */
+            for (char *e; g && *g;) {
+                long v = strtol(g, &e, 10);
+                if (e == g) {
+                    g++;
+                    continue;
+                }
+                n_gen++;
+                bad += v >= 8;
+                g = e;
+            }
+            free(itext);
+        }
+        CHECKF(n_gen >= 8 && bad == 0, "padded vocabulary: %d ids generated, %d past the tokenizer", n_gen, bad);
     }
 
     /* ids after a NUL byte would be dropped unseen by a C-string parser */
