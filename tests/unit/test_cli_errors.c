@@ -102,15 +102,21 @@ static int write_tiny_model(const char *path, const char *arch, uint32_t q_type)
     return rc;
 }
 
-/* Run ember with args; require exit 2 and exactly one "ember: " line. */
-static void expect_bad(const char *label, const char *needle, char *const args[])
+/* argv for ember: bin, then args (up to 30, NULL-terminated) */
+static void ember_argv(char *argv[32], char *const args[])
 {
-    char *argv[32];
     int n = 0;
     argv[n++] = (char *)bin;
     for (int i = 0; args[i] && n < 31; i++)
         argv[n++] = args[i];
     argv[n] = NULL;
+}
+
+/* Run ember with args; require exit 2 and exactly one "ember: " line. */
+static void expect_bad(const char *label, const char *needle, char *const args[])
+{
+    char *argv[32];
+    ember_argv(argv, args);
     test_expect_cli_error(label, argv, needle);
 }
 
@@ -121,11 +127,7 @@ extern char **environ;
 static void expect_lost_output(const char *label, char *const args[])
 {
     char *argv[32];
-    int n = 0;
-    argv[n++] = (char *)bin;
-    for (int i = 0; args[i] && n < 31; i++)
-        argv[n++] = args[i];
-    argv[n] = NULL;
+    ember_argv(argv, args);
     char errpath[] = "/tmp/ember-cli-full-XXXXXX";
     int efd = mkstemp(errpath);
     CHECK(efd >= 0);
