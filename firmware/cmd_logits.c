@@ -2,9 +2,11 @@
  * after every position as raw little-endian float32 [n_tokens][n_vocab]
  * (the layout of ../shared/golden/logits). */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/model.h"
 #include "core/engine.h"
@@ -47,6 +49,7 @@ int em_cmd_logits(int argc, char **argv)
     FILE *f = NULL;
     size_t n_ids = 0, len;
     int status = 0;
+    char tmp_path[4096 + 32] = "";
 
     if ((rc = em_cli_read_file(tokens_path, &text, &len, &err)) ||
         (rc = em_cli_parse_ids(text, len, tokens_path, &ids, &n_ids, &err)) ||
@@ -72,9 +75,11 @@ int em_cmd_logits(int argc, char **argv)
     }
     enum { CHUNK = 64 };   /* positions per evaluation: bounds the logits buffer */
     logits = malloc((size_t)CHUNK * hp->n_vocab * sizeof *logits);
-    f = fopen(out_path, "wb");
+    /* written beside OUT and renamed at the end: a failed run leaves OUT as it was */
+    snprintf(tmp_path, sizeof tmp_path, "%s.tmp.%ld", out_path, (long)getpid());
+    f = fopen(tmp_path, "wb");
     if (!logits || !f) {
-        status = em_cli_fail(1, "logits: %s: %s", out_path, logits ? strerror(errno) : "out of memory");
+        status = em_cli_fail(1, "logits: %s: %s", tmp_path, logits ? strerror(errno) : "out of memory");
         goto done;
     }
     for (size_t i = 0; i < n_ids; i += CHUNK) {
@@ -83,6 +88,13 @@ int em_cmd_logits(int argc, char **argv)
             status = em_cli_fail_err(&err);
             goto done;
         }
+        for (size_t k = 0; k < n * hp->n_vocab; k++)
+            if (!isfinite(logits[k])) {
+                status = em_cli_fail(2, "logits: %s: the model gives a non-finite logit (%g for token %zu at "
+                                     "position %zu): its weights are broken",
+                                     model_path, (double)logits[k], k % hp->n_vocab, i + k / hp->n_vocab);
+                goto done;
+            }
         if (fwrite(logits, sizeof(float) * hp->n_vocab, n, f) != n) {
             status = em_cli_fail(1, "logits: %s: write failed: %s", out_path, strerror(errno));
             goto done;
@@ -98,9 +110,16 @@ int em_cmd_logits(int argc, char **argv)
         goto done;
     }
     f = NULL;
+    if (rename(tmp_path, out_path) != 0) {
+        status = em_cli_fail(1, "logits: %s: %s", out_path, strerror(errno));
+        goto done;
+    }
+    tmp_path[0] = '\0';
 done:
     if (f)
         fclose(f);
+    if (tmp_path[0])
+        remove(tmp_path);
     free(logits);
     em_engine_destroy(eng);
     em_model_close(m);

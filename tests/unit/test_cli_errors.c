@@ -261,6 +261,18 @@ int main(void)
         CHECK(write_tiny_model(m4, "llama", EM_T_F32) == 0);
         expect_bad("NaN weights", "non-finite logit",
                    (char *[]){ "run", "--model", m4, "-n", "2", "--prompt", "", "--backend", "cpu", NULL });
+        /* logits too, and a failed run leaves an existing OUT as it was */
+        char keep[600];
+        snprintf(keep, sizeof keep, "%s/keep.f32", dir);
+        test_write_file(keep, "previous", 8);
+        expect_bad("NaN weights (logits)", "non-finite logit",
+                   (char *[]){ "logits", "--model", m4, "--tokens-file", toks, "--output", keep, "--backend",
+                               "cpu", NULL });
+        size_t klen = 0;
+        char *kept = test_read_file(keep, &klen);
+        CHECKF(kept && klen == 8 && memcmp(kept, "previous", 8) == 0, "logits: OUT changed by a failed run (%zu bytes)",
+               klen);
+        free(kept);
 
         /* an embedding padded past the tokenizer: the padding ids have no
          * text and are never generated (they used to vanish from the text) */
