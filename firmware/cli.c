@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 int em_cli_fail(int status, const char *fmt, ...)
 {
@@ -128,6 +129,26 @@ int em_cli_parse(const char *cmd, int argc, char **argv, const em_cli_opt *opts,
     }
     if (n_pos)
         *n_pos = np;
+    return 0;
+}
+
+int em_cli_check_out_path(const char *flag, const char *path, em_err *err)
+{
+    if (!path[0])
+        return em_err_set(err, EM_EINVAL, "%s: the path is empty", flag);
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return em_err_set(err, EM_EINVAL, "%s: %s is a directory", flag, path);
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash == path ? 1 : slash - path), path);
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return em_err_set(err, EM_ENOENT, "%s: %s: no such directory", flag, dir);
+    if (access(dir, W_OK) != 0)
+        return em_err_set(err, EM_EINVAL, "%s: %s: %s", flag, dir, strerror(errno));
     return 0;
 }
 

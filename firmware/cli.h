@@ -46,6 +46,11 @@ int em_cli_fail(int status, const char *fmt, ...) __attribute__((format(printf, 
 /* Print "ember: <err->msg>" and return 2 if the code is a user-input error, else 1. */
 int em_cli_fail_err(const em_err *err);
 
+/* Whether an output file can be created at path before any work is done:
+ * not empty, not a directory, in a directory that exists and is writable.
+ * EM_EINVAL or EM_ENOENT naming the flag and path in err. */
+int em_cli_check_out_path(const char *flag, const char *path, em_err *err);
+
 /* Read a whole file into a malloc'd NUL-terminated buffer (caller frees). */
 int em_cli_read_file(const char *path, char **data, size_t *len, em_err *err);
 

@@ -38,7 +38,8 @@ int em_cmd_logits(int argc, char **argv)
     em_err err = { 0 };
     em_backend backend;
     em_engine_opts eo = { 0 };
-    if (em_backend_parse(backend_name, &backend, &err) || em_fwd_kv_type_parse(kv_name, &eo.kv_type, &err))
+    if (em_backend_parse(backend_name, &backend, &err) || em_fwd_kv_type_parse(kv_name, &eo.kv_type, &err) ||
+        em_cli_check_out_path("--output", out_path, &err))
         return em_cli_fail(2, "logits: %s", err.msg);
 
     em_model *m = NULL;

@@ -101,7 +101,8 @@ int em_cmd_run(int argc, char **argv)
     em_err err = { 0 };
     em_backend backend;
     em_engine_opts eo = { 0 };
-    if (em_backend_parse(backend_name, &backend, &err) || em_fwd_kv_type_parse(kv_name, &eo.kv_type, &err))
+    if (em_backend_parse(backend_name, &backend, &err) || em_fwd_kv_type_parse(kv_name, &eo.kv_type, &err) ||
+        (ids_out && em_cli_check_out_path("--ids-out", ids_out, &err)))
         return em_cli_fail(2, "run: %s", err.msg);
     char default_path[4096];
     if (!model_path) {

@@ -308,6 +308,16 @@ int main(void)
         CHECKF(n_gen >= 8 && bad == 0, "padded vocabulary: %d ids generated, %d past the tokenizer", n_gen, bad);
     }
 
+    /* output paths that cannot be written are refused before any work */
+    expect_bad("ids-out in a missing directory", "no such directory",
+               (char *[]){ "run", "--model", good, "-n", "2", "--backend", "cpu", "--ids-out",
+                           "/nonexistent-ember-dir/ids.txt", NULL });
+    expect_bad("ids-out empty", "the path is empty",
+               (char *[]){ "run", "--model", good, "-n", "2", "--backend", "cpu", "--ids-out", "", NULL });
+    expect_bad("logits output a directory", "is a directory",
+               (char *[]){ "logits", "--model", good, "--tokens-file", toks, "--output", dir, "--backend", "cpu",
+                           NULL });
+
     /* ids after a NUL byte would be dropped unseen by a C-string parser */
     {
         char nultoks[600];
