@@ -403,7 +403,8 @@ static int add_bigram(const em_tokenizer *t, scratch *s, int32_t l, int32_t r)
 }
 
 /* Push the id of a finished symbol; characters outside the vocabulary fall
- * back to one id each (the unknown token, or nothing when there is none). */
+ * back to one id each: the unknown token, or EM_EFORMAT when there is none
+ * (dropping the character would tokenize a different text without a word). */
 static int emit_symbol(const em_tokenizer *t, const char *p, size_t n, em_tokenizer_ids *out)
 {
     int32_t id = em_tokenizer_lookup(t, p, n);
@@ -416,7 +417,9 @@ static int emit_symbol(const em_tokenizer *t, const char *p, size_t n, em_tokeni
         id = em_tokenizer_lookup(t, p + i, cl);
         if (id < 0)
             id = t->unk;
-        if (id >= 0 && em_tokenizer_ids_push(out, id))
+        if (id < 0)
+            return EM_EFORMAT;
+        if (em_tokenizer_ids_push(out, id))
             return EM_ENOMEM;
         i += cl;
     }
@@ -481,9 +484,11 @@ static int encode_word(const em_tokenizer *t, scratch *s, const uint8_t *src, si
         if (add_bigram(t, s, l->prev, bg.left) || add_bigram(t, s, bg.left, l->next))
             return EM_ENOMEM;
     }
-    for (int32_t i = 0; i >= 0 && i < n; i = s->sym[i].next)
-        if (emit_symbol(t, s->word + s->sym[i].off, s->sym[i].n, out))
-            return EM_ENOMEM;
+    for (int32_t i = 0; i >= 0 && i < n; i = s->sym[i].next) {
+        int rc = emit_symbol(t, s->word + s->sym[i].off, s->sym[i].n, out);
+        if (rc)
+            return rc;
+    }
     return 0;
 }
 
@@ -568,7 +573,14 @@ int em_tokenizer_bpe_encode(const em_tokenizer *t, const char *text, size_t len,
             s0 = orig[s0];
             s1 = orig[s1];
         }
-        if (encode_word(t, &s, u + s0, s1 - s0, out)) {
+        int wrc = encode_word(t, &s, u + s0, s1 - s0, out);
+        if (wrc == EM_EFORMAT) {
+            rc = em_err_set(err, EM_EFORMAT,
+                            "tokenize: the vocabulary has no token for a character in bytes %zu..%zu of the "
+                            "text and no unknown token to stand for it", s0, s1);
+            goto cleanup;
+        }
+        if (wrc) {
             rc = em_err_set(err, EM_ENOMEM, "tokenize: out of memory");
             goto cleanup;
         }

@@ -624,6 +624,16 @@ static void synthetic(void)
             print_ids("got", ids, n);
         free(ids);
         CHECK(em_tokenizer_is_eog(t, 6) && em_tokenizer_eot(t) == 6);
+        /* 'd' has no token and there is no unknown token: an error, not a
+         * tokenization of "ab " with the d dropped */
+        int32_t *dids = NULL;
+        size_t dn = 0;
+        em_err derr = { 0 };
+        int drc = em_tokenizer_encode(t, "ab d", 4, 1, 0, &dids, &dn, &derr);
+        CHECKF(drc == EM_EFORMAT && strstr(derr.msg, "no token for a character in bytes 2..4"),
+               "bpe: uncovered character: rc %d, '%s', %zu ids", drc, derr.msg, dn);
+        if (drc == 0)
+            free(dids);
         em_tokenizer_destroy(t);
     }
 
