@@ -381,7 +381,13 @@ int em_cmd_perplexity(int argc, char **argv)
     em_err err = { 0 };
     run r;
     memset(&r, 0, sizeof r);
-    if (em_backend_parse(backend_name, &r.backend, &err))
+    if (csv_path && svg_path && strcmp(csv_path, svg_path) == 0)
+        return em_cli_fail(2, "perplexity: --csv and --svg name the same file %s", csv_path);
+    /* outputs that cannot be written are refused before minutes of evaluation */
+    if (em_backend_parse(backend_name, &r.backend, &err) ||
+        (save_path && em_cli_check_out_path("--save-logits", save_path, &err)) ||
+        (csv_path && em_cli_check_out_path("--csv", csv_path, &err)) ||
+        (svg_path && em_cli_check_out_path("--svg", svg_path, &err)))
         return em_cli_fail(2, "perplexity: %s", err.msg);
     if (base_path && !ctx)
         ctx = saved_ctx(base_path);      /* the window length the base was saved with */

@@ -239,6 +239,18 @@ static void test_errors(void)
     test_expect_cli_error("--report without models", a5, NULL);
     char *a6[] = { (char *)bin, "perplexity", "--model", "/nonexistent.gguf", "--file", (char *)story, NULL };
     test_expect_cli_error("missing model", a6, NULL);
+    /* outputs are checked before the evaluation, not after it */
+    char *a7[] = { (char *)bin, "perplexity", "--model", model_path[1], "--file", (char *)story, "--ctx", "128",
+                   "--save-logits", "/", "--backend", (char *)backend, NULL };
+    test_expect_cli_error("--save-logits a directory", a7, "is a directory");
+    char *a8[] = { (char *)bin, "perplexity", "--model", model_path[1], "--file", (char *)story, "--ctx", "128",
+                   "--report", model_path[1], "--csv", "/nonexistent-ember-dir/r.csv", "--backend", (char *)backend,
+                   NULL };
+    test_expect_cli_error("--csv in a missing directory", a8, "no such directory");
+    char *a9[] = { (char *)bin, "perplexity", "--model", model_path[1], "--file", (char *)story, "--ctx", "128",
+                   "--report", model_path[1], "--csv", "r.csv", "--svg", "r.csv", "--backend", (char *)backend,
+                   NULL };
+    test_expect_cli_error("--csv and --svg the same file", a9, "the same file");
 }
 
 int main(int argc, char **argv)
