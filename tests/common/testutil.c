@@ -105,13 +105,22 @@ static void append(char **buf, size_t *n, const char *src, size_t k)
 
 int test_run(char *const argv[], char **out, char **err)
 {
+    return test_run_stdout(argv, NULL, out, err);
+}
+
+int test_run_stdout(char *const argv[], const char *stdout_path, char **out, char **err)
+{
     int po[2], pe[2];
     if (pipe(po) || pipe(pe))
         return -1;
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_adddup2(&fa, po[1], 1);
+    if (stdout_path)
+        posix_spawn_file_actions_addopen(&fa, 1, stdout_path, O_WRONLY, 0);
+    else
+        posix_spawn_file_actions_adddup2(&fa, po[1], 1);
+    posix_spawn_file_actions_addclose(&fa, po[1]);
     posix_spawn_file_actions_adddup2(&fa, pe[1], 2);
     posix_spawn_file_actions_addclose(&fa, po[0]);
     posix_spawn_file_actions_addclose(&fa, pe[0]);

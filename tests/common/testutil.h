@@ -47,6 +47,10 @@ int   test_write_file(const char *path, const void *data, size_t len);
  * status, 128+signal if killed, -1 if it could not run. */
 int test_run(char *const argv[], char **out, char **err);
 
+/* test_run with stdout opened on stdout_path (an existing file or device,
+ * e.g. /dev/full) instead of captured; *out, if wanted, stays empty. */
+int test_run_stdout(char *const argv[], const char *stdout_path, char **out, char **err);
+
 /* Run argv (as test_run) and check ember's contract for bad input: exit
  * status 2 and stderr exactly one line starting "ember: " (containing
  * needle unless it is NULL). what labels the failures. */
