@@ -199,35 +199,35 @@ int em_cli_read_file(const char *path, char **data, size_t *len, em_err *err)
     return 0;
 }
 
+int em_cli_finite_logits(const char *cmd, const char *model_path, const float *logits, size_t n_rows,
+                         uint32_t n_vocab, size_t pos0)
+{
+    for (size_t k = 0; k < n_rows * n_vocab; k++)
+        if (!isfinite(logits[k]))
+            return em_cli_fail(2, "%s: %s: the model gives a non-finite logit (%g for token %zu at position %zu): "
+                               "its weights are broken", cmd, model_path, (double)logits[k], k % n_vocab,
+                               pos0 + k / n_vocab);
+    return 0;
+}
+
 int em_cli_parse_ids(const char *text, size_t len, const char *what, int32_t **ids, size_t *n,
                      em_err *err)
 {
-    /* strtoll stops at a NUL: ids after one would be dropped unseen */
-    const char *nul = memchr(text, '\0', len);
-    if (nul) {
-        size_t before = 0;
-        for (const char *q = text; q < nul;) {
-            while (q < nul && (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r'))
-                q++;
-            if (q == nul)
-                break;
-            before++;
-            while (q < nul && !(*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r'))
-                q++;
-        }
-        return em_err_set(err, EM_EFORMAT, "%s: a NUL byte after token %zu (byte %zu): not a list of ids",
-                          what, before, (size_t)(nul - text));
-    }
     size_t cap = 64, cnt = 0;
     int32_t *v = malloc(cap * sizeof *v);
     if (!v)
         return em_err_set(err, EM_ENOMEM, "%s: out of memory", what);
-    const char *p = text;
+    const char *p = text, *e = text + len;
     for (;;) {
-        while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+        while (p < e && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
             p++;
-        if (!*p)
+        if (p == e)
             break;
+        if (!*p) {   /* strtoll would stop here: the ids after it would be dropped unseen */
+            free(v);
+            return em_err_set(err, EM_EFORMAT, "%s: a NUL byte after token %zu (byte %zu): not a list of ids",
+                              what, cnt, (size_t)(p - text));
+        }
         char *end;
         errno = 0;
         long long x = strtoll(p, &end, 10);

@@ -54,11 +54,18 @@ int em_cli_check_out_path(const char *flag, const char *path, em_err *err);
 /* Read a whole file into a malloc'd NUL-terminated buffer (caller frees). */
 int em_cli_read_file(const char *path, char **data, size_t *len, em_err *err);
 
-/* Parse whitespace-separated token ids from the len bytes at text into a
- * malloc'd array (*ids, owned by the caller). Anything else, a NUL byte
- * included, is EM_EFORMAT naming the token's position. */
+/* Parse whitespace-separated token ids from the len bytes at text (with
+ * text[len] == 0, as em_cli_read_file leaves it) into a malloc'd array
+ * (*ids, owned by the caller). Anything else, a NUL byte included, is
+ * EM_EFORMAT naming the token's position. */
 int em_cli_parse_ids(const char *text, size_t len, const char *what, int32_t **ids, size_t *n,
                      em_err *err);
+
+/* 0 when the n_rows x n_vocab logits (borrowed; row i is position pos0 + i)
+ * are all finite; else prints "ember: <cmd>: <model>: the model gives a
+ * non-finite logit ..." (NaN or infinite weights) and returns 2. */
+int em_cli_finite_logits(const char *cmd, const char *model_path, const float *logits, size_t n_rows,
+                         uint32_t n_vocab, size_t pos0);
 
 /* The model to use when --model is absent: the first *.gguf in ./models
  * (sorted by name), else the demo model under ../shared. Writes a path into

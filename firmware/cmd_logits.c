@@ -2,7 +2,6 @@
  * after every position as raw little-endian float32 [n_tokens][n_vocab]
  * (the layout of ../shared/golden/logits). */
 #include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,13 +88,8 @@ int em_cmd_logits(int argc, char **argv)
             status = em_cli_fail_err(&err);
             goto done;
         }
-        for (size_t k = 0; k < n * hp->n_vocab; k++)
-            if (!isfinite(logits[k])) {
-                status = em_cli_fail(2, "logits: %s: the model gives a non-finite logit (%g for token %zu at "
-                                     "position %zu): its weights are broken",
-                                     model_path, (double)logits[k], k % hp->n_vocab, i + k / hp->n_vocab);
-                goto done;
-            }
+        if ((status = em_cli_finite_logits("logits", model_path, logits, n, hp->n_vocab, i)))
+            goto done;
         if (fwrite(logits, sizeof(float) * hp->n_vocab, n, f) != n) {
             status = em_cli_fail(1, "logits: %s: write failed: %s", out_path, strerror(errno));
             goto done;

@@ -55,20 +55,16 @@ static int write_ids(const char *path, const int32_t *prompt, size_t np, const i
     return 0;
 }
 
-/* Logits as the sampler may see them: ids past the tokenizer's vocabulary
- * (an embedding padded beyond it) can never be chosen, since they have no
- * text; a NaN or infinity means the weights are broken (a model file of NaNs
- * ran to "stop: length" printing nothing): one error line, status 2. */
+/* Logits as the sampler may see them: a NaN or infinity means the weights
+ * are broken (a model file of NaNs ran to "stop: length" printing nothing):
+ * one error line, status 2; ids past the tokenizer's vocabulary (an
+ * embedding padded beyond it) can never be chosen, since they have no text. */
 static int vet_logits(const char *path, float *logits, uint32_t n_vocab, uint32_t n_tok, uint32_t pos)
 {
-    for (uint32_t i = 0; i < n_vocab; i++) {
-        if (!isfinite(logits[i]))
-            return em_cli_fail(2, "run: %s: the model gives a non-finite logit (%g for token %u at position %u): "
-                               "its weights are broken", path, (double)logits[i], i, pos);
-        if (i >= n_tok)
-            logits[i] = -INFINITY;
-    }
-    return 0;
+    int st = em_cli_finite_logits("run", path, logits, 1, n_vocab, pos);
+    for (uint32_t i = n_tok; !st && i < n_vocab; i++)
+        logits[i] = -INFINITY;
+    return st;
 }
 
 int em_cmd_run(int argc, char **argv)
