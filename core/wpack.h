@@ -62,8 +62,8 @@ int em_wpack_layout_for(uint32_t src_type, uint32_t K, uint32_t N, uint32_t R, u
                         em_wpack_layout *out, em_err *err);
 
 /* Index in qw (32-bit words, within the group) of word 0 of row r's copy
- * of block b; for Q4_0 r is even and this is the start of the pair's 8
- * words. */
+ * of block b; for Q4_0 the start of the 8 words of the pair r & ~1, r | 1
+ * (the same index for both rows). */
 uint64_t em_wpack_word(const em_wpack_layout *L, uint32_t b, uint32_t r);
 
 /* Index in sc (halves, within the group) of row r's scale of block b. */
