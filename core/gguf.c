@@ -584,8 +584,7 @@ const em_gguf_tensor *em_gguf_find_tensor(const em_gguf *g, const char *name)
 
 static int is_uint(em_gguf_type t)
 {
-    return t == EM_GGUF_U8 || t == EM_GGUF_U16 || t == EM_GGUF_U32 || t == EM_GGUF_U64 ||
-           t == EM_GGUF_BOOL;
+    return t == EM_GGUF_U8 || t == EM_GGUF_U16 || t == EM_GGUF_U32 || t == EM_GGUF_U64;
 }
 
 static int is_sint(em_gguf_type t)

@@ -296,6 +296,11 @@ static void test_writer_roundtrip(void)
         CHECK(em_gguf_get_str(g, "llama.block_count", &s, &e) == EM_EFORMAT &&
               strstr(e.msg, "expected a string"));
         CHECK(em_gguf_get_u32(g, "missing.key", &bc, &e) == EM_ENOENT && strstr(e.msg, "missing.key"));
+        /* a bool is not a count (block_count = true must not read as 1) */
+        CHECKF(em_gguf_get_u32(g, "tokenizer.ggml.add_bos_token", &bc, &e) == EM_EFORMAT &&
+                   strstr(e.msg, "is bool, expected a non-negative integer"), "%s", e.msg);
+        int64_t iv = 0;
+        CHECK(em_gguf_get_i64(g, "tokenizer.ggml.add_bos_token", &iv, &e) == EM_EFORMAT);
         const em_gguf_value *v = NULL;
         CHECK(em_gguf_get_arr(g, "tokenizer.ggml.tokens", EM_GGUF_STRING, &v, NULL) == 0 &&
               v->v.arr.n == 3 && em_gguf_str_eq(v->v.arr.items[2].v.str, "\xe2\x96\x81world"));
