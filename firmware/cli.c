@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -56,10 +57,17 @@ static int set_value(const char *cmd, const em_cli_opt *o, const char *val)
         return 0;
     }
     case EM_OPT_INT: {
+        /* digits with an optional '-': strtol alone would also take a '+', leading spaces */
+        const char *d = val + (val[0] == '-');
+        if (*d < '0' || *d > '9')
+            return em_cli_fail(2, "%s: %s: '%s' is not an integer", cmd, o->name, val);
         errno = 0;
         long v = strtol(val, &end, 10);
-        if (!*val || *end || errno)
+        if (*end)
             return em_cli_fail(2, "%s: %s: '%s' is not an integer", cmd, o->name, val);
+        if (errno)
+            return em_cli_fail(2, "%s: %s: %s is out of range [%.0f, %.0f]", cmd, o->name, val,
+                               bounded ? o->min : (double)LONG_MIN, bounded ? o->max : (double)LONG_MAX);
         if (bounded && (v < o->min || v > o->max))
             return em_cli_fail(2, "%s: %s: %ld is out of range [%.0f, %.0f]", cmd, o->name, v,
                                o->min, o->max);
@@ -67,9 +75,10 @@ static int set_value(const char *cmd, const em_cli_opt *o, const char *val)
         return 0;
     }
     case EM_OPT_FLOAT: {
+        const char *d = val + (val[0] == '-');
         errno = 0;
         double v = strtod(val, &end);
-        if (!*val || *end || errno || !isfinite(v))
+        if (!((*d >= '0' && *d <= '9') || *d == '.') || *end || errno || !isfinite(v))
             return em_cli_fail(2, "%s: %s: '%s' is not a number", cmd, o->name, val);
         if (bounded && (v < o->min || v > o->max))
             return em_cli_fail(2, "%s: %s: %g is out of range [%g, %g]", cmd, o->name, v,

@@ -3,6 +3,7 @@
  * read bandwidth, FMA peak), so that every figure comes with its efficiency;
  * decode speed at several context lengths; and, with --users, the load
  * benchmark through the scheduler (firmware/bench_load.c). */
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -44,19 +45,29 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* "1,4,16" -> values; 0 or a negative code. */
-static int parse_list(const char *s, uint32_t *v, uint32_t max, uint32_t *n)
+/* "1,4,16" -> at most max values in [1, 2^20]; 0, or the exit status of the
+ * error it printed (naming flag). */
+static int parse_list(const char *flag, const char *s, uint32_t *v, uint32_t max, uint32_t *n)
 {
+    const char *all = s;
     *n = 0;
-    while (s && *s) {
+    if (!*s)
+        return em_cli_fail(2, "bench: %s: empty list", flag);
+    for (;;) {
         char *end;
-        long x = strtol(s, &end, 10);
-        if (end == s || x <= 0 || x > 1 << 20 || *n == max || (*end && *end != ','))
-            return EM_EINVAL;
+        errno = 0;
+        long x = *s >= '0' && *s <= '9' ? strtol(s, &end, 10) : 0;
+        if (!(*s >= '0' && *s <= '9') || (*end && *end != ','))
+            return em_cli_fail(2, "bench: %s: '%s' is not a comma-separated list of numbers", flag, all);
+        if (errno || x < 1 || x > 1 << 20)
+            return em_cli_fail(2, "bench: %s: %.*s is out of range [1, %d]", flag, (int)(end - s), s, 1 << 20);
+        if (*n == max)
+            return em_cli_fail(2, "bench: %s: more than %u values", flag, max);
         v[(*n)++] = (uint32_t)x;
-        s = *end ? end + 1 : end;
+        if (!*end)
+            return 0;
+        s = end + 1;
     }
-    return *n ? 0 : EM_EINVAL;
 }
 
 /* --users: the scheduler over a forward pass sized for the levels. */
@@ -66,8 +77,9 @@ static int bench_users(const char *model_path, em_model *m, const char *users, l
 {
     em_err err = { 0 };
     em_bench_load_opts lo = { 0 };
-    if (parse_list(users, lo.levels, 16, &lo.n_levels))
-        return em_cli_fail(2, "bench: --users: '%s' is not a list of user counts", users);
+    int rc = parse_list("--users", users, lo.levels, 16, &lo.n_levels);
+    if (rc)
+        return rc;
     const em_hparams *hp = em_model_hparams(m);
     uint32_t max_users = 0;
     for (uint32_t i = 0; i < lo.n_levels; i++)
@@ -90,7 +102,7 @@ static int bench_users(const char *model_path, em_model *m, const char *users, l
     em_fwd *fwd = NULL;
     em_sched *s = NULL;
     em_tokenizer *tok = NULL;
-    int status = 0, rc;
+    int status = 0;
     em_vk_opts vo = EM_VK_OPTS_INIT;
     if ((rc = em_tokenizer_create(em_model_gguf(m), &tok, &err)) || (rc = em_vk_create(&vo, &vk, &err))) {
         status = em_cli_fail_err(&err);
@@ -156,8 +168,9 @@ static double attn_flops(const em_hparams *hp, double ctx)
 int em_cmd_bench(int argc, char **argv)
 {
     const char *model_path = NULL, *users = NULL, *contexts = NULL, *kv_name = "f16";
-    long n_prompt = 0, n_gen = 0, background = 0, reqs = 2, prefix = 1024, kv_mb = 0, step_tokens = 0;
-    double cost = 0, slo = 0;
+    /* -1 (or 0 below the flag's minimum): not given */
+    long n_prompt = 0, n_gen = 0, background = -1, reqs = 0, prefix = -1, kv_mb = 0, step_tokens = 0;
+    double cost = -1, slo = -1;
     int json = 0, profile = 0;
     em_cli_opt opts[] = {
         { "--model", "-m", EM_OPT_STR, &model_path, 0, 0 },
@@ -180,6 +193,23 @@ int em_cmd_bench(int argc, char **argv)
     int rc = em_cli_parse("bench", argc, argv, opts, NULL, 0, NULL, usage);
     if (rc)
         return rc;
+    /* a flag of the other form would be ignored: say so instead */
+    const struct { const char *name; int given; } only_users[] = {
+        { "--background", background >= 0 }, { "--requests-per-user", reqs > 0 },
+        { "--prefix-tokens", prefix >= 0 }, { "--gpu-cost-per-hour", cost >= 0 },
+        { "--slo-tpot-ms", slo >= 0 }, { "--kv-mb", kv_mb > 0 }, { "--step-tokens", step_tokens > 0 },
+    };
+    for (size_t i = 0; !users && i < sizeof only_users / sizeof only_users[0]; i++)
+        if (only_users[i].given)
+            return em_cli_fail(2, "bench: %s applies only to the load benchmark (--users)", only_users[i].name);
+    if (users && (contexts || profile))
+        return em_cli_fail(2, "bench: %s does not apply to the load benchmark (--users)",
+                           contexts ? "--contexts" : "--profile");
+    background = background < 0 ? 0 : background;
+    reqs = reqs ? reqs : 2;
+    prefix = prefix < 0 ? 1024 : prefix;
+    cost = cost < 0 ? 0 : cost;
+    slo = slo < 0 ? 0 : slo;
     uint32_t kv_type;
     {
         em_err kerr = { 0 };
@@ -214,10 +244,8 @@ int em_cmd_bench(int argc, char **argv)
         n_gen = 128;
     uint32_t ctxs[8], n_ctxs = 0;
     if (contexts) {
-        if (parse_list(contexts, ctxs, 8, &n_ctxs)) {
-            status = em_cli_fail(2, "bench: --contexts: '%s' is not a list of lengths", contexts);
+        if ((status = parse_list("--contexts", contexts, ctxs, 8, &n_ctxs)))
             goto done;
-        }
     } else {
         static const uint32_t def[] = { 128, 1024, 4096 };
         for (int i = 0; i < 3; i++)

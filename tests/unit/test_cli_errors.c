@@ -203,6 +203,27 @@ int main(void)
     expect_bad("bad number", "not a number", (char *[]){ "run", "--model", good, "--temp", "abc", NULL });
     expect_bad("negative n", "out of range", (char *[]){ "run", "--model", good, "-n", "-5", NULL });
     expect_bad("missing value", "missing value", (char *[]){ "run", "--model", NULL });
+    /* integers are digits with an optional '-'; an overflow is out of range, not "not an integer" */
+    expect_bad("plus sign", "'+5' is not an integer", (char *[]){ "run", "--model", good, "-n", "+5", NULL });
+    expect_bad("leading space", "' 5' is not an integer", (char *[]){ "run", "--model", good, "-n", " 5", NULL });
+    expect_bad("overflow", "99999999999999999999 is out of range",
+               (char *[]){ "run", "--model", good, "-n", "99999999999999999999", NULL });
+    expect_bad("float plus sign", "not a number", (char *[]){ "run", "--model", good, "--temp", "+1", NULL });
+    /* bench: a flag of the other form is refused, not ignored; lists say what is wrong */
+    expect_bad("bench --background without --users", "--background applies only to the load benchmark",
+               (char *[]){ "bench", "--model", good, "--background", "1", NULL });
+    expect_bad("bench --kv-mb without --users", "--kv-mb applies only",
+               (char *[]){ "bench", "--model", good, "--kv-mb", "4", NULL });
+    expect_bad("bench --users with --contexts", "--contexts does not apply",
+               (char *[]){ "bench", "--model", good, "--users", "1", "--contexts", "64", NULL });
+    expect_bad("bench --users with --profile", "--profile does not apply",
+               (char *[]){ "bench", "--model", good, "--users", "1", "--profile", NULL });
+    expect_bad("bench long list", "more than 8 values",
+               (char *[]){ "bench", "--model", good, "--contexts", "1,2,3,4,5,6,7,8,9", NULL });
+    expect_bad("bench list trailing comma", "not a comma-separated list",
+               (char *[]){ "bench", "--model", good, "--contexts", "64,", NULL });
+    expect_bad("bench list zero", "0 is out of range [1, 1048576]",
+               (char *[]){ "bench", "--model", good, "--users", "2,0", NULL });
     expect_bad("bad backend", "not a backend", (char *[]){ "run", "--model", good, "--backend", "cuda", NULL });
     expect_bad("unknown command", "unknown command", (char *[]){ "frobnicate", NULL });
     expect_bad("logits without args", "required", (char *[]){ "logits", NULL });
