@@ -171,13 +171,16 @@ int em_cli_read_file(const char *path, char **data, size_t *len, em_err *err)
                           strerror(errno));
     if (S_ISDIR(st.st_mode))
         return em_err_set(err, EM_EINVAL, "%s: is a directory", path);
+    if (S_ISREG(st.st_mode) && (uint64_t)st.st_size > EM_CLI_MAX_INPUT)
+        return em_err_set(err, EM_ERANGE, "%s: %llu bytes, larger than the %zu MiB an input file may have",
+                          path, (unsigned long long)st.st_size, EM_CLI_MAX_INPUT >> 20);
     FILE *f = fopen(path, "rb");
     if (!f)
         return em_err_set(err, EM_EIO, "%s: %s", path, strerror(errno));
     size_t cap = 4096, n = 0;
     char *buf = malloc(cap);
     int rc = 0;
-    while (buf) {
+    while (buf && n <= EM_CLI_MAX_INPUT) {
         if (n + 1 >= cap) {
             char *nb = realloc(buf, cap * 2);
             if (!nb) {
@@ -188,13 +191,17 @@ int em_cli_read_file(const char *path, char **data, size_t *len, em_err *err)
             buf = nb;
             cap *= 2;
         }
-        size_t got = fread(buf + n, 1, cap - 1 - n, f);
+        size_t want = cap - 1 - n, left = EM_CLI_MAX_INPUT + 1 - n;   /* one byte past the cap tells */
+        size_t got = fread(buf + n, 1, want < left ? want : left, f);
         n += got;
         if (got == 0)
             break;
     }
     if (!buf)
         rc = em_err_set(err, EM_ENOMEM, "%s: out of memory", path);
+    else if (n > EM_CLI_MAX_INPUT)
+        rc = em_err_set(err, EM_ERANGE, "%s: larger than the %zu MiB an input file may have", path,
+                        EM_CLI_MAX_INPUT >> 20);
     else if (ferror(f))
         rc = em_err_set(err, EM_EIO, "%s: read error", path);
     fclose(f);

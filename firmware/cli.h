@@ -51,7 +51,11 @@ int em_cli_fail_err(const em_err *err);
  * EM_EINVAL or EM_ENOENT naming the flag and path in err. */
 int em_cli_check_out_path(const char *flag, const char *path, em_err *err);
 
-/* Read a whole file into a malloc'd NUL-terminated buffer (caller frees). */
+/* Read a whole file into a malloc'd NUL-terminated buffer (caller frees).
+ * Input files (prompts, texts, token ids) are capped at EM_CLI_MAX_INPUT
+ * bytes: a bigger file, or a device that never ends (/dev/zero), is
+ * EM_ERANGE instead of reading until memory runs out. */
+#define EM_CLI_MAX_INPUT ((size_t)1 << 30)
 int em_cli_read_file(const char *path, char **data, size_t *len, em_err *err);
 
 /* Parse whitespace-separated token ids from the len bytes at text (with

@@ -199,6 +199,18 @@ int main(void)
                (char *[]){ "logits", "--model", good, "--tokens-file", missing, "--output", out, NULL });
     expect_bad("tokens not numbers", "not a non-negative integer",
                (char *[]){ "logits", "--model", good, "--tokens-file", text, "--output", out, NULL });
+    /* input files are capped: a device that never ends, a (sparse) file past the cap */
+    expect_bad("tokenize /dev/zero", "larger than the 1024 MiB",
+               (char *[]){ "tokenize", "--model", good, "--file", "/dev/zero", NULL });
+    {
+        char huge[600];
+        snprintf(huge, sizeof huge, "%s/huge.txt", dir);
+        test_write_file(huge, "", 0);
+        CHECK(truncate(huge, (off_t)(1 << 30) + 1) == 0);
+        expect_bad("perplexity on a 1 GiB file", "1073741825 bytes, larger than",
+                   (char *[]){ "perplexity", "--model", good, "--file", huge, "--backend", "cpu", NULL });
+        unlink(huge);
+    }
     expect_bad("unknown flag", "unknown option", (char *[]){ "run", "--bogus", NULL });
     expect_bad("bad number", "not a number", (char *[]){ "run", "--model", good, "--temp", "abc", NULL });
     expect_bad("negative n", "out of range", (char *[]){ "run", "--model", good, "-n", "-5", NULL });
