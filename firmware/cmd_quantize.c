@@ -149,8 +149,8 @@ int em_cmd_quantize(int argc, char **argv)
         status = em_cli_fail_err(&err);
         goto done;
     }
-    if (stat(out_path, &so) == 0 && S_ISDIR(so.st_mode)) {
-        status = em_cli_fail(2, "quantize: %s is a folder; give the output file's name", out_path);
+    if ((rc = em_cli_check_out_path("quantize: OUT", out_path, &err))) {   /* before the work, not after */
+        status = em_cli_fail_err(&err);
         goto done;
     }
     if (stat(in_path, &si) == 0 && stat(out_path, &so) == 0 && si.st_dev == so.st_dev &&

@@ -173,13 +173,15 @@ static void test_errors(const char *dir, const char *in)
     char *a4[] = { (char *)bin, "quantize", junk, out, "Q8_0", NULL };
     test_expect_cli_error("not a GGUF", a4, NULL);
     char *a5[] = { (char *)bin, "quantize", (char *)in, "/nonexistent/dir/out.gguf", "Q8_0", NULL };
-    test_expect_cli_error("missing output folder", a5, NULL);
+    test_expect_cli_error("missing output folder", a5, "no such directory");
     char *a6[] = { (char *)bin, "quantize", (char *)in, (char *)in, "Q8_0", NULL };
     test_expect_cli_error("output = input", a6, NULL);
     char *a7[] = { (char *)bin, "quantize", (char *)in, out, "Q8_0", "--threads", "0", NULL };
     test_expect_cli_error("--threads 0", a7, NULL);
     char *a8[] = { (char *)bin, "quantize", (char *)in, (char *)dir, "Q8_0", NULL };
-    test_expect_cli_error("output is a folder", a8, NULL);
+    test_expect_cli_error("output is a folder", a8, "is a directory");
+    char *a9[] = { (char *)bin, "quantize", (char *)in, "", "Q8_0", NULL };   /* refused before the work */
+    test_expect_cli_error("empty output path", a9, "OUT: the path is empty");
     CHECK(access(out, F_OK) != 0);
     unlink(junk);
 }
