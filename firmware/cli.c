@@ -141,6 +141,13 @@ int em_cli_parse(const char *cmd, int argc, char **argv, const em_cli_opt *opts,
     return 0;
 }
 
+void em_cli_warn_ctx(const char *cmd, uint32_t ctx, uint32_t n_ctx_train)
+{
+    if (ctx > n_ctx_train)
+        fprintf(stderr, "ember: %s: warning: a %u-token context is longer than the %u tokens the model was trained for; "
+                "text past position %u is likely to degrade\n", cmd, ctx, n_ctx_train, n_ctx_train);
+}
+
 int em_cli_check_out_path(const char *flag, const char *path, em_err *err)
 {
     if (!path[0])

@@ -46,6 +46,11 @@ int em_cli_fail(int status, const char *fmt, ...) __attribute__((format(printf, 
 /* Print "ember: <err->msg>" and return 2 if the code is a user-input error, else 1. */
 int em_cli_fail_err(const em_err *err);
 
+/* Print "ember: <cmd>: warning: ..." when a context of ctx tokens is longer
+ * than the n_ctx_train the model was trained for (positions past it are
+ * extrapolated and text there is likely to degrade); nothing otherwise. */
+void em_cli_warn_ctx(const char *cmd, uint32_t ctx, uint32_t n_ctx_train);
+
 /* Whether an output file can be created at path before any work is done:
  * not empty, not a directory, in a directory that exists and is writable.
  * EM_EINVAL or EM_ENOENT naming the flag and path in err. */

@@ -404,6 +404,7 @@ int em_cmd_perplexity(int argc, char **argv)
         goto done;
     uint32_t V = em_model_hparams(m)->n_vocab;
     r.ctx = ctx ? (uint32_t)ctx : DEFAULT_CTX;
+    em_cli_warn_ctx("perplexity", r.ctx, em_model_hparams(m)->n_ctx_train);
     r.first = r.ctx / 2;
     r.n_scored = r.ctx - 1 - r.first;
     r.n_windows = (uint32_t)(n_ids / r.ctx);

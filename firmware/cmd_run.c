@@ -136,6 +136,7 @@ int em_cmd_run(int argc, char **argv)
         goto done;
     }
     uint32_t n_ctx = ctx > 0 ? (uint32_t)ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
+    em_cli_warn_ctx("run", n_ctx, hp->n_ctx_train);
     if (n_pids >= n_ctx) {
         status = em_cli_fail(2, "run: the prompt has %zu tokens, which does not fit the %u-token context",
                              n_pids, n_ctx);

@@ -318,6 +318,20 @@ int main(void)
         CHECKF(n_gen >= 8 && bad == 0, "padded vocabulary: %d ids generated, %d past the tokenizer", n_gen, bad);
     }
 
+    /* a context past the trained one works, with a warning (it used to be silent) */
+    {
+        char *argv[] = { (char *)bin, "run", "--model", good, "-n", "2", "--ctx", "100", "--backend", "cpu", NULL };
+        char *err = NULL;
+        int st = test_run(argv, NULL, &err);
+        CHECKF(st == 0 && err && strstr(err, "warning: a 100-token context is longer than the 64 tokens"),
+               "--ctx past context_length: status %d: %s", st, err ? err : "");
+        free(err);
+        argv[7] = "64";
+        st = test_run(argv, NULL, &err);
+        CHECKF(st == 0 && err && !strstr(err, "warning"), "--ctx 64: status %d: %s", st, err ? err : "");
+        free(err);
+    }
+
     /* output paths that cannot be written are refused before any work */
     expect_bad("ids-out in a missing directory", "no such directory",
                (char *[]){ "run", "--model", good, "-n", "2", "--backend", "cpu", "--ids-out",
