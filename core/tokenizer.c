@@ -432,43 +432,82 @@ static void build_byte_fallback(em_tokenizer *t)
     }
 }
 
-typedef struct { uint32_t len; int32_t id; } len_id;
+/* Rolling hash of special texts and input windows: h = sum c_j B^(n-1-j)
+ * (mod 2^64), so that a window's hash moves one byte in O(1). */
+#define SP_BASE 0x100000001B3ull
 
-static int by_len_desc(const void *a, const void *b)
+static uint64_t sp_hash(const char *s, size_t n)
 {
-    const len_id *x = a, *y = b;
-    if (x->len != y->len)
-        return x->len > y->len ? -1 : 1;
-    return (x->id > y->id) - (x->id < y->id);
+    uint64_t h = 0;
+    for (size_t i = 0; i < n; i++)
+        h = h * SP_BASE + (uint8_t)s[i];
+    return h;
 }
 
-static int build_special_list(em_tokenizer *t, const em_gguf *g, em_err *err)
+static uint32_t sp_slot(uint64_t h, size_t len, uint32_t mask)
+{
+    return (uint32_t)(((h ^ (uint64_t)len * 0x9E3779B97F4A7C15ull) * 0xBF58476D1CE4E5B9ull) >> 32) & mask;
+}
+
+static int u32_desc(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x < y) - (x > y);
+}
+
+/* The table of special texts and their lengths (struct em_tokenizer). */
+static int build_special_index(em_tokenizer *t, const em_gguf *g, em_err *err)
 {
     uint32_t n = 0;
     for (uint32_t i = 0; i < t->n_vocab; i++) {
         uint8_t ty = t->toks[i].type;
-        if ((ty == EM_TOKT_CONTROL || ty == EM_TOKT_USER || ty == EM_TOKT_UNKNOWN) &&
-            t->toks[i].text_len > 0)
-            n++;
+        n += (ty == EM_TOKT_CONTROL || ty == EM_TOKT_USER || ty == EM_TOKT_UNKNOWN) && t->toks[i].text_len > 0;
     }
-    len_id *tmp = malloc((n ? n : 1) * sizeof *tmp);
-    t->special = malloc((n ? n : 1) * sizeof *t->special);
-    if (!tmp || !t->special) {
-        free(tmp);
+    uint32_t cap = 16;
+    while (cap < 2u * n)
+        cap *= 2;
+    t->sp_mask = cap - 1;
+    t->sp_tab = malloc(cap * sizeof *t->sp_tab);
+    t->sp_lens[0] = malloc((n ? n : 1) * sizeof(uint32_t));
+    t->sp_lens[1] = malloc((n ? n : 1) * sizeof(uint32_t));
+    if (!t->sp_tab || !t->sp_lens[0] || !t->sp_lens[1])
         return em_err_set(err, EM_ENOMEM, "%s: out of memory", em_gguf_path(g));
+    for (uint32_t i = 0; i < cap; i++)
+        t->sp_tab[i] = (em_tokenizer_special){ 0, 0, -1, -1 };
+    for (uint32_t i = 0; i < t->n_vocab; i++) {   /* ascending ids: the first id of a text is the lowest */
+        const em_tokenizer_tok *k = &t->toks[i];
+        if (!(k->type == EM_TOKT_CONTROL || k->type == EM_TOKT_USER || k->type == EM_TOKT_UNKNOWN) ||
+            k->text_len == 0)
+            continue;
+        const char *txt = t->text + k->text_off;
+        uint64_t h = sp_hash(txt, k->text_len);
+        uint32_t j = sp_slot(h, k->text_len, t->sp_mask);
+        em_tokenizer_special *e;
+        for (;; j = (j + 1) & t->sp_mask) {
+            e = &t->sp_tab[j];
+            if (e->id_all < 0)
+                break;
+            if (e->h == h && e->len == k->text_len &&
+                memcmp(t->text + t->toks[e->id_all].text_off, txt, k->text_len) == 0)
+                break;
+        }
+        if (e->id_all < 0) {
+            *e = (em_tokenizer_special){ h, k->text_len, (int32_t)i, -1 };
+            t->sp_lens[1][t->sp_n_lens[1]++] = k->text_len;
+        }
+        if (k->type == EM_TOKT_USER && e->id_user < 0) {
+            e->id_user = (int32_t)i;
+            t->sp_lens[0][t->sp_n_lens[0]++] = k->text_len;
+        }
     }
-    uint32_t k = 0;
-    for (uint32_t i = 0; i < t->n_vocab; i++) {
-        uint8_t ty = t->toks[i].type;
-        if ((ty == EM_TOKT_CONTROL || ty == EM_TOKT_USER || ty == EM_TOKT_UNKNOWN) &&
-            t->toks[i].text_len > 0)
-            tmp[k++] = (len_id){ t->toks[i].text_len, (int32_t)i };
+    for (int m = 0; m < 2; m++) {   /* distinct lengths, longest first */
+        uint32_t *v = t->sp_lens[m], k = 0;
+        qsort(v, t->sp_n_lens[m], sizeof *v, u32_desc);
+        for (uint32_t i = 0; i < t->sp_n_lens[m]; i++)
+            if (k == 0 || v[k - 1] != v[i])
+                v[k++] = v[i];
+        t->sp_n_lens[m] = k;
     }
-    qsort(tmp, n, sizeof *tmp, by_len_desc);
-    for (uint32_t i = 0; i < n; i++)
-        t->special[i] = tmp[i].id;
-    t->n_special = n;
-    free(tmp);
     return 0;
 }
 
@@ -521,7 +560,7 @@ int em_tokenizer_create(const em_gguf *g, em_tokenizer **out, em_err *err)
         goto cleanup;
     if (t->kind == EM_TOKENIZER_SPM)
         build_byte_fallback(t);
-    if ((rc = build_pieces(t, g, err)) || (rc = build_special_list(t, g, err)))
+    if ((rc = build_pieces(t, g, err)) || (rc = build_special_index(t, g, err)))
         goto cleanup;
     *out = t;
     t = NULL;
@@ -539,7 +578,9 @@ void em_tokenizer_destroy(em_tokenizer *t)
     free(t->text);
     free(t->pieces);
     free(t->map);
-    free(t->special);
+    free(t->sp_tab);
+    free(t->sp_lens[0]);
+    free(t->sp_lens[1]);
     free(t);
 }
 
@@ -606,62 +647,115 @@ static int frag_push(frags *f, size_t off, size_t len, int32_t id)
     return 0;
 }
 
-/* Cut special tokens out of the text, longest first. Without parse_special
- * only user-defined tokens are cut (as llama.cpp: control and unknown tokens
- * are then plain text). */
+/* A special token found in the text: id at [pos, pos + its length). */
+typedef struct {
+    int32_t id;
+    size_t  pos;
+} sp_hit;
+
+static int hit_cmp(const void *a, const void *b)
+{
+    const sp_hit *x = a, *y = b;
+    if (x->id != y->id)
+        return x->id < y->id ? -1 : 1;
+    return (x->pos > y->pos) - (x->pos < y->pos);
+}
+
+static int hit_pos_cmp(const void *a, const void *b)
+{
+    const sp_hit *x = a, *y = b;
+    return (x->pos > y->pos) - (x->pos < y->pos);
+}
+
+/* Cut special tokens out of the text. Without parse_special only
+ * user-defined tokens are cut (as llama.cpp: control and unknown tokens are
+ * then plain text). The rule is the reference's: special tokens in order of
+ * text length (longest first), then id, each taking its leftmost
+ * non-overlapping occurrences in what earlier ones left uncut. Done one
+ * length at a time: every window of that length that no longer special
+ * claimed is hashed once (rolling) and looked up, the hits are taken in
+ * (id, position) order. A span of length L overlaps an earlier claim (never
+ * shorter) only if that claim covers its first or its last byte, so one bit
+ * per input byte answers it. O(input x distinct lengths), where cutting
+ * token by token over the whole text was O(input x special tokens). */
 static int partition(const em_tokenizer *t, const char *text, size_t len, int parse_special,
                      frags *a)
 {
-    frags b = { 0 };
+    const int mode = parse_special ? 1 : 0;
+    const uint32_t *lens = t->sp_lens[mode];
+    uint8_t *claimed = NULL;
+    sp_hit *hits = NULL, *taken = NULL;
+    size_t n_hits_cap = 0, n_taken = 0, taken_cap = 0;
     int rc = 0;
-    uint8_t present[256] = { 0 };
-    for (size_t i = 0; i < len; i++)
-        present[(uint8_t)text[i]] = 1;
-    if ((rc = frag_push(a, 0, len, -1)))
-        goto cleanup;
-    for (uint32_t k = 0; k < t->n_special && a->n; k++) {
-        int32_t id = t->special[k];
-        const em_tokenizer_tok *tok = &t->toks[id];
-        if (!parse_special && tok->type != EM_TOKT_USER)
+    if (t->sp_n_lens[mode] == 0 || lens[t->sp_n_lens[mode] - 1] > len)
+        return frag_push(a, 0, len, -1);
+    if (!(claimed = calloc(len / 8 + 1, 1)))
+        return EM_ENOMEM;
+#define CLAIMED(i) ((claimed[(i) >> 3] >> ((i) & 7)) & 1)
+    for (uint32_t li = 0; li < t->sp_n_lens[mode]; li++) {
+        const size_t L = lens[li];
+        if (L > len)
             continue;
-        const char *st = t->text + tok->text_off;
-        size_t sl = tok->text_len;
-        if (!present[(uint8_t)st[0]])
-            continue;
-        int found = 0;
-        for (size_t i = 0; i < a->n && !found; i++)
-            found = a->v[i].id < 0 && a->v[i].len >= sl &&
-                    memmem(text + a->v[i].off, a->v[i].len, st, sl) != NULL;
-        if (!found)
-            continue;
-        b.n = 0;
-        for (size_t i = 0; i < a->n; i++) {
-            frag f = a->v[i];
-            if (f.id >= 0) {
-                if ((rc = frag_push(&b, f.off, f.len, f.id)))
-                    goto cleanup;
-                continue;
-            }
-            size_t pos = f.off, end = f.off + f.len;
-            for (;;) {
-                const char *m = end - pos >= sl ? memmem(text + pos, end - pos, st, sl) : NULL;
-                if (!m)
+        uint64_t top = 1;   /* SP_BASE^(L-1) */
+        for (size_t i = 1; i < L; i++)
+            top *= SP_BASE;
+        uint64_t h = sp_hash(text, L);
+        size_t n_hits = 0;
+        for (size_t i = 0;; i++) {
+            if (!CLAIMED(i) && !CLAIMED(i + L - 1)) {
+                for (uint32_t j = sp_slot(h, L, t->sp_mask);; j = (j + 1) & t->sp_mask) {
+                    const em_tokenizer_special *e = &t->sp_tab[j];
+                    if (e->id_all < 0)
+                        break;
+                    if (e->h != h || e->len != L)
+                        continue;
+                    int32_t id = mode ? e->id_all : e->id_user;
+                    if (id >= 0 && memcmp(t->text + t->toks[e->id_all].text_off, text + i, L) == 0) {
+                        if (em_grow((void **)&hits, &n_hits_cap, n_hits, sizeof *hits, 64)) {
+                            rc = EM_ENOMEM;
+                            goto cleanup;
+                        }
+                        hits[n_hits++] = (sp_hit){ id, i };
+                    }
                     break;
-                size_t at = (size_t)(m - text);
-                if ((rc = frag_push(&b, pos, at - pos, -1)) ||
-                    (rc = frag_push(&b, at, sl, id)))
-                    goto cleanup;
-                pos = at + sl;
+                }
             }
-            if ((rc = frag_push(&b, pos, end - pos, -1)))
-                goto cleanup;
+            if (i + L >= len)
+                break;
+            h = (h - (uint8_t)text[i] * top) * SP_BASE + (uint8_t)text[i + L];
         }
-        frags tmp = *a;
-        *a = b;
-        b = tmp;
+        qsort(hits, n_hits, sizeof *hits, hit_cmp);
+        size_t end = 0;   /* of the last span the current id took */
+        for (size_t k = 0; k < n_hits; k++) {
+            size_t p = hits[k].pos;
+            if (k > 0 && hits[k].id != hits[k - 1].id)
+                end = 0;
+            if (p < end || CLAIMED(p) || CLAIMED(p + L - 1))
+                continue;
+            for (size_t i = p; i < p + L; i++)
+                claimed[i >> 3] |= (uint8_t)(1u << (i & 7));
+            end = p + L;
+            if (em_grow((void **)&taken, &taken_cap, n_taken, sizeof *taken, 16)) {
+                rc = EM_ENOMEM;
+                goto cleanup;
+            }
+            taken[n_taken++] = hits[k];
+        }
     }
+#undef CLAIMED
+    qsort(taken, n_taken, sizeof *taken, hit_pos_cmp);
+    size_t pos = 0;
+    for (size_t k = 0; k < n_taken; k++) {
+        size_t L = t->toks[taken[k].id].text_len;
+        if ((rc = frag_push(a, pos, taken[k].pos - pos, -1)) || (rc = frag_push(a, taken[k].pos, L, taken[k].id)))
+            goto cleanup;
+        pos = taken[k].pos + L;
+    }
+    rc = frag_push(a, pos, len - pos, -1);
 cleanup:
-    free(b.v);
+    free(claimed);
+    free(hits);
+    free(taken);
     return rc;
 }
 

@@ -41,6 +41,14 @@ typedef struct {
     uint8_t  eog;                   /* 1: ends generation */
 } em_tokenizer_tok;
 
+/* One special text: the lowest id with it among all special tokens and
+ * among the user-defined ones (-1: none), its rolling hash and length. */
+typedef struct {
+    uint64_t h;
+    uint32_t len;
+    int32_t  id_all, id_user;
+} em_tokenizer_special;
+
 struct em_tokenizer {
     int       kind;                 /* EM_TOKENIZER_SPM / _BPE */
     uint32_t  n_vocab;
@@ -56,8 +64,14 @@ struct em_tokenizer {
     int       add_bos, add_eos, add_space_prefix;
 
     int32_t   byte_tok[256];        /* SPM byte fallback ids; -1 when impossible */
-    int32_t  *special;              /* CONTROL/USER/UNKNOWN ids, longest text first */
-    uint32_t  n_special;
+    /* special texts (CONTROL/USER/UNKNOWN ids with text), for cutting them
+     * out of the input: an open-addressing table of their texts by rolling
+     * hash (tokenizer.c, partition), and their distinct text lengths,
+     * longest first, for [0] user-defined tokens and [1] all of them */
+    em_tokenizer_special *sp_tab;
+    uint32_t  sp_mask;              /* capacity - 1 (power of two) */
+    uint32_t *sp_lens[2];
+    uint32_t  sp_n_lens[2];
 
     /* byte-level BPE */
     char     *merges;               /* "left right" strings back to back */

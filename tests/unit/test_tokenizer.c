@@ -671,12 +671,10 @@ static void synthetic(void)
 
 /* A byte-level vocabulary (the 256 byte characters, then "12", "123",
  * "1234", "12345" with their merges) under pre-tokenizer pre. */
-static int create_bpe_pre(const char *pre, em_tokenizer **t, em_err *err, char **buf)
+/* The 256 single-byte tokens of byte-level BPE (byte -> code point as GPT-2
+ * maps them, UTF-8 in chars[b]) into toks[0..255]. */
+static void byte_alphabet(char chars[256][4], const char **toks)
 {
-    static const char *digits[] = { "12", "123", "1234", "12345" };
-    static const char *merges[] = { "1 2", "12 3", "123 4", "1234 5" };
-    char chars[256][4];
-    const char *toks[260];
     for (int b = 0; b < 256; b++) {
         unsigned cp = b <= 32 ? 256u + (unsigned)b : (b >= 127 && b <= 160) ? 162u + (unsigned)b
                     : b == 173 ? 323u : (unsigned)b;
@@ -690,6 +688,15 @@ static int create_bpe_pre(const char *pre, em_tokenizer **t, em_err *err, char *
         }
         toks[b] = chars[b];
     }
+}
+
+static int create_bpe_pre(const char *pre, em_tokenizer **t, em_err *err, char **buf)
+{
+    static const char *digits[] = { "12", "123", "1234", "12345" };
+    static const char *merges[] = { "1 2", "12 3", "123 4", "1234 5" };
+    char chars[256][4];
+    const char *toks[260];
+    byte_alphabet(chars, toks);
     for (int i = 0; i < 4; i++)
         toks[256 + i] = digits[i];
     size_t len = 0;
@@ -714,6 +721,142 @@ static int create_bpe_pre(const char *pre, em_tokenizer **t, em_err *err, char *
         rc = em_tokenizer_create(g, t, err);
     em_gguf_close(g);
     return rc;
+}
+
+/* Special tokens are cut out of the input by the reference's rule: longest
+ * text first, then lowest id, each taking its leftmost non-overlapping
+ * occurrences in what the earlier ones left. Checked against that rule
+ * written out plainly (cut the whole text token by token) on random texts
+ * over an alphabet where the specials overlap, contain each other and
+ * share texts (a control and a user-defined "<b>"; a user-defined "<"
+ * beside the byte token "<"). */
+typedef struct { size_t off, len; int32_t id; } ref_frag;
+
+static size_t ref_partition(const char *const *texts, const int *types, int n_sp, int parse_special,
+                            const char *s, size_t len, ref_frag *out, size_t cap)
+{
+    int order[64], n = 0;
+    for (int i = 0; i < n_sp; i++)
+        if (types[i] == 4 || (parse_special && (types[i] == 3 || types[i] == 2)))
+            order[n++] = i;
+    for (int i = 1; i < n; i++)   /* length desc, then id asc (insertion sort keeps id order) */
+        for (int j = i; j > 0 && strlen(texts[order[j]]) > strlen(texts[order[j - 1]]); j--) {
+            int x = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = x;
+        }
+    size_t nf = 1;
+    out[0] = (ref_frag){ 0, len, -1 };
+    static ref_frag tmp[512];
+    for (int k = 0; k < n; k++) {
+        const char *st = texts[order[k]];
+        size_t sl = strlen(st), nt = 0;
+        for (size_t i = 0; i < nf; i++) {
+            ref_frag f = out[i];
+            if (f.id >= 0) {
+                tmp[nt++] = f;
+                continue;
+            }
+            size_t pos = f.off, end = f.off + f.len;
+            for (;;) {
+                const char *m = end - pos >= sl ? memmem(s + pos, end - pos, st, sl) : NULL;
+                if (!m)
+                    break;
+                size_t at = (size_t)(m - s);
+                if (at > pos)
+                    tmp[nt++] = (ref_frag){ pos, at - pos, -1 };
+                tmp[nt++] = (ref_frag){ at, sl, order[k] };
+                pos = at + sl;
+            }
+            if (end > pos)
+                tmp[nt++] = (ref_frag){ pos, end - pos, -1 };
+        }
+        if (nt > cap)
+            return 0;
+        memcpy(out, tmp, nt * sizeof *tmp);
+        nf = nt;
+    }
+    return nf;
+}
+
+static void special_cuts(void)
+{
+    static const char *sp[] = { "<a>", "<a><b>", "a>", "<b>", "<", "ab", "b><", "<a><b><a>", "aaa", "aa", "<b>", "ba" };
+    static const int sp_type[] = { 3, 4, 4, 3, 4, 4, 3, 4, 4, 3, 4, 4 };
+    enum { NS = sizeof sp / sizeof sp[0] };
+    char chars[256][4];
+    const char *toks[256 + NS];
+    int32_t types[256 + NS];
+    byte_alphabet(chars, toks);
+    for (int b = 0; b < 256; b++)
+        types[b] = 1;
+    for (int i = 0; i < NS; i++) {
+        toks[256 + i] = sp[i];
+        types[256 + i] = sp_type[i];
+    }
+    char *buf = NULL;
+    size_t blen = 0;
+    em_gguf_writer *w = NULL;
+    em_gguf *g = NULL;
+    em_tokenizer *t = NULL;
+    em_err err = { 0 };
+    FILE *f = open_memstream(&buf, &blen);
+    CHECK(f && em_gguf_writer_create(32, &w, NULL) == 0);
+    if (!f || !w)
+        return;
+    em_gguf_w_str(w, "tokenizer.ggml.model", "gpt2");
+    em_gguf_w_str(w, "tokenizer.ggml.pre", "gpt-2");
+    em_gguf_w_arr_str(w, "tokenizer.ggml.tokens", toks, 256 + NS);
+    em_gguf_w_arr(w, "tokenizer.ggml.token_type", EM_GGUF_I32, types, 256 + NS);
+    em_gguf_w_arr_str(w, "tokenizer.ggml.merges", NULL, 0);
+    CHECK(em_gguf_w_header(w, f, NULL) == 0);
+    em_gguf_writer_destroy(w);
+    fclose(f);
+    CHECKF(em_gguf_open_mem(buf, blen, "specials.gguf", &g, &err) == 0 && em_tokenizer_create(g, &t, &err) == 0,
+           "%s", err.msg);
+    em_gguf_close(g);
+    const char alpha[] = "<>ab c";
+    uint64_t rng = 0x9E3779B97F4A7C15ull;
+    int bad = 0, n_cut = 0;
+    for (int c = 0; t && c < 3000; c++) {
+        char s[64];
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        size_t len = (size_t)(rng >> 58);   /* 0..63 */
+        for (size_t i = 0; i < len; i++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            s[i] = alpha[(rng >> 33) % 6];
+        }
+        int ps = c & 1;
+        ref_frag fr[128];
+        size_t nf = ref_partition(sp, sp_type, NS, ps, s, len, fr, 128);
+        int32_t want[128], *got = NULL;
+        size_t nw = 0, ng = 0;
+        for (size_t i = 0; i < nf; i++) {
+            if (fr[i].id >= 0) {
+                want[nw++] = 256 + fr[i].id;
+                n_cut++;
+                continue;
+            }
+            int32_t *ids = NULL;
+            size_t n = 0;
+            if (encode(t, s + fr[i].off, fr[i].len, 0, 0, &ids, &n) == 0)
+                for (size_t k = 0; k < n && nw < 128; k++)
+                    want[nw++] = ids[k];
+            free(ids);
+        }
+        if (encode(t, s, len, 0, ps, &got, &ng) || !ids_eq(want, nw, got, ng)) {
+            if (bad++ < 3) {
+                fprintf(stderr, "special cuts: '%.*s' (parse_special %d)\n", (int)len, s, ps);
+                print_ids("  want", want, nw);
+                print_ids("  got ", got, ng);
+            }
+        }
+        free(got);
+    }
+    CHECKF(bad == 0, "special cuts: %d of 3000 texts differ from the reference rule", bad);
+    CHECKF(n_cut > 3000, "special cuts: only %d special tokens in the texts", n_cut);
+    em_tokenizer_destroy(t);
+    free(buf);
 }
 
 /* Every pre-tokenizer name compiles; digits split as each one says. */
@@ -760,6 +903,7 @@ static void pre_tokenizers(void)
 int main(void)
 {
     synthetic();
+    special_cuts();
     pre_tokenizers();
     if (!test_shared_dir()) {
         fprintf(stderr, "test_tokenizer: EMBER_SHARED is not a folder: golden cases skipped\n");
