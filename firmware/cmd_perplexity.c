@@ -404,7 +404,6 @@ int em_cmd_perplexity(int argc, char **argv)
         goto done;
     uint32_t V = em_model_hparams(m)->n_vocab;
     r.ctx = ctx ? (uint32_t)ctx : DEFAULT_CTX;
-    em_cli_warn_ctx("perplexity", r.ctx, em_model_hparams(m)->n_ctx_train);
     r.first = r.ctx / 2;
     r.n_scored = r.ctx - 1 - r.first;
     r.n_windows = (uint32_t)(n_ids / r.ctx);
@@ -414,6 +413,7 @@ int em_cmd_perplexity(int argc, char **argv)
                         "(use a longer text or a smaller --ctx)", text_path, n_ids, r.ctx);
         goto done;
     }
+    em_cli_warn_ctx("perplexity", r.ctx, em_model_hparams(m)->n_ctx_train);   /* once it will run */
     if (!(win = malloc((size_t)r.n_windows * r.ctx * sizeof *win))) {
         rc = em_err_set(&err, EM_ENOMEM, "perplexity: out of memory");
         goto done;

@@ -136,7 +136,6 @@ int em_cmd_run(int argc, char **argv)
         goto done;
     }
     uint32_t n_ctx = ctx > 0 ? (uint32_t)ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
-    em_cli_warn_ctx("run", n_ctx, hp->n_ctx_train);
     if (n_pids >= n_ctx) {
         status = em_cli_fail(2, "run: the prompt has %zu tokens, which does not fit the %u-token context",
                              n_pids, n_ctx);
@@ -162,6 +161,7 @@ int em_cmd_run(int argc, char **argv)
         goto done;
     }
 
+    em_cli_warn_ctx("run", n_ctx, hp->n_ctx_train);   /* once it will run: an error stays one line */
     fputs(prompt, stdout);
     fflush(stdout);
     double t0 = em_cli_now();

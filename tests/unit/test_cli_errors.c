@@ -326,6 +326,13 @@ int main(void)
         CHECKF(st == 0 && err && strstr(err, "warning: a 100-token context is longer than the 64 tokens"),
                "--ctx past context_length: status %d: %s", st, err ? err : "");
         free(err);
+        /* an error after it stays the one line: the warning comes only once the run starts */
+        char longp[200];
+        memset(longp, 'a', 160);
+        longp[160] = 0;
+        expect_bad("prompt past a context past context_length", "does not fit",
+                   (char *[]){ "run", "--model", good, "-n", "2", "--ctx", "100", "--prompt", longp, "--backend",
+                               "cpu", NULL });
         argv[7] = "64";
         st = test_run(argv, NULL, &err);
         CHECKF(st == 0 && err && !strstr(err, "warning"), "--ctx 64: status %d: %s", st, err ? err : "");
