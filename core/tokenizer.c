@@ -707,10 +707,10 @@ static int partition(const em_tokenizer *t, const char *text, size_t len, int pa
                     const em_tokenizer_special *e = &t->sp_tab[j];
                     if (e->id_all < 0)
                         break;
-                    if (e->h != h || e->len != L)
-                        continue;
+                    if (e->h != h || e->len != L || memcmp(t->text + t->toks[e->id_all].text_off, text + i, L))
+                        continue;   /* another text (a hash collision included) */
                     int32_t id = mode ? e->id_all : e->id_user;
-                    if (id >= 0 && memcmp(t->text + t->toks[e->id_all].text_off, text + i, L) == 0) {
+                    if (id >= 0) {
                         if (em_grow((void **)&hits, &n_hits_cap, n_hits, sizeof *hits, 64)) {
                             rc = EM_ENOMEM;
                             goto cleanup;
