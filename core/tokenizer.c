@@ -724,7 +724,8 @@ static int partition(const em_tokenizer *t, const char *text, size_t len, int pa
                 break;
             h = (h - (uint8_t)text[i] * top) * SP_BASE + (uint8_t)text[i + L];
         }
-        qsort(hits, n_hits, sizeof *hits, hit_cmp);
+        if (n_hits)
+            qsort(hits, n_hits, sizeof *hits, hit_cmp);
         size_t end = 0;   /* of the last span the current id took */
         for (size_t k = 0; k < n_hits; k++) {
             size_t p = hits[k].pos;
@@ -743,7 +744,8 @@ static int partition(const em_tokenizer *t, const char *text, size_t len, int pa
         }
     }
 #undef CLAIMED
-    qsort(taken, n_taken, sizeof *taken, hit_pos_cmp);
+    if (n_taken)
+        qsort(taken, n_taken, sizeof *taken, hit_pos_cmp);
     size_t pos = 0;
     for (size_t k = 0; k < n_taken; k++) {
         size_t L = t->toks[taken[k].id].text_len;
