@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- small shared helpers ---------------------------------------------- */
 
@@ -433,14 +434,30 @@ static void build_byte_fallback(em_tokenizer *t)
 }
 
 /* Rolling hash of special texts and input windows: h = sum c_j B^(n-1-j)
- * (mod 2^64), so that a window's hash moves one byte in O(1). */
-#define SP_BASE 0x100000001B3ull
+ * mod the prime 2^61 - 1, so that a window's hash moves one byte in O(1).
+ * B is drawn at random per tokenizer: a vocabulary cannot be crafted to make
+ * its special texts collide (every hit is compared byte for byte anyway;
+ * collisions could only make the lookups slow). */
+#define SP_P ((1ull << 61) - 1)
 
-static uint64_t sp_hash(const char *s, size_t n)
+static uint64_t sp_mul(uint64_t a, uint64_t b)
+{
+    __uint128_t x = (__uint128_t)a * b;
+    uint64_t r = (uint64_t)(x & SP_P) + (uint64_t)(x >> 61);
+    return r >= SP_P ? r - SP_P : r;
+}
+
+static uint64_t sp_add(uint64_t a, uint64_t b)
+{
+    uint64_t r = a + b;
+    return r >= SP_P ? r - SP_P : r;
+}
+
+static uint64_t sp_hash(uint64_t base, const char *s, size_t n)
 {
     uint64_t h = 0;
     for (size_t i = 0; i < n; i++)
-        h = h * SP_BASE + (uint8_t)s[i];
+        h = sp_add(sp_mul(h, base), (uint8_t)s[i]);
     return h;
 }
 
@@ -463,6 +480,10 @@ static int build_special_index(em_tokenizer *t, const em_gguf *g, em_err *err)
         uint8_t ty = t->toks[i].type;
         n += (ty == EM_TOKT_CONTROL || ty == EM_TOKT_USER || ty == EM_TOKT_UNKNOWN) && t->toks[i].text_len > 0;
     }
+    uint64_t seed = 0;
+    if (getentropy(&seed, sizeof seed) != 0)
+        seed = 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)t;
+    t->sp_base = 256 + seed % (SP_P - 512);
     uint32_t cap = 16;
     while (cap < 2u * n)
         cap *= 2;
@@ -480,7 +501,7 @@ static int build_special_index(em_tokenizer *t, const em_gguf *g, em_err *err)
             k->text_len == 0)
             continue;
         const char *txt = t->text + k->text_off;
-        uint64_t h = sp_hash(txt, k->text_len);
+        uint64_t h = sp_hash(t->sp_base, txt, k->text_len);
         uint32_t j = sp_slot(h, k->text_len, t->sp_mask);
         em_tokenizer_special *e;
         for (;; j = (j + 1) & t->sp_mask) {
@@ -696,10 +717,10 @@ static int partition(const em_tokenizer *t, const char *text, size_t len, int pa
         const size_t L = lens[li];
         if (L > len)
             continue;
-        uint64_t top = 1;   /* SP_BASE^(L-1) */
+        uint64_t top = 1;   /* base^(L-1) */
         for (size_t i = 1; i < L; i++)
-            top *= SP_BASE;
-        uint64_t h = sp_hash(text, L);
+            top = sp_mul(top, t->sp_base);
+        uint64_t h = sp_hash(t->sp_base, text, L);
         size_t n_hits = 0;
         for (size_t i = 0;; i++) {
             if (!CLAIMED(i) && !CLAIMED(i + L - 1)) {
@@ -722,7 +743,7 @@ static int partition(const em_tokenizer *t, const char *text, size_t len, int pa
             }
             if (i + L >= len)
                 break;
-            h = (h - (uint8_t)text[i] * top) * SP_BASE + (uint8_t)text[i + L];
+            h = sp_add(sp_mul(sp_add(h, SP_P - sp_mul((uint8_t)text[i], top)), t->sp_base), (uint8_t)text[i + L]);
         }
         if (n_hits)
             qsort(hits, n_hits, sizeof *hits, hit_cmp);

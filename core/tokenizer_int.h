@@ -70,6 +70,7 @@ struct em_tokenizer {
      * longest first, for [0] user-defined tokens and [1] all of them */
     em_tokenizer_special *sp_tab;
     uint32_t  sp_mask;              /* capacity - 1 (power of two) */
+    uint64_t  sp_base;              /* of the rolling hash, random */
     uint32_t *sp_lens[2];
     uint32_t  sp_n_lens[2];
 
