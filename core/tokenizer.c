@@ -472,14 +472,20 @@ static int u32_desc(const void *a, const void *b)
     return (x < y) - (x > y);
 }
 
+/* A token that partition cuts out of the input (with parse_special; user
+ * ones always): a control, user-defined or unknown token with text. */
+static int is_cut(const em_tokenizer_tok *k)
+{
+    return (k->type == EM_TOKT_CONTROL || k->type == EM_TOKT_USER || k->type == EM_TOKT_UNKNOWN) &&
+           k->text_len > 0;
+}
+
 /* The table of special texts and their lengths (struct em_tokenizer). */
 static int build_special_index(em_tokenizer *t, const em_gguf *g, em_err *err)
 {
     uint32_t n = 0;
-    for (uint32_t i = 0; i < t->n_vocab; i++) {
-        uint8_t ty = t->toks[i].type;
-        n += (ty == EM_TOKT_CONTROL || ty == EM_TOKT_USER || ty == EM_TOKT_UNKNOWN) && t->toks[i].text_len > 0;
-    }
+    for (uint32_t i = 0; i < t->n_vocab; i++)
+        n += is_cut(&t->toks[i]);
     uint64_t seed = 0;
     if (getentropy(&seed, sizeof seed) != 0)
         seed = 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)t;
@@ -497,8 +503,7 @@ static int build_special_index(em_tokenizer *t, const em_gguf *g, em_err *err)
         t->sp_tab[i] = (em_tokenizer_special){ 0, 0, -1, -1 };
     for (uint32_t i = 0; i < t->n_vocab; i++) {   /* ascending ids: the first id of a text is the lowest */
         const em_tokenizer_tok *k = &t->toks[i];
-        if (!(k->type == EM_TOKT_CONTROL || k->type == EM_TOKT_USER || k->type == EM_TOKT_UNKNOWN) ||
-            k->text_len == 0)
+        if (!is_cut(k))
             continue;
         const char *txt = t->text + k->text_off;
         uint64_t h = sp_hash(t->sp_base, txt, k->text_len);
