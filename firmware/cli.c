@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -76,10 +77,12 @@ static int set_value(const char *cmd, const em_cli_opt *o, const char *val)
     }
     case EM_OPT_FLOAT: {
         const char *d = val + (val[0] == '-');
-        errno = 0;
         double v = strtod(val, &end);
-        if (!((*d >= '0' && *d <= '9') || *d == '.') || *end || errno || !isfinite(v))
+        if (!((*d >= '0' && *d <= '9') || *d == '.') || *end || isnan(v))
             return em_cli_fail(2, "%s: %s: '%s' is not a number", cmd, o->name, val);
+        if (isinf(v))   /* a finite number that overflows a double (an underflow rounds to 0) */
+            return em_cli_fail(2, "%s: %s: %s is out of range [%g, %g]", cmd, o->name, val,
+                               bounded ? o->min : -DBL_MAX, bounded ? o->max : DBL_MAX);
         if (bounded && (v < o->min || v > o->max))
             return em_cli_fail(2, "%s: %s: %g is out of range [%g, %g]", cmd, o->name, v,
                                o->min, o->max);

@@ -221,6 +221,8 @@ int main(void)
     expect_bad("overflow", "99999999999999999999 is out of range",
                (char *[]){ "run", "--model", good, "-n", "99999999999999999999", NULL });
     expect_bad("float plus sign", "not a number", (char *[]){ "run", "--model", good, "--temp", "+1", NULL });
+    expect_bad("float overflow", "1e309 is out of range [0, 100]",
+               (char *[]){ "run", "--model", good, "--temp", "1e309", NULL });
     /* bench: a flag of the other form is refused, not ignored; lists say what is wrong */
     expect_bad("bench --background without --users", "--background applies only to the load benchmark",
                (char *[]){ "bench", "--model", good, "--background", "1", NULL });
