@@ -5,6 +5,42 @@
 #include <stdio.h>
 #include <string.h>
 
+static int is_control(unsigned char c)
+{
+    return c < 0x20 || c == 0x7f;
+}
+
+void em_err_escape(char *s, size_t cap)
+{
+    if (!cap)
+        return;
+    size_t n = strnlen(s, cap - 1), len, out = 0;
+    /* the len bytes that fit once escaped (out bytes) ... */
+    for (len = 0; len < n; len++) {
+        size_t w = is_control((unsigned char)s[len]) ? 4 : 1;
+        if (out + w > cap - 1)
+            break;
+        out += w;
+    }
+    if (len == n && out == n)   /* nothing to escape */
+        return;
+    /* ... moved into place from the end: no byte is written before it is read */
+    s[out] = '\0';
+    for (size_t i = len, o = out; i > 0; i--) {
+        unsigned char c = (unsigned char)s[i - 1];
+        if (is_control(c)) {
+            static const char hex[] = "0123456789abcdef";
+            o -= 4;
+            s[o] = '\\';
+            s[o + 1] = 'x';
+            s[o + 2] = hex[c >> 4];
+            s[o + 3] = hex[c & 15];
+        } else {
+            s[--o] = (char)c;
+        }
+    }
+}
+
 int em_err_set(em_err *err, int code, const char *fmt, ...)
 {
     if (!err)
@@ -13,6 +49,7 @@ int em_err_set(em_err *err, int code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(err->msg, sizeof err->msg, fmt, ap);
     va_end(ap);
+    em_err_escape(err->msg, sizeof err->msg);
     err->code = code;
     return code;
 }
@@ -28,6 +65,7 @@ int em_err_prefix(em_err *err, int code, const char *fmt, ...)
     va_end(ap);
     memcpy(old, err->msg, sizeof old);
     snprintf(err->msg, sizeof err->msg, "%s: %s", head, old);
+    em_err_escape(err->msg, sizeof err->msg);
     if (err->code == EM_OK)
         err->code = code;
     return err->code;

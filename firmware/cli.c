@@ -16,12 +16,13 @@
 
 int em_cli_fail(int status, const char *fmt, ...)
 {
+    char msg[2048];   /* arguments and file paths quoted in it are escaped (em_err_escape) */
     va_list ap;
     va_start(ap, fmt);
-    fputs("ember: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    em_err_escape(msg, sizeof msg);
+    fprintf(stderr, "ember: %s\n", msg);
     return status;
 }
 

@@ -40,7 +40,8 @@ typedef struct {
 int em_cli_parse(const char *cmd, int argc, char **argv, const em_cli_opt *opts,
                  const char **pos, int max_pos, int *n_pos, const char *usage);
 
-/* Print "ember: <what>: <why>" built from fmt, return the status to exit with. */
+/* Print "ember: <what>: <why>" built from fmt (control bytes escaped:
+ * em_err_escape), return the status to exit with. */
 int em_cli_fail(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Print "ember: <err->msg>" and return 2 if the code is a user-input error, else 1. */

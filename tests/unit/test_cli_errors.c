@@ -18,7 +18,8 @@ static const char *bin;
  * whether it stores a second layer that block_count (1) leaves out, whether
  * attn_norm is stored as [256, 1, 2], and whether its F32 weights are NaN. */
 static uint32_t tiny_ctx = 64, tiny_embd_rows = 8;
-static int tiny_extra_layer, tiny_norm_rank3, tiny_nan;
+static int tiny_extra_layer, tiny_norm_rank3;
+static float tiny_fill;   /* nonzero: the value of every F32 weight (NaN) */
 
 /* Write a minimal llama model: n_embd 256, 1 layer, 4 heads, vocab 8, with
  * the given architecture name and attn_q type. */
@@ -85,7 +86,7 @@ static int write_tiny_model(const char *path, const char *arch, uint32_t q_type)
         if (t[i].type == EM_T_F32) {   /* small nonzero values */
             float *fz = (float *)z;
             for (uint64_t k = 0; k < sizes[i] / 4; k++)
-                fz[k] = tiny_nan ? NAN : 0.01f * (float)(k % 7);
+                fz[k] = tiny_fill != 0 ? tiny_fill : 0.01f * (float)(k % 7);
         }
         rc = em_gguf_w_data(w, f, z, sizes[i], NULL);
         free(z);
@@ -95,7 +96,8 @@ static int write_tiny_model(const char *path, const char *arch, uint32_t q_type)
     em_gguf_writer_destroy(w);
     tiny_ctx = 64;
     tiny_embd_rows = 8;
-    tiny_extra_layer = tiny_norm_rank3 = tiny_nan = 0;
+    tiny_extra_layer = tiny_norm_rank3 = 0;
+    tiny_fill = 0;
     return rc;
 }
 
@@ -130,8 +132,32 @@ static void expect_lost_output(const char *label, char *const args[])
     free(err);
 }
 
+/* em_err_escape: control bytes become \xNN, the rest is kept, and a message
+ * that no longer fits is cut before an escape rather than inside one. */
+static void escape_cases(void)
+{
+    char b[64];
+    snprintf(b, sizeof b, "plain 'text' \xc3\xa9");   /* UTF-8 stays as it is */
+    em_err_escape(b, sizeof b);
+    CHECK(strcmp(b, "plain 'text' \xc3\xa9") == 0);
+    snprintf(b, sizeof b, "a\nb\tc\033\177d");
+    em_err_escape(b, sizeof b);
+    CHECKF(strcmp(b, "a\\x0ab\\x09c\\x1b\\x7fd") == 0, "escaped: %s", b);
+    snprintf(b, 8, "ab\ncd");                       /* 2 + 4 + 2 = 8 bytes: 'd' is cut */
+    em_err_escape(b, 8);
+    CHECKF(strcmp(b, "ab\\x0ac") == 0, "cut: %s", b);
+    snprintf(b, 6, "ab\ncd");                       /* the escape does not fit: cut before it */
+    em_err_escape(b, 6);
+    CHECKF(strcmp(b, "ab") == 0, "cut before the escape: %s", b);
+    em_err e = { 0 };
+    em_err_set(&e, EM_EFORMAT, "key '%s' is bad", "x\ny");
+    em_err_prefix(&e, EM_EFORMAT, "%s", "f\r.gguf");
+    CHECKF(strcmp(e.msg, "f\\x0d.gguf: key 'x\\x0ay' is bad") == 0, "em_err: %s", e.msg);
+}
+
 int main(void)
 {
+    escape_cases();
     bin = getenv("EMBER_BIN");
     if (!bin) {
         fprintf(stderr, "EMBER_BIN is not set\n");
@@ -139,12 +165,13 @@ int main(void)
     }
     char *dir = test_tmpdir();
     char missing[512], empty[512], text[512], trunc[512], arch[512], qtype[512], toks[512],
-        badtoks[512], good[512], out[512];
+        badtoks[512], good[512], out[512], ctl_arch[512];
     snprintf(missing, sizeof missing, "%s/missing.gguf", dir);
     snprintf(empty, sizeof empty, "%s/empty.gguf", dir);
     snprintf(text, sizeof text, "%s/text.gguf", dir);
     snprintf(trunc, sizeof trunc, "%s/trunc.gguf", dir);
     snprintf(arch, sizeof arch, "%s/mamba.gguf", dir);
+    snprintf(ctl_arch, sizeof ctl_arch, "%s/ctl-arch.gguf", dir);
     snprintf(qtype, sizeof qtype, "%s/iq2.gguf", dir);
     snprintf(good, sizeof good, "%s/good.gguf", dir);
     snprintf(toks, sizeof toks, "%s/toks.txt", dir);
@@ -155,6 +182,7 @@ int main(void)
     test_write_file(toks, "1 3 4\n", 6);
     test_write_file(badtoks, "1 3 99999\n", 10);
     CHECK(write_tiny_model(arch, "mamba", EM_T_F32) == 0);
+    CHECK(write_tiny_model(ctl_arch, "ll\nm\033[2Ja", EM_T_F32) == 0);   /* a newline and a terminal escape */
     CHECK(write_tiny_model(qtype, "llama", EM_T_IQ2_XXS) == 0);
     CHECK(write_tiny_model(good, "llama", EM_T_F32) == 0);
     size_t glen = 0;
@@ -178,6 +206,7 @@ int main(void)
         { missing, "No such file" }, { dir, "directory" }, { empty, "empty file" },
         { text, "not a GGUF file" }, { trunc, "past the end" },
         { arch, "architecture 'mamba' is not supported" }, { qtype, "IQ2_XXS" },
+        { ctl_arch, "architecture 'll\\x0am\\x1b[2Ja' is not supported" },
     };
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         char *f = (char *)files[i][0];
@@ -220,6 +249,8 @@ int main(void)
     expect_bad("leading space", "' 5' is not an integer", (char *[]){ "run", "--model", good, "-n", " 5", NULL });
     expect_bad("overflow", "99999999999999999999 is out of range",
                (char *[]){ "run", "--model", good, "-n", "99999999999999999999", NULL });
+    expect_bad("control bytes in a flag's value", "'1\\x0a2' is not a number",
+               (char *[]){ "run", "--model", good, "--temp", "1\n2", NULL });
     expect_bad("float plus sign", "not a number", (char *[]){ "run", "--model", good, "--temp", "+1", NULL });
     expect_bad("float overflow", "1e309 is out of range [0, 100]",
                (char *[]){ "run", "--model", good, "--temp", "1e309", NULL });
@@ -269,7 +300,7 @@ int main(void)
         /* NaN weights: an error, not "stop: length" with nothing generated */
         char m4[600], m5[600], ids[600];
         snprintf(m4, sizeof m4, "%s/nan.gguf", dir);
-        tiny_nan = 1;
+        tiny_fill = NAN;
         CHECK(write_tiny_model(m4, "llama", EM_T_F32) == 0);
         expect_bad("NaN weights", "non-finite logit",
                    (char *[]){ "run", "--model", m4, "-n", "2", "--prompt", "", "--backend", "cpu", NULL });
