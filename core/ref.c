@@ -36,7 +36,11 @@ void em_ref_rmsnorm(float *out, const float *x, const float *w, int n, float eps
     double ss = 0;
     for (int i = 0; i < n; i++)
         ss += (double)x[i] * x[i];
-    float s = 1.0f / sqrtf((float)(ss / n) + eps);
+    /* a mean square past the float range would make the factor 0 and
+     * silently zero the row: NaN instead, which the logits check reports as
+     * broken weights (shaders/common.glsl rms_scale does the same) */
+    float ms = (float)(ss / n);
+    float s = isinf(ms) ? NAN : 1.0f / sqrtf(ms + eps);
     for (int i = 0; i < n; i++)
         out[i] = x[i] * s * (w ? w[i] : 1.0f);
 }

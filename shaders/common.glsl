@@ -41,3 +41,12 @@ vec4 k4_scale_min(uint j, uint s0, uint s1, uint s2)
 }
 
 #define half_at(i) (unpackHalf2x16(sc[(i) >> 1])[(i) & 1u])
+
+// The RMS norm's factor 1 / sqrt(ms + eps) for the mean square ms, or NaN
+// when ms overflowed to infinity: the factor would be 0 and silently zero a
+// row of huge but finite activations, where NaN reaches the logits check
+// ("non-finite logit": broken weights). As core/ref.c em_ref_rmsnorm.
+float rms_scale(float ms, float eps)
+{
+    return isinf(ms) ? uintBitsToFloat(0x7FC00000u) : inversesqrt(ms + eps);
+}

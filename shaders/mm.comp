@@ -400,7 +400,7 @@ void main()
         float scale[TN];
         for (uint t = 0u; t < TN; t++)
             scale[t] = (FLAGS & F_NORM_IN) != 0u
-                ? inversesqrt(subgroupAdd(ss[t]) / float(pc.k_real) + pc.eps) : 1.0;
+                ? rms_scale(subgroupAdd(ss[t]) / float(pc.k_real), pc.eps) : 1.0;
         for (uint k = 0u; k < (cols * TN + L - 1u) / L; k++) {
             float v[gl_WorkGroupSize.x], w[gl_WorkGroupSize.x];   // gate or plain, up
             for (uint i = 0u; i < L; i++) {

@@ -16,6 +16,8 @@
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 
+#include "common.glsl"
+
 layout(local_size_x = 32) in;
 layout(constant_id = 0) const uint NEOX = 0;
 layout(constant_id = 1) const uint QK_NORM = 0;
@@ -121,7 +123,7 @@ void main()
             float ss = 0.0;
             for (uint d = lid; d < pc.D; d += WG)
                 ss += qkv[base + d] * qkv[base + d];
-            const float scale = inversesqrt(wg_sum(ss) / float(pc.D) + pc.eps);
+            const float scale = rms_scale(wg_sum(ss) / float(pc.D), pc.eps);
             const uint noff = h < pc.H ? pc.qn_off : pc.kn_off;
             for (uint d = lid; d < pc.D; d += WG)
                 qkv[base + d] *= scale * vecs[noff + d];

@@ -101,6 +101,33 @@ static int write_tiny_model(const char *path, const char *arch, uint32_t q_type)
     return rc;
 }
 
+/* Write a copy of synth-llama-256-F32 whose token embeddings are all 1e30;
+ * returns 0 where the shared folder is absent. */
+static int write_huge_embeddings(const char *path)
+{
+    if (!test_shared_dir())
+        return 0;
+    const char *src = test_shared("models/synth/synth-llama-256-F32.gguf");
+    size_t len = 0;
+    char *data = test_read_file(src, &len);
+    em_gguf *g = NULL;
+    em_err err = { 0 };
+    int ok = data && em_gguf_open(src, &g, &err) == 0;
+    const em_gguf_tensor *t = ok ? em_gguf_find_tensor(g, "token_embd.weight") : NULL;
+    CHECKF(t && t->type == EM_T_F32, "%s: token_embd.weight (F32) not found: %s", src, err.msg);
+    if (t) {
+        uint64_t at = em_gguf_data_offset(g) + t->offset;
+        for (uint64_t k = 0; k < t->nelem && at + 4 * (k + 1) <= len; k++) {
+            float v = 1e30f;
+            memcpy(data + at + 4 * k, &v, 4);
+        }
+        test_write_file(path, data, len);
+    }
+    em_gguf_close(g);
+    free(data);
+    return t != NULL;
+}
+
 /* argv for ember: bin, then args (up to 30, NULL-terminated) */
 static void ember_argv(char *argv[32], char *const args[])
 {
@@ -316,6 +343,26 @@ int main(void)
         CHECKF(kept && klen == 8 && memcmp(kept, "previous", 8) == 0, "logits: OUT changed by a failed run (%zu bytes)",
                klen);
         free(kept);
+
+        /* huge but finite embeddings (1e30, in a copy of a synth model): the
+         * RMS norm's mean square passes the float range, which used to make
+         * its factor 0 and every logit exactly 0 with exit 0, on both
+         * backends; both now report it */
+        char m6[600];
+        snprintf(m6, sizeof m6, "%s/huge.gguf", dir);
+        if (write_huge_embeddings(m6)) {
+            expect_bad("huge embeddings", "non-finite logit",
+                       (char *[]){ "logits", "--model", m6, "--tokens-file", toks, "--output", out, "--backend",
+                                   "cpu", NULL });
+            /* and on Vulkan where there is a device (else exit 1 and "vulkan: ...") */
+            char *argv[32], *err = NULL;
+            ember_argv(argv, (char *[]){ "logits", "--model", m6, "--tokens-file", toks, "--output", out,
+                                         "--backend", "vulkan", NULL });
+            int st = test_run(argv, NULL, &err);
+            if (!(st == 1 && err && strstr(err, "ember: vulkan: ")))
+                test_expect_cli_error("huge embeddings (vulkan)", argv, "non-finite logit");
+            free(err);
+        }
 
         /* an embedding padded past the tokenizer: the padding ids have no
          * text and are never generated (they used to vanish from the text) */
