@@ -73,6 +73,7 @@ int em_cmd_logits(int argc, char **argv)
         status = em_cli_fail_err(&err);
         goto done;
     }
+    em_cli_warn_ctx("logits", (uint32_t)n_ids, hp->n_ctx_train);   /* the context is the token list */
     enum { CHUNK = 64 };   /* positions per evaluation: bounds the logits buffer */
     logits = malloc((size_t)CHUNK * hp->n_vocab * sizeof *logits);
     /* written beside OUT and renamed at the end: a failed run leaves OUT as it was */

@@ -419,6 +419,27 @@ int main(void)
         free(err);
     }
 
+    /* logits: its context is the token list, so a list past context_length
+     * gets the same warning (it used to be silent) */
+    {
+        char many[600], buf[400] = "";
+        snprintf(many, sizeof many, "%s/70.txt", dir);
+        for (int i = 0; i < 70; i++)
+            snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "%d ", 1 + i % 7);
+        test_write_file(many, buf, strlen(buf));
+        char *argv[] = { (char *)bin, "logits", "--model", good, "--tokens-file", many, "--output", out,
+                         "--backend", "cpu", NULL };
+        char *err = NULL;
+        int st = test_run(argv, NULL, &err);
+        CHECKF(st == 0 && err && strstr(err, "warning: a 70-token context is longer than the 64 tokens"),
+               "logits past context_length: status %d: %s", st, err ? err : "");
+        free(err);
+        argv[5] = toks;
+        st = test_run(argv, NULL, &err);
+        CHECKF(st == 0 && err && !strstr(err, "warning"), "logits of 3 tokens: status %d: %s", st, err ? err : "");
+        free(err);
+    }
+
     /* output paths that cannot be written are refused before any work */
     expect_bad("ids-out in a missing directory", "no such directory",
                (char *[]){ "run", "--model", good, "-n", "2", "--backend", "cpu", "--ids-out",
