@@ -14,15 +14,28 @@
 #include <time.h>
 #include <unistd.h>
 
-int em_cli_fail(int status, const char *fmt, ...)
+static void note_v(const char *fmt, va_list ap)
 {
-    char msg[2048];   /* arguments and file paths quoted in it are escaped (em_err_escape) */
-    va_list ap;
-    va_start(ap, fmt);
+    char msg[2048];   /* arguments and file strings quoted in it are escaped (em_err_escape) */
     vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
     em_err_escape(msg, sizeof msg);
     fprintf(stderr, "ember: %s\n", msg);
+}
+
+void em_cli_note(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    note_v(fmt, ap);
+    va_end(ap);
+}
+
+int em_cli_fail(int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    note_v(fmt, ap);
+    va_end(ap);
     return status;
 }
 
@@ -148,8 +161,8 @@ int em_cli_parse(const char *cmd, int argc, char **argv, const em_cli_opt *opts,
 void em_cli_warn_ctx(const char *cmd, uint32_t ctx, uint32_t n_ctx_train)
 {
     if (ctx > n_ctx_train)
-        fprintf(stderr, "ember: %s: warning: a %u-token context is longer than the %u tokens the model was trained for; "
-                "text past position %u is likely to degrade\n", cmd, ctx, n_ctx_train, n_ctx_train);
+        em_cli_note("%s: warning: a %u-token context is longer than the %u tokens the model was trained for; "
+                    "text past position %u is likely to degrade", cmd, ctx, n_ctx_train, n_ctx_train);
 }
 
 int em_cli_check_out_path(const char *flag, const char *path, em_err *err)

@@ -44,6 +44,10 @@ int em_cli_parse(const char *cmd, int argc, char **argv, const em_cli_opt *opts,
  * em_err_escape), return the status to exit with. */
 int em_cli_fail(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Print one "ember: ..." line on stderr built from fmt, escaped the same way:
+ * warnings and summaries that quote a file's strings or paths. */
+void em_cli_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* Print "ember: <err->msg>" and return 2 if the code is a user-input error, else 1. */
 int em_cli_fail_err(const em_err *err);
 

@@ -67,7 +67,10 @@ static void progress(void *ctx, uint64_t done, uint64_t total, const char *tenso
     for (int i = 0; i < 30; i++)
         fill[i] = i < k ? '#' : '.';
     fill[30] = 0;
-    fprintf(stderr, "\r[%s] %3d%% %-40.40s", fill, pct, tensor);
+    char name[64];   /* a tensor name from the file: no control bytes on the terminal */
+    snprintf(name, sizeof name, "%s", tensor);
+    em_err_escape(name, sizeof name);
+    fprintf(stderr, "\r[%s] %3d%% %-40.40s", fill, pct, name);
     fflush(stderr);
 }
 
@@ -86,8 +89,8 @@ static void warn_requant(const em_gguf *g, const uint32_t *types)
                      em_ttype_name(t));
     }
     if (n)
-        fprintf(stderr, "ember: quantize: warning: %u tensors of %s are already quantized (%s): they are "
-                        "dequantized and quantized again, which loses more than quantizing the F16/F32 original\n",
+        em_cli_note("quantize: warning: %u tensors of %s are already quantized (%s): they are "
+                    "dequantized and quantized again, which loses more than quantizing the F16/F32 original",
                 n, em_gguf_path(g), list);
 }
 

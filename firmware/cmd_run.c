@@ -105,7 +105,7 @@ int em_cmd_run(int argc, char **argv)
         if (em_cli_default_model(default_path, sizeof default_path, &err))
             return em_cli_fail(2, "run: %s", err.msg);
         model_path = default_path;
-        fprintf(stderr, "ember: using model %s\n", model_path);
+        em_cli_note("using model %s", model_path);
     }
 
     em_model *m = NULL;
@@ -229,11 +229,9 @@ int em_cmd_run(int argc, char **argv)
     fputc('\n', stdout);
     fflush(stdout);
     double t2 = em_cli_now();
-    fprintf(stderr,
-            "ember: %s | %s | prompt %zu tokens %.1f tok/s | generated %zu tokens %.1f tok/s | stop: %s | seed %llu\n",
-            hp->name, em_engine_describe(eng), n_pids, (double)n_pids / (t1 - t0 + 1e-9), gen.n,
-            gen.n > 1 ? (double)(gen.n - 1) / (t2 - t1 + 1e-9) : 0.0, stop,
-            (unsigned long long)seed_v);
+    em_cli_note("%s | %s | prompt %zu tokens %.1f tok/s | generated %zu tokens %.1f tok/s | stop: %s | seed %llu",
+                hp->name, em_engine_describe(eng), n_pids, (double)n_pids / (t1 - t0 + 1e-9), gen.n,
+                gen.n > 1 ? (double)(gen.n - 1) / (t2 - t1 + 1e-9) : 0.0, stop, (unsigned long long)seed_v);
     if ((rc = em_engine_check(eng, &err))) {
         status = em_cli_fail_err(&err);
         goto done;

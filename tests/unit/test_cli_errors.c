@@ -20,6 +20,7 @@ static const char *bin;
 static uint32_t tiny_ctx = 64, tiny_embd_rows = 8;
 static int tiny_extra_layer, tiny_norm_rank3;
 static float tiny_fill;   /* nonzero: the value of every F32 weight (NaN) */
+static const char *tiny_name;   /* general.name, if set */
 
 /* Write a minimal llama model: n_embd 256, 1 layer, 4 heads, vocab 8, with
  * the given architecture name and attn_q type. */
@@ -30,6 +31,8 @@ static int write_tiny_model(const char *path, const char *arch, uint32_t q_type)
         return -1;
     char key[64];
     em_gguf_w_str(w, "general.architecture", arch);
+    if (tiny_name)
+        em_gguf_w_str(w, "general.name", tiny_name);
 #define K(s) (snprintf(key, sizeof key, "%s." s, arch), key)
     em_gguf_w_u32(w, K("embedding_length"), 256);
     em_gguf_w_u32(w, K("block_count"), 1);
@@ -98,6 +101,7 @@ static int write_tiny_model(const char *path, const char *arch, uint32_t q_type)
     tiny_embd_rows = 8;
     tiny_extra_layer = tiny_norm_rank3 = 0;
     tiny_fill = 0;
+    tiny_name = NULL;
     return rc;
 }
 
@@ -416,6 +420,23 @@ int main(void)
         argv[7] = "64";
         st = test_run(argv, NULL, &err);
         CHECKF(st == 0 && err && !strstr(err, "warning"), "--ctx 64: status %d: %s", st, err ? err : "");
+        free(err);
+    }
+
+    /* run's summary line quotes general.name: escaped, still one line */
+    {
+        char named[600];
+        snprintf(named, sizeof named, "%s/named.gguf", dir);
+        tiny_name = "tiny\n\033[2Jmodel";
+        CHECK(write_tiny_model(named, "llama", EM_T_F32) == 0);
+        char *argv[] = { (char *)bin, "run", "--model", named, "-n", "2", "--backend", "cpu", NULL };
+        char *err = NULL;
+        int st = test_run(argv, NULL, &err);
+        int lines = 0;
+        for (const char *p = err; p && *p; p++)
+            lines += *p == '\n';
+        CHECKF(st == 0 && lines == 1 && strstr(err, "ember: tiny\\x0a\\x1b[2Jmodel | "),
+               "summary with a control byte in general.name: status %d: [%s]", st, err ? err : "");
         free(err);
     }
 
