@@ -111,6 +111,28 @@ int em_vk_fail(em_vk *vk, em_err *err, VkResult r, const char *what)
     return em_err_set(err, code, "vulkan: %s: %s%s", what, em_vk_result_str(r), hint);
 }
 
+bool em_vk_fault(em_vk *vk, int kind)
+{
+    return vk->fault_kind == kind && atomic_fetch_add(&vk->fault_n, 1) + 1 == vk->fault_at;
+}
+
+/* EMBER_VK_FAULT=alloc:N | lost:N (em_vk_fault) */
+static int fault_parse(em_vk *vk, const char *v, em_err *err)
+{
+    const char *colon = strchr(v, ':');
+    char *end = NULL;
+    unsigned long n = colon && colon[1] >= '0' && colon[1] <= '9' ? strtoul(colon + 1, &end, 10) : 0;
+    size_t klen = colon ? (size_t)(colon - v) : 0;
+    int kind = klen == 5 && !strncmp(v, "alloc", 5) ? EM_VK_FAULT_ALLOC
+             : klen == 4 && !strncmp(v, "lost", 4)  ? EM_VK_FAULT_LOST : 0;
+    if (!kind || !end || *end || n < 1 || n > 1000000000ul)
+        return em_err_set(err, EM_EINVAL, "vulkan: EMBER_VK_FAULT=%s: expected alloc:N or lost:N "
+                          "(N from 1)", v);
+    vk->fault_kind = kind;
+    vk->fault_at = (uint32_t)n;
+    return 0;
+}
+
 int em_vk_check_lost(const em_vk *vk, em_err *err)
 {
     if (vk && atomic_load(&((em_vk *)vk)->lost))
@@ -1018,6 +1040,10 @@ int em_vk_create(const em_vk_opts *opts, em_vk **out, em_err *err)
     vk->validate = vk->opts.validate > 0;
     if (!vk->opts.no_unified)
         vk->opts.no_unified = env_flag("EMBER_VK_STAGING");
+    const char *fault = getenv("EMBER_VK_FAULT");
+    atomic_init(&vk->fault_n, 0);
+    if (fault && *fault && (rc = fault_parse(vk, fault, err)))
+        goto done;
     const char *dis = getenv("EMBER_VK_DISABLE");
     if (dis && *dis) {
         uint32_t mask;

@@ -96,6 +96,9 @@ struct em_vk {
     uint32_t           qfamily;
     VkPhysicalDeviceMemoryProperties memprops;
     atomic_bool        lost;           /* VK_ERROR_DEVICE_LOST seen */
+    int                fault_kind;     /* EMBER_VK_FAULT: the kind of call that fails (em_vk_fault) */
+    uint32_t           fault_at;       /* ... and which one of them (1-based) */
+    atomic_uint        fault_n;        /* calls of that kind so far */
     bool               map_device;     /* DEVICE kind is mapped (unified, not no_unified) */
     bool               validate;
 
@@ -138,6 +141,14 @@ const char *em_vk_result_str(VkResult r);
 
 /* EM_EDEVICE with a message when the device was lost earlier, else 0. */
 int em_vk_check_lost(const em_vk *vk, em_err *err);
+
+/* Fault injection for the tests of error paths: EMBER_VK_FAULT=alloc:N makes
+ * the N-th device memory allocation fail with VK_ERROR_OUT_OF_DEVICE_MEMORY,
+ * lost:N the N-th wait for a submission end with VK_ERROR_DEVICE_LOST (after
+ * the work is done). em_vk_fault counts a call of kind and returns true
+ * when that call is to fail. */
+enum { EM_VK_FAULT_ALLOC = 1, EM_VK_FAULT_LOST = 2 };
+bool em_vk_fault(em_vk *vk, int kind);
 
 /* vk_mem.c: free blocks and staging at destroy (device idle). */
 void em_vk_mem_destroy_all(em_vk *vk);

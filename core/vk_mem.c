@@ -142,7 +142,8 @@ static int block_create(em_vk *vk, em_vk_mem_kind kind, VkDeviceSize size, bool 
         .allocationSize = req.size,
         .memoryTypeIndex = (uint32_t)type,
     };
-    r = vkAllocateMemory(vk->dev, &ai, NULL, &b->mem);
+    r = em_vk_fault(vk, EM_VK_FAULT_ALLOC) ? VK_ERROR_OUT_OF_DEVICE_MEMORY
+                                          : vkAllocateMemory(vk->dev, &ai, NULL, &b->mem);
     if (r != VK_SUCCESS) {
         b->mem = VK_NULL_HANDLE;
         uint32_t heap = vk->memprops.memoryTypes[type].heapIndex;

@@ -859,6 +859,8 @@ int em_vk_cmd_wait(em_vk_cmd *c, em_err *err)
         return 0;
     double limit = vk->opts.wait_timeout_s > 0 ? vk->opts.wait_timeout_s : 600.0;
     VkResult r = vkWaitForFences(vk->dev, 1, &c->fence, VK_TRUE, (uint64_t)(limit * 1e9));
+    if (r == VK_SUCCESS && em_vk_fault(vk, EM_VK_FAULT_LOST))
+        r = VK_ERROR_DEVICE_LOST;
     if (r == VK_TIMEOUT)
         return em_err_set(err, EM_EDEVICE, "vulkan: the device did not finish within %.0f s "
                           "(hung?)", limit);
