@@ -91,7 +91,7 @@ static void warn_requant(const em_gguf *g, const uint32_t *types)
     if (n)
         em_cli_note("quantize: warning: %u tensors of %s are already quantized (%s): they are "
                     "dequantized and quantized again, which loses more than quantizing the F16/F32 original",
-                n, em_gguf_path(g), list);
+                    n, em_gguf_path(g), list);
 }
 
 /* fsync the directory holding path, so that the rename is on disk too. */
