@@ -5,40 +5,76 @@
 #include <stdio.h>
 #include <string.h>
 
-static int is_control(unsigned char c)
+/* Bytes of the character at s (n bytes left) that may stay as they are: a
+ * printable ASCII byte or a whole valid UTF-8 sequence that is not a C1
+ * control (U+0080..U+009F); 0 where the byte is to be escaped. */
+static size_t keep_len(const unsigned char *s, size_t n)
 {
-    return c < 0x20 || c == 0x7f;
+    unsigned c = s[0];
+    if (c < 0x80)
+        return c < 0x20 || c == 0x7f ? 0 : 1;
+    size_t len;
+    unsigned lo = 0x80, hi = 0xBF;   /* range of the second byte */
+    if (c >= 0xC2 && c <= 0xDF) {
+        len = 2;
+        if (c == 0xC2)
+            lo = 0xA0;   /* not the C1 controls */
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        len = 3;
+        if (c == 0xE0)
+            lo = 0xA0;   /* not overlong */
+        else if (c == 0xED)
+            hi = 0x9F;   /* not a surrogate */
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        len = 4;
+        if (c == 0xF0)
+            lo = 0x90;   /* not overlong */
+        else if (c == 0xF4)
+            hi = 0x8F;   /* not past U+10FFFF */
+    } else {
+        return 0;
+    }
+    if (n < len || s[1] < lo || s[1] > hi)
+        return 0;
+    for (size_t i = 2; i < len; i++)
+        if (s[i] < 0x80 || s[i] > 0xBF)
+            return 0;
+    return len;
 }
 
 void em_err_escape(char *s, size_t cap)
 {
     if (!cap)
         return;
-    size_t n = strnlen(s, cap - 1), len, out = 0;
-    /* the len bytes that fit once escaped (out bytes) ... */
-    for (len = 0; len < n; len++) {
-        size_t w = is_control((unsigned char)s[len]) ? 4 : 1;
-        if (out + w > cap - 1)
-            break;
-        out += w;
-    }
-    if (len == n && out == n)   /* nothing to escape */
+    const unsigned char *u = (const unsigned char *)s;
+    size_t n = strnlen(s, cap - 1), i = 0, k;
+    while (i < n && (k = keep_len(u + i, n - i)) > 0)
+        i += k;
+    if (i == n)   /* nothing to escape */
         return;
-    /* ... moved into place from the end: no byte is written before it is read */
-    s[out] = '\0';
-    for (size_t i = len, o = out; i > 0; i--) {
-        unsigned char c = (unsigned char)s[i - 1];
-        if (is_control(c)) {
-            static const char hex[] = "0123456789abcdef";
-            o -= 4;
-            s[o] = '\\';
-            s[o + 1] = 'x';
-            s[o + 2] = hex[c >> 4];
-            s[o + 3] = hex[c & 15];
+    char out[4096];   /* longer messages are cut to 4095 bytes */
+    size_t lim = (cap < sizeof out ? cap : sizeof out) - 1, o = 0;
+    for (i = 0; i < n;) {
+        k = keep_len(u + i, n - i);
+        if (k) {
+            if (o + k > lim)
+                break;
+            memcpy(out + o, s + i, k);
+            o += k;
+            i += k;
         } else {
-            s[--o] = (char)c;
+            static const char hex[] = "0123456789abcdef";
+            if (o + 4 > lim)
+                break;
+            out[o++] = '\\';
+            out[o++] = 'x';
+            out[o++] = hex[u[i] >> 4];
+            out[o++] = hex[u[i] & 15];
+            i++;
         }
     }
+    memcpy(s, out, o);
+    s[o] = '\0';
 }
 
 int em_err_set(em_err *err, int code, const char *fmt, ...)

@@ -38,12 +38,14 @@ int em_err_set(em_err *err, int code, const char *fmt, ...)
 int em_err_prefix(em_err *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Rewrite the NUL-terminated s (a buffer of cap bytes) so that it holds no
- * control bytes: each byte below 0x20 and DEL becomes "\xNN", the text being
- * cut (at a byte that is not part of an escape) if it no longer fits. Text
- * taken from files and arguments can then neither split a one-line message
- * nor reach a terminal as an escape sequence. em_err_set and em_err_prefix
- * apply it to every message. */
+/* Rewrite the NUL-terminated s (a buffer of cap bytes) as printable, valid
+ * UTF-8: each control byte (below 0x20, DEL), each byte that is not part of
+ * a valid UTF-8 character, and the C1 controls U+0080..U+009F become "\xNN";
+ * the text is cut (never inside an escape or a character) if it no longer
+ * fits, and at 4095 bytes. Text taken from files and arguments can then
+ * neither split a one-line message, nor reach a terminal as an escape
+ * sequence, nor make a message that a JSON encoder refuses. em_err_set and
+ * em_err_prefix apply it to every message. */
 void em_err_escape(char *s, size_t cap);
 
 /* Short name of a code ("invalid argument", ...). Static string. */

@@ -180,6 +180,17 @@ static void escape_cases(void)
     snprintf(b, 6, "ab\ncd");                       /* the escape does not fit: cut before it */
     em_err_escape(b, 6);
     CHECKF(strcmp(b, "ab") == 0, "cut before the escape: %s", b);
+    /* invalid UTF-8: a stray continuation byte, 0xff, an overlong '/', a
+     * surrogate, a cut sequence at the end; C1 control U+009B (CSI) */
+    snprintf(b, sizeof b, "a\x80" "b\xff\xc0\xaf\xed\xa0\x80\xc2\x9b\xe2\x82");
+    em_err_escape(b, sizeof b);
+    CHECKF(strcmp(b, "a\\x80b\\xff\\xc0\\xaf\\xed\\xa0\\x80\\xc2\\x9b\\xe2\\x82") == 0, "invalid UTF-8: %s", b);
+    snprintf(b, sizeof b, "\xf0\x9f\x94\xa5 \xe2\x96\x81 \xc2\xa0");   /* 4-, 3- and 2-byte characters stay */
+    em_err_escape(b, sizeof b);
+    CHECKF(strcmp(b, "\xf0\x9f\x94\xa5 \xe2\x96\x81 \xc2\xa0") == 0, "valid UTF-8: %s", b);
+    snprintf(b, 7, "\nab\xe2\x96\x81");                /* 4 + 2 bytes fit, the 3-byte character does not */
+    em_err_escape(b, 7);
+    CHECKF(strcmp(b, "\\x0aab") == 0, "cut before a character: %s", b);
     em_err e = { 0 };
     em_err_set(&e, EM_EFORMAT, "key '%s' is bad", "x\ny");
     em_err_prefix(&e, EM_EFORMAT, "%s", "f\r.gguf");
