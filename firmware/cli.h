@@ -64,8 +64,11 @@ int em_cli_check_out_path(const char *flag, const char *path, em_err *err);
 /* Read a whole file into a malloc'd NUL-terminated buffer (caller frees).
  * Input files (prompts, texts, token ids) are capped at EM_CLI_MAX_INPUT
  * bytes: a bigger file, or a device that never ends (/dev/zero), is
- * EM_ERANGE instead of reading until memory runs out. */
-#define EM_CLI_MAX_INPUT ((size_t)1 << 30)
+ * EM_ERANGE instead of reading until memory runs out. Tokenizing takes
+ * about 40 bytes of memory per input byte at worst (SentencePiece merges
+ * over the whole text; a byte-level BPE pre-token can be the whole text:
+ * 10 MB peaked at 374-439 MB), so 64 MiB keeps that under 3 GB. */
+#define EM_CLI_MAX_INPUT ((size_t)64 << 20)
 int em_cli_read_file(const char *path, char **data, size_t *len, em_err *err);
 
 /* Parse whitespace-separated token ids from the len bytes at text (with
