@@ -163,8 +163,9 @@ static void expect_lost_output(const char *label, char *const args[])
     free(err);
 }
 
-/* em_err_escape: control bytes become \xNN, the rest is kept, and a message
- * that no longer fits is cut before an escape rather than inside one. */
+/* em_err_escape: control bytes, bytes that are not valid UTF-8 and C1
+ * controls become \xNN, valid characters are kept, and a message that no
+ * longer fits is cut before an escape or a character, never inside one. */
 static void escape_cases(void)
 {
     char b[64];
