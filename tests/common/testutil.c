@@ -190,15 +190,20 @@ int test_summary(const char *name)
     return 0;
 }
 
+int test_count_lines(const char *s)
+{
+    int n = 0;
+    for (const char *p = s; p && *p; p++)
+        n += *p == '\n';
+    return n;
+}
+
 void test_expect_cli_error(const char *what, char *const argv[], const char *needle)
 {
     char *out = NULL, *err = NULL;
     int st = test_run(argv, &out, &err);
     CHECKF(st == 2, "%s: exit status %d (stderr: %s)", what, st, err ? err : "");
-    int lines = 0;
-    for (const char *p = err; p && *p; p++)
-        lines += *p == '\n';
-    CHECKF(err && strncmp(err, "ember: ", 7) == 0 && lines == 1,
+    CHECKF(err && strncmp(err, "ember: ", 7) == 0 && test_count_lines(err) == 1,
            "%s: stderr is not one 'ember: ' line: [%s]", what, err ? err : "");
     if (needle)
         CHECKF(err && strstr(err, needle), "%s: expected '%s' in: %s", what, needle, err ? err : "");

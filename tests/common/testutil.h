@@ -56,6 +56,9 @@ int test_run_stdout(char *const argv[], const char *stdout_path, char **out, cha
  * needle unless it is NULL). what labels the failures. */
 void test_expect_cli_error(const char *what, char *const argv[], const char *needle);
 
+/* Newlines in s (0 for NULL): the lines of a captured output. */
+int test_count_lines(const char *s);
+
 /* Deterministic PRNG for tests. */
 unsigned long long test_rand(unsigned long long *state);
 

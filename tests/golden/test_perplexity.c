@@ -210,9 +210,7 @@ static void test_order_and_files(const char *tmp)
     CHECK(out && strstr(out, "tok/s") && strstr(out, "(base)") && strstr(out, "656K-Q4_0.gguf"));
     char *c = test_read_file(csv, NULL), *s = test_read_file(svg, NULL);
     CHECK(c && strncmp(c, "type,file,size_bytes,", 21) == 0);
-    int lines = 0;
-    for (const char *p = c; p && *p; p++)
-        lines += *p == '\n';
+    int lines = test_count_lines(c);
     CHECKF(lines == 4, "CSV has %d lines", lines);
     CHECK(c && strstr(c, "\nF32,") && strstr(c, "\nQ8_0,") && strstr(c, "\nQ4_0,"));
     CHECK(s && strncmp(s, "<?xml", 5) == 0 && strstr(s, "</svg>") && strstr(s, ">Q4_0<") && strstr(s, ">Q8_0<"));

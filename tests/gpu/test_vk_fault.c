@@ -20,6 +20,32 @@ enum { MAX_N = 64 };
 
 static const char *bin;
 
+/* Run the binary with args (after it) under EMBER_VK_FAULT=fault; returns
+ * the exit status, stderr in *err (malloc'd). */
+static int run_fault(const char *fault, char *const args[], char **err)
+{
+    char *argv[24];
+    int k = 0;
+    argv[k++] = (char *)bin;
+    for (int i = 0; args[i] && k < 23; i++)
+        argv[k++] = args[i];
+    argv[k] = NULL;
+    setenv("EMBER_VK_FAULT", fault, 1);
+    int st = test_run(argv, NULL, err);
+    unsetenv("EMBER_VK_FAULT");
+    return st;
+}
+
+/* A run that failed as a device failure must: exit 1, one stderr line that
+ * starts with head and contains needle (unless NULL). */
+static void check_failed(const char *label, const char *fault, int st, const char *err, const char *head,
+                         const char *needle)
+{
+    CHECKF(st == 1 && test_count_lines(err) == 1 && strncmp(err, head, strlen(head)) == 0 &&
+               (!needle || strstr(err, needle)),
+           "%s %s: status %d, stderr [%s]", label, fault, st, err ? err : "");
+}
+
 /* Sweep kind:1, kind:2, ... over one command (args after the binary); returns
  * how many runs failed before one got through. */
 static int sweep(const char *label, const char *kind, const char *needle, char *const args[],
@@ -29,27 +55,15 @@ static int sweep(const char *label, const char *kind, const char *needle, char *
     for (int n = 1; n <= MAX_N && !through; n++) {
         char fault[32];
         snprintf(fault, sizeof fault, "%s:%d", kind, n);
-        setenv("EMBER_VK_FAULT", fault, 1);
         if (keep)
             test_write_file(keep, "previous", 8);
-        char *argv[16];
-        int k = 0;
-        argv[k++] = (char *)bin;
-        for (int i = 0; args[i] && k < 15; i++)
-            argv[k++] = args[i];
-        argv[k] = NULL;
         char *err = NULL;
-        int st = test_run(argv, NULL, &err);
-        unsetenv("EMBER_VK_FAULT");
+        int st = run_fault(fault, args, &err);
         if (st == 0) {
             through = 1;
         } else {
             failed++;
-            int lines = 0;
-            for (const char *p = err; p && *p; p++)
-                lines += *p == '\n';
-            CHECKF(st == 1 && lines == 1 && strncmp(err, "ember: vulkan: ", 15) == 0 && strstr(err, needle),
-                   "%s %s: status %d, stderr [%s]", label, fault, st, err ? err : "");
+            check_failed(label, fault, st, err, "ember: vulkan: ", needle);
             if (keep) {
                 size_t len = 0;
                 char *kept = test_read_file(keep, &len);
@@ -69,21 +83,9 @@ static int sweep(const char *label, const char *kind, const char *needle, char *
 /* One run of args with EMBER_VK_FAULT=fault: exit 1 and one line starting with head. */
 static void expect_fault(const char *label, const char *fault, const char *head, char *const args[])
 {
-    setenv("EMBER_VK_FAULT", fault, 1);
-    char *argv[24];
-    int k = 0;
-    argv[k++] = (char *)bin;
-    for (int i = 0; args[i] && k < 23; i++)
-        argv[k++] = args[i];
-    argv[k] = NULL;
     char *err = NULL;
-    int st = test_run(argv, NULL, &err);
-    unsetenv("EMBER_VK_FAULT");
-    int lines = 0;
-    for (const char *p = err; p && *p; p++)
-        lines += *p == '\n';
-    CHECKF(st == 1 && lines == 1 && err && strncmp(err, head, strlen(head)) == 0,
-           "%s %s: status %d, stderr [%s]", label, fault, st, err ? err : "");
+    int st = run_fault(fault, args, &err);
+    check_failed(label, fault, st, err, head, NULL);
     free(err);
 }
 

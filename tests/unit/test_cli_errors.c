@@ -444,10 +444,7 @@ int main(void)
         char *argv[] = { (char *)bin, "run", "--model", named, "-n", "2", "--backend", "cpu", NULL };
         char *err = NULL;
         int st = test_run(argv, NULL, &err);
-        int lines = 0;
-        for (const char *p = err; p && *p; p++)
-            lines += *p == '\n';
-        CHECKF(st == 0 && lines == 1 && strstr(err, "ember: tiny\\x0a\\x1b[2Jmodel | "),
+        CHECKF(st == 0 && test_count_lines(err) == 1 && strstr(err, "ember: tiny\\x0a\\x1b[2Jmodel | "),
                "summary with a control byte in general.name: status %d: [%s]", st, err ? err : "");
         free(err);
     }
