@@ -601,7 +601,7 @@ uint32_t em_fwd_mm_rows(const em_vk_dev_info *di, uint64_t weight_bytes)
     unsigned rpw;
     if (env && sscanf(env, "%u", &rpw) == 1 && rpw >= 8 && rpw <= 256 && (rpw & (rpw - 1)) == 0)
         return rpw;
-    if (di->type != VK_PHYSICAL_DEVICE_TYPE_CPU)
+    if (!di->cpu_kernels)
         return 8;
     return weight_bytes >= EM_FWD_TINY_BYTES ? 128 : 64;
 }
@@ -609,7 +609,7 @@ uint32_t em_fwd_mm_rows(const em_vk_dev_info *di, uint64_t weight_bytes)
 int em_fwd_dec_grouped(const em_vk_dev_info *di, const em_hparams *hp, uint32_t lanes)
 {
     uint32_t group = hp->n_head_kv ? hp->n_head / hp->n_head_kv : 0;
-    return di->type == VK_PHYSICAL_DEVICE_TYPE_CPU && group >= 2 && group <= EM_FWD_DEC_GROUP_MAX &&
+    return di->cpu_kernels && group >= 2 && group <= EM_FWD_DEC_GROUP_MAX &&
            lanes <= di->subgroup_size && hp->head_dim % (8 * lanes) == 0 && hp->head_dim_v % (8 * lanes) == 0;
 }
 
@@ -635,7 +635,7 @@ static void choose_variant(em_fwd *f)
     f->RPW = em_fwd_mm_rows(di, em_model_weight_bytes(f->m));
     /* decode attention: on a CPU device one SIMD width of lanes (8 beat 16
      * by ~8% at context 4096 on the 155M model), else a subgroup of >= 16 */
-    f->dec_lanes = di->type == VK_PHYSICAL_DEVICE_TYPE_CPU ? 8 : (sg < 16 ? 16 : sg);
+    f->dec_lanes = di->cpu_kernels ? 8 : (sg < 16 ? 16 : sg);
     f->dec_grouped = em_fwd_dec_grouped(di, f->hp, f->dec_lanes);
     if (f->dec_grouped)
         f->k_dec = f->k_dec == EM_K_ATTN_DEC_Q8 ? EM_K_ATTN_DEC_G_Q8 : EM_K_ATTN_DEC_G;
@@ -643,11 +643,12 @@ static void choose_variant(em_fwd *f)
      * subgroup and shared with subgroupShuffle (attn_pre.comp, SHUF) */
     uint32_t k_pre_s = f->k_pre == EM_K_ATTN_PRE_Q8 ? EM_K_ATTN_PRE_S_Q8 : EM_K_ATTN_PRE_S;
     f->pre_heads = 1;
-    if (di->type == VK_PHYSICAL_DEVICE_TYPE_CPU && em_vk_kernel_supported(f->vk, &em_kernels[k_pre_s])) {
+    if (di->cpu_kernels && em_vk_kernel_supported(f->vk, &em_kernels[k_pre_s])) {
         f->k_pre = k_pre_s;
         f->pre_heads = em_fwd_pre_heads(f->hp);
     }
-    snprintf(f->variant, sizeof f->variant, "mm %u lanes x %u rows per workgroup", f->L, f->RPW);
+    snprintf(f->variant, sizeof f->variant, "mm %u lanes x %u rows per workgroup%s", f->L, f->RPW,
+             di->type == VK_PHYSICAL_DEVICE_TYPE_CPU && !di->cpu_kernels ? ", GPU kernels" : "");
 }
 
 int em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **out, em_err *err)
@@ -1034,7 +1035,7 @@ int em_fwd_step(em_fwd *f, const em_fwd_batch *b, float *logits, em_err *err)
      * own context length; runs of consecutive prompt positions of one
      * sequence cut into tiles */
     shape sh = { T, L, 0, 0, 1 };
-    uint32_t span = em_vk_info(f->vk)->type == VK_PHYSICAL_DEVICE_TYPE_CPU ? 1024 : 256;
+    uint32_t span = em_vk_info(f->vk)->cpu_kernels ? 1024 : 256;
     for (uint32_t i = 0; i < T;) {
         uint32_t j = i + 1;
         int dec_i = b->decode ? b->decode[i] : 0;

@@ -537,6 +537,7 @@ static void query_device(VkPhysicalDevice pd, uint32_t inst_api, int index,
     }
     info->unified = main_mappable && (p->deviceType == VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU ||
                                       p->deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU);
+    info->cpu_kernels = p->deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
 
     /* features */
     uint32_t f = 0;
@@ -1038,8 +1039,8 @@ int em_vk_create(const em_vk_opts *opts, em_vk **out, em_err *err)
     if (vk->opts.validate == 0)
         vk->opts.validate = env_flag("EMBER_VK_VALIDATE");
     vk->validate = vk->opts.validate > 0;
-    if (!vk->opts.no_unified)
-        vk->opts.no_unified = env_flag("EMBER_VK_STAGING");
+    if (!vk->opts.as_gpu)
+        vk->opts.as_gpu = env_flag("EMBER_VK_AS_GPU");
     const char *fault = getenv("EMBER_VK_FAULT");
     atomic_init(&vk->fault_n, 0);
     if (fault && *fault && (rc = fault_parse(vk, fault, err)))
@@ -1096,7 +1097,9 @@ int em_vk_create(const em_vk_opts *opts, em_vk **out, em_err *err)
     if (block > vk->info.max_alloc)
         block = vk->info.max_alloc;
     vk->block_size = block / align * align;
-    vk->map_device = vk->info.unified && !vk->opts.no_unified;
+    vk->map_device = vk->info.unified && !vk->opts.as_gpu;
+    if (vk->opts.as_gpu)
+        vk->info.cpu_kernels = false;
     rc = em_vk_pipe_init(vk, err);
     if (rc)
         goto done;

@@ -105,6 +105,9 @@ typedef struct em_vk_dev_info {
     uint64_t    device_local_bytes; /* largest device-local heap */
     bool        unified;            /* integrated/CPU device whose main device-local heap is
                                      * host-visible: device buffers are mapped directly */
+    bool        cpu_kernels;        /* the forward pass picks the kernels and geometry
+                                     * tuned for CPU devices (type cpu; false under
+                                     * opts.as_gpu) */
 
     uint32_t    subgroup_size;      /* default */
     uint32_t    subgroup_min, subgroup_max; /* range with size control (= default without) */
@@ -146,9 +149,12 @@ typedef struct em_vk_opts {
     uint32_t    require;       /* EM_VK_F_* required on top of EM_VK_F_REQUIRED */
     uint32_t    disable;       /* optional EM_VK_F_* not to enable (test fallbacks);
                                 * EMBER_VK_DISABLE=key,key adds to it */
-    int         no_unified;    /* 1: never map device-local memory; upload/download go
-                                * through staging as on a discrete GPU
-                                * (also EMBER_VK_STAGING=1) */
+    int         as_gpu;        /* 1: treat the device as a discrete GPU (also
+                                * EMBER_VK_AS_GPU=1): device memory is never mapped
+                                * (upload/download go through staging) and
+                                * info.cpu_kernels is false, so the forward pass
+                                * picks the kernels and geometry it picks on GPUs.
+                                * How the tests run the GPU paths on llvmpipe. */
     size_t      staging_bytes; /* staging buffer (two halves); 0: 64 MiB */
     size_t      block_bytes;   /* suballocation block; 0: min(256 MiB, maxMemoryAllocationSize) */
     double      wait_timeout_s;/* fence wait limit; 0: 600 s */

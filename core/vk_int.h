@@ -99,7 +99,7 @@ struct em_vk {
     int                fault_kind;     /* EMBER_VK_FAULT: the kind of call that fails (em_vk_fault) */
     uint32_t           fault_at;       /* ... and which one of them (1-based) */
     atomic_uint        fault_n;        /* calls of that kind so far */
-    bool               map_device;     /* DEVICE kind is mapped (unified, not no_unified) */
+    bool               map_device;     /* DEVICE kind is mapped (unified, not as_gpu) */
     bool               validate;
 
     /* validation messenger state */

@@ -17,10 +17,8 @@
  * usage: test_teacher MODEL BACKEND MIN_TOP_SHARE MARGIN MIN_PREFIX */
 #include <stdint.h>
 
-#include "core/engine.h"
-#include "core/model.h"
 #include "core/sample.h"
-#include "tests/common/testutil.h"
+#include "tests/golden/golden_engine.h"
 
 static int read_ids(const char *line, const char *tag, int32_t *ids, int max)
 {
@@ -42,14 +40,9 @@ static int read_ids(const char *line, const char *tag, int32_t *ids, int max)
 
 int main(int argc, char **argv)
 {
-    if (argc != 6) {
-        fprintf(stderr, "usage: test_teacher MODEL BACKEND MIN_TOP_SHARE MARGIN MIN_PREFIX\n");
-        return 2;
-    }
-    if (!test_shared_dir()) {
-        printf("SKIP: shared folder absent\n");
-        return 77;
-    }
+    int rc = golden_start(argc, 6, "test_teacher MODEL BACKEND MIN_TOP_SHARE MARGIN MIN_PREFIX");
+    if (rc >= 0)
+        return rc;
     /* a story (prompt + 200 generated ids), or for a synth model the
      * 32-token greedy continuation of the 64-token golden sequence */
     int synth = strncmp(argv[1], "synth-", 6) == 0;
@@ -59,9 +52,8 @@ int main(int argc, char **argv)
     snprintf(path, sizeof path, synth ? "models/synth/%s.gguf" : "models/%s.gguf", argv[1]);
     char mpath[1024];
     snprintf(mpath, sizeof mpath, "%s", test_shared(path));
-    em_backend backend;
-    if (!gold || em_backend_parse(argv[2], &backend, NULL)) {
-        fprintf(stderr, "cannot read the golden ids or bad backend\n");
+    if (!gold) {
+        fprintf(stderr, "cannot read the golden ids\n");
         return 1;
     }
     double min_share = atof(argv[3]), margin = atof(argv[4]);
@@ -70,17 +62,11 @@ int main(int argc, char **argv)
     int np = read_ids(gold, "tokens:", prompt, 64), ng = read_ids(gold, "greedy:", gen, 256);
     CHECK(np > 0 && ng > 0);
 
-    em_model *m = NULL;
-    em_engine *e = NULL;
+    em_model *m;
+    em_engine *e;
     em_err err = { 0 };
-    if (em_model_open(mpath, &m, &err) || em_engine_create(m, backend, 512, NULL, &e, &err)) {
-        if (err.code == EM_EDEVICE) {
-            printf("SKIP: no Vulkan device: %s\n", err.msg);
-            return 77;
-        }
-        fprintf(stderr, "%s\n", err.msg);
-        return 1;
-    }
+    if ((rc = golden_engine_open(mpath, argv[2], 512, &m, &e)))
+        return rc;
     uint32_t V = em_model_hparams(m)->n_vocab;
     float *lg = malloc((size_t)V * sizeof *lg);
 

@@ -172,7 +172,7 @@ int main(void)
 
     /* the discrete-GPU path: device memory never mapped, a 1 MiB staging buffer */
     em_vk_opts o = EM_VK_OPTS_INIT;
-    o.no_unified = 1;
+    o.as_gpu = 1;
     o.staging_bytes = 1u << 20;
     o.block_bytes = 8u << 20;
     vk = gpu_open("test_vk_mem", &o);
