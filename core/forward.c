@@ -250,8 +250,18 @@ static int get_pipe(em_fwd *f, uint32_t k, uint32_t tn, uint32_t flags, em_vk_pi
         spec[1] = f->hp->has_qk_norm;
         n_spec = 2;
     }
+    /* mm.comp's workgroup is one subgroup of L lanes (its sums cross the
+     * lanes by subgroupShuffleXor), and attn_pre.comp's SHUF variant shuffles
+     * across a subgroup of the device's size: on a device whose subgroup size
+     * varies (Intel, AMD RDNA) that size is required of the pipeline, not
+     * left to the compiler */
+    uint32_t req_sg = 0;
+    if (k >= EM_K_MM_F32 && k <= EM_K_MM_Q6_K)
+        req_sg = f->L;
+    else if (k == EM_K_ATTN_PRE_S || k == EM_K_ATTN_PRE_S_Q8)
+        req_sg = em_vk_info(f->vk)->subgroup_size;
     pipe_entry *p = &f->pipes[f->n_pipes];
-    int rc = em_vk_pipe_create(f->vk, &em_kernels[k], spec, n_spec, 0, &p->pipe, err);
+    int rc = em_vk_pipe_create(f->vk, &em_kernels[k], spec, n_spec, req_sg, &p->pipe, err);
     if (rc)
         return rc;
     p->kernel = k;

@@ -304,8 +304,10 @@ bool em_vk_kernel_supported(const em_vk *vk, const em_vk_kernel *k);
 /* Build a pipeline for k with specialization constants spec[0..n_spec)
  * (constant_id i = spec[i]; 32-bit values: uint, int or float bits; bool as
  * 0/1), n_spec <= k->n_spec. subgroup_size != 0 requires that subgroup size
- * (subgroup size control when available; otherwise only if the device's
- * size is fixed at that value — else EM_EUNSUPPORTED). EM_EUNSUPPORTED too
+ * (subgroup size control when available, with full subgroups when the device
+ * has computeFullSubgroups; otherwise only if the device's size is fixed at
+ * that value — else EM_EUNSUPPORTED); callers pass it for kernels whose
+ * workgroup must be one subgroup of a known size. EM_EUNSUPPORTED too
  * when the device lacks a feature k needs (named in err). All pipelines share
  * one pipeline cache. *out is owned by vk (freed by em_vk_destroy, or
  * earlier by em_vk_pipe_destroy). */

@@ -295,6 +295,10 @@ int em_vk_pipe_create(em_vk *vk, const em_vk_kernel *k, const uint32_t *spec,
         .stage = {
             .sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
             .pNext = use_sg ? &rss : NULL,
+            /* the workgroup is a whole number of required-size subgroups */
+            .flags = use_sg && (vk->info.enabled & EM_VK_F_FULL_SG)
+                         ? VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT
+                         : 0,
             .stage = VK_SHADER_STAGE_COMPUTE_BIT,
             .module = mod,
             .pName = "main",
