@@ -48,5 +48,8 @@ vec4 k4_scale_min(uint j, uint s0, uint s1, uint s2)
 // ("non-finite logit": broken weights). As core/ref.c em_ref_rmsnorm.
 float rms_scale(float ms, float eps)
 {
-    return isinf(ms) ? uintBitsToFloat(0x7FC00000u) : inversesqrt(ms + eps);
+    // by its bits: without the float-controls execution mode an implementation
+    // may assume no infinities and fold isinf() to false
+    return (floatBitsToUint(ms) & 0x7FFFFFFFu) >= 0x7F800000u ? uintBitsToFloat(0x7FC00000u)
+                                                                : inversesqrt(ms + eps);
 }

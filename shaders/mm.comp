@@ -309,7 +309,7 @@ uint unit_x4(uint u, uint i)
 void main()
 {
     const uint L = gl_WorkGroupSize.x;
-    const uint lane = gl_LocalInvocationID.x;
+    const uint lane = gl_SubgroupInvocationID;   // = the local index: one subgroup (required size)
     const uint g = gl_WorkGroupID.x;
     const uint r0 = g * RPW;
     const uint nb = pc.K / (EU * UPB);

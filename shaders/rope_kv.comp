@@ -23,7 +23,7 @@ layout(constant_id = 0) const uint NEOX = 0;
 layout(constant_id = 1) const uint QK_NORM = 0;
 const uint BLK = 16u;
 
-layout(std430, binding = 0) buffer QKV { float qkv[]; };
+layout(std430, binding = 0) coherent buffer QKV { float qkv[]; };   // rewritten, then read by other lanes
 layout(std430, binding = 1) readonly buffer VV { float vecs[]; };
 layout(std430, binding = 2) readonly buffer PV { int step[]; };
 #if defined(KV_Q8)
@@ -86,7 +86,9 @@ void put_q8(uint n, bool is_v, uint qbase, uint sbase)
 float wg_sum(float v)
 {
     v = subgroupAdd(v);
-    if (gl_WorkGroupSize.x <= gl_SubgroupSize)
+    // not gl_SubgroupSize: without a required size a device may report 32
+    // and run the workgroup as several narrower subgroups (Intel)
+    if (gl_NumSubgroups == 1u)
         return v;
     barrier();
     if (gl_SubgroupInvocationID == 0u)
