@@ -1,8 +1,10 @@
 /* golden_engine.h — opening a shared model and an engine for the in-process
- * golden tests (test_teacher, test_decode). Header-only: each test is one
- * file. */
+ * golden tests (test_teacher, test_decode), and reading their id lists.
+ * Header-only: each test is one file. */
 #ifndef EMBER_TESTS_GOLDEN_ENGINE_H
 #define EMBER_TESTS_GOLDEN_ENGINE_H
+
+#include <stdint.h>
 
 #include "core/engine.h"
 #include "core/model.h"
@@ -31,6 +33,26 @@ static inline int golden_engine_open(const char *path, const char *backend_name,
         return 1;
     }
     return 0;
+}
+
+/* Up to max whitespace-separated ids from text, after the first tag in it
+ * (from the start where tag is NULL). Returns how many, -1 without the tag. */
+static inline int golden_read_ids(const char *text, const char *tag, int32_t *ids, int max)
+{
+    const char *p = tag ? strstr(text, tag) : text;
+    if (!p)
+        return -1;
+    p += tag ? strlen(tag) : 0;
+    int n = 0;
+    char *end;
+    while (n < max) {
+        long v = strtol(p, &end, 10);
+        if (end == p)
+            break;
+        ids[n++] = (int32_t)v;
+        p = end;
+    }
+    return n;
 }
 
 /* The common start of main: argc must be want (else usage, 2); without the

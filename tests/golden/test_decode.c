@@ -42,13 +42,7 @@ int main(int argc, char **argv)
         return 1;
     }
     int32_t *ids = malloc((size_t)n * sizeof *ids);
-    int nt = 0;
-    for (char *p = text, *end; nt < n; p = end) {
-        long v = strtol(p, &end, 10);
-        if (end == p)
-            break;
-        ids[nt++] = (int32_t)v;
-    }
+    int nt = golden_read_ids(text, NULL, ids, n);
     CHECKF(nt == n, "%d ids in the token file, expected %d", nt, n);
 
     em_model *m;
@@ -57,12 +51,12 @@ int main(int argc, char **argv)
     if ((rc = golden_engine_open(mpath, argv[3], (uint32_t)n, &m, &e)))
         return rc;
     uint32_t V = em_model_hparams(m)->n_vocab;
-    CHECKF(gold_bytes == (size_t)n * V * sizeof(float), "golden file of %zu bytes for %d x %u logits",
-           gold_bytes, n, V);
+    int sized = gold_bytes == (size_t)n * V * sizeof(float);
+    CHECKF(sized, "golden file of %zu bytes for %d x %u logits", gold_bytes, n, V);
     float *lg = malloc((size_t)V * sizeof *lg);
     double num = 0, den = 0;
     int top_agree = 0, ties = 0;
-    for (int i = 0; i < nt && gold_bytes == (size_t)n * V * sizeof(float); i++) {
+    for (int i = 0; i < nt && sized; i++) {
         if (em_engine_eval(e, &ids[i], 1, (uint32_t)i, lg, 0, &err)) {
             CHECKF(0, "step %d: %s", i, err.msg);
             break;

@@ -20,24 +20,6 @@
 #include "core/sample.h"
 #include "tests/golden/golden_engine.h"
 
-static int read_ids(const char *line, const char *tag, int32_t *ids, int max)
-{
-    const char *p = strstr(line, tag);
-    if (!p)
-        return -1;
-    p += strlen(tag);
-    int n = 0;
-    char *end;
-    while (n < max) {
-        long v = strtol(p, &end, 10);
-        if (end == p)
-            break;
-        ids[n++] = (int32_t)v;
-        p = end;
-    }
-    return n;
-}
-
 int main(int argc, char **argv)
 {
     int rc = golden_start(argc, 6, "test_teacher MODEL BACKEND MIN_TOP_SHARE MARGIN MIN_PREFIX");
@@ -59,7 +41,7 @@ int main(int argc, char **argv)
     double min_share = atof(argv[3]), margin = atof(argv[4]);
     int min_prefix = atoi(argv[5]);
     int32_t prompt[64], gen[256];
-    int np = read_ids(gold, "tokens:", prompt, 64), ng = read_ids(gold, "greedy:", gen, 256);
+    int np = golden_read_ids(gold, "tokens:", prompt, 64), ng = golden_read_ids(gold, "greedy:", gen, 256);
     CHECK(np > 0 && ng > 0);
 
     em_model *m;
