@@ -649,9 +649,7 @@ static void choose_variant(em_fwd *f)
      * would idle and only grow its shared memory, 64 lanes x 256 values past
      * AMD's 64 KiB), 8 where the device's shared memory cannot hold 16 lanes'
      * partial outputs (Vulkan guarantees only 16 KiB) */
-    f->dec_lanes = di->cpu_kernels ? 8 : 16;
-    if (!di->cpu_kernels && 16u * (f->hp->head_dim_v + 1u) * 4u > di->max_shared)
-        f->dec_lanes = 8;
+    f->dec_lanes = di->cpu_kernels || 16u * (f->hp->head_dim_v + 1u) * 4u > di->max_shared ? 8 : 16;
     f->dec_grouped = em_fwd_dec_grouped(di, f->hp, f->dec_lanes);
     if (f->dec_grouped)
         f->k_dec = f->k_dec == EM_K_ATTN_DEC_Q8 ? EM_K_ATTN_DEC_G_Q8 : EM_K_ATTN_DEC_G;

@@ -67,7 +67,8 @@ static void progress(void *ctx, uint64_t done, uint64_t total, const char *tenso
     for (int i = 0; i < 30; i++)
         fill[i] = i < k ? '#' : '.';
     fill[30] = 0;
-    char name[64];   /* a tensor name from the file: no control bytes on the terminal */
+    char name[41];   /* a tensor name from the file: no control bytes on the terminal, and
+                      * cut by em_err_escape (never inside an escape) to the 40 columns shown */
     snprintf(name, sizeof name, "%s", tensor);
     em_err_escape(name, sizeof name);
     fprintf(stderr, "\r[%s] %3d%% %-40.40s", fill, pct, name);
