@@ -88,7 +88,7 @@ struct em_fwd {
     const em_hparams *hp;
     em_fwd_opts       o;
     uint32_t L, RPW;               /* matrix kernel: lanes, rows per workgroup */
-    char     variant[96];
+    char     variant[128];
 
     /* strides (floats) of the activation rows, multiples of 32 */
     uint32_t E_st, qkv_st, att_st, F_st, gu_st;
@@ -661,8 +661,12 @@ static void choose_variant(em_fwd *f)
         f->k_pre = k_pre_s;
         f->pre_heads = em_fwd_pre_heads(f->hp);
     }
-    snprintf(f->variant, sizeof f->variant, "mm %u lanes x %u rows per workgroup%s", f->L, f->RPW,
-             di->type == VK_PHYSICAL_DEVICE_TYPE_CPU && !di->cpu_kernels ? ", GPU kernels" : "");
+    char note[64] = "";
+    if (di->subgroup_reported && di->subgroup_reported != di->subgroup_size)
+        snprintf(note, sizeof note, " (the device reports %u-lane subgroups, runs %u)",
+                 di->subgroup_reported, di->subgroup_size);
+    snprintf(f->variant, sizeof f->variant, "mm %u lanes x %u rows per workgroup%s%s", f->L, f->RPW,
+             di->type == VK_PHYSICAL_DEVICE_TYPE_CPU && !di->cpu_kernels ? ", GPU kernels" : "", note);
 }
 
 int em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **out, em_err *err)

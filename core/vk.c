@@ -1101,7 +1101,7 @@ int em_vk_create(const em_vk_opts *opts, em_vk **out, em_err *err)
     if (vk->opts.as_gpu)
         vk->info.cpu_kernels = false;
     rc = em_vk_pipe_init(vk, err);
-    if (rc)
+    if (rc || (rc = em_vk_probe_subgroup(vk, err)))
         goto done;
     *out = vk;
 done:

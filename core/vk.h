@@ -109,7 +109,11 @@ typedef struct em_vk_dev_info {
                                      * tuned for CPU devices (type cpu; false under
                                      * opts.as_gpu) */
 
-    uint32_t    subgroup_size;      /* default */
+    uint32_t    subgroup_size;      /* default; on an em_vk, the size a workgroup of it
+                                     * really runs as (em_vk_create checks it) */
+    uint32_t    subgroup_reported;  /* on an em_vk: the driver's subgroupSize, which
+                                     * differs from subgroup_size only when the check
+                                     * found the driver splitting such a workgroup */
     uint32_t    subgroup_min, subgroup_max; /* range with size control (= default without) */
     uint32_t    features;           /* EM_VK_F_* the device supports */
     uint32_t    enabled;            /* EM_VK_F_* enabled on the em_vk (0 when enumerated) */

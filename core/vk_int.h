@@ -158,6 +158,12 @@ void em_vk_pipe_destroy_all(em_vk *vk);
 /* vk_pipe.c: create the pipeline cache (loaded from opts.cache_path). */
 int  em_vk_pipe_init(em_vk *vk, em_err *err);
 
+/* vk_probe.c: run one workgroup of the reported subgroup size and, when the
+ * driver splits it into smaller subgroups, make info.subgroup_size the size
+ * it runs (info.subgroup_reported keeps the driver's); EM_EUNSUPPORTED when
+ * no power-of-two size holds up. Called once by em_vk_create. */
+int  em_vk_probe_subgroup(em_vk *vk, em_err *err);
+
 /* Monotonic clock in seconds. */
 double em_vk_now(void);
 

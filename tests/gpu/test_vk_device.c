@@ -67,6 +67,22 @@ int main(void)
     em_vk_feature_list(in->enabled, list, sizeof list);
     printf("enabled: %s\n", list);
 
+    /* the subgroup check at creation: the driver's size is kept in
+     * subgroup_reported; the size used is a power of two no larger. With
+     * EMBER_TEST_SUBGROUP_RUNS=N (meson: llvmpipe at LP_NATIVE_VECTOR_WIDTH
+     * 1024, which reports 32 and runs 16) a CPU device must have been found
+     * running N; otherwise nothing may have changed. */
+    const char *runs = getenv("EMBER_TEST_SUBGROUP_RUNS");
+    printf("subgroup: reported %u, runs %u\n", in->subgroup_reported, in->subgroup_size);
+    CHECK(in->subgroup_reported == devs[pick].subgroup_size);
+    CHECK(pow2(in->subgroup_size) && in->subgroup_size <= in->subgroup_reported);
+    CHECK(in->subgroup_min <= in->subgroup_size && in->subgroup_size <= in->subgroup_max);
+    if (runs && in->type == VK_PHYSICAL_DEVICE_TYPE_CPU)
+        CHECKF(in->subgroup_size == (uint32_t)atoi(runs) && in->subgroup_reported > in->subgroup_size,
+               "runs %u, want %s", in->subgroup_size, runs);
+    else if (!runs)
+        CHECK(in->subgroup_size == in->subgroup_reported);
+
     /* pipelines: every embedded kernel the device supports builds */
     for (int k = 0; k < EM_K_COUNT; k++) {
         em_vk_pipe *p = NULL;
