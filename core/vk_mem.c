@@ -50,12 +50,12 @@ static int pick_memtype(const em_vk *vk, em_vk_mem_kind kind, uint32_t bits)
     case EM_VK_MEM_UPLOAD:
         req = HV | HC;
         pref = 0;
-        avoid = vk->info.unified ? 0 : DL;
+        avoid = vk->map_device ? 0 : DL;   /* system memory unless device memory is mapped */
         break;
     default:
         req = HV | HC;
         pref = CA;
-        avoid = vk->info.unified ? 0 : DL;
+        avoid = vk->map_device ? 0 : DL;   /* system memory unless device memory is mapped */
         break;
     }
     const VkMemoryPropertyFlags odd = VK_MEMORY_PROPERTY_PROTECTED_BIT |
