@@ -7,8 +7,6 @@
  * one workgroup of sg_probe.comp and, where the size it finds differs, makes
  * the device's subgroup size the one found (em_vk_dev_info.subgroup_reported
  * keeps the driver's). */
-#include <stdio.h>
-
 #include "core/vk_int.h"
 #include "shaders/em_kernels.h"
 
