@@ -82,9 +82,12 @@ def main():
     for typ in ('Q4_0', 'Q8_0', 'Q4_K_M'):
         f = os.path.join(models, 'bench155M-%s.gguf' % typ)
         if not os.path.exists(f):
-            subprocess.run([os.path.join(pack, 'bin', 'genmodel'), f, typ, '--dim', '1024', '--layers', '8',
-                            '--heads', '16', '--kv-heads', '4', '--ffn', '2816', '--vocab', '32000'],
-                           env=env, check=True, capture_output=True)
+            g = subprocess.run([os.path.join(pack, 'bin', 'genmodel'), f, typ, '--dim', '1024', '--layers', '8',
+                                '--heads', '16', '--kv-heads', '4', '--ffn', '2816', '--vocab', '32000'],
+                               env=env, capture_output=True, text=True)
+            if g.returncode:
+                print('genmodel %s failed: %s' % (typ, g.stderr.strip()[:200]))
+                continue
         rows.append(f)
     for m in ('stories260K.gguf', 'TinyStories-656K-F32.gguf', 'TinyStories-656K-Q8_0.gguf'):
         rows.append(os.path.join(pack, 'shared', 'models', m))
