@@ -52,17 +52,15 @@ int em_vk_probe_subgroup(em_vk *vk, em_err *err)
     if (rc || whole)
         return rc;
     /* the size found must itself hold up as a whole subgroup (the pipeline
-     * check accepts it once the device says it) */
-    uint32_t real = found, was[2] = { in->subgroup_min, in->subgroup_max };
+     * check accepts it once the device says it; on failure em_vk_create
+     * destroys the device, so the info need not be put back) */
+    uint32_t real = found;
     if (real >= 4 && real < size && (real & (real - 1)) == 0) {
         in->subgroup_size = real;
         if (real < in->subgroup_min || real > in->subgroup_max)
             in->subgroup_min = in->subgroup_max = real;
         if ((rc = probe_once(vk, real, &found, &whole, err)) || whole)
             return rc;
-        in->subgroup_size = size;
-        in->subgroup_min = was[0];
-        in->subgroup_max = was[1];
     }
     return em_err_set(err, EM_EUNSUPPORTED, "vulkan: device %d (%s) reports subgroups of %u "
                       "lanes, but a workgroup of %u runs as subgroups of %u: ember's kernels "
