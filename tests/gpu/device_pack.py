@@ -58,10 +58,10 @@ def main():
         if build in s:
             p = s[s.index(build):]
             real = os.path.realpath(p)
-            if real.startswith(build + '/') and not real.startswith(os.path.join(build, '..')):
-                if os.path.isfile(real) and os.access(real, os.X_OK) and not real.endswith('.py'):
-                    bins.add(real)
-                    return s[:s.index(build)] + '@DEST@/bin/' + os.path.basename(real)
+            if real.startswith(build + '/') and os.path.isfile(real) and os.access(real, os.X_OK) \
+                    and not real.endswith('.py'):
+                bins.add(real)
+                return s[:s.index(build)] + '@DEST@/bin/' + os.path.basename(real)
             s = s.replace(p, real)
         return s.replace(root + '/', '@ROOT@/')
 
