@@ -122,6 +122,7 @@ const char *em_err_str(int code)
     case EM_EBUSY:        return "busy";
     case EM_ESTATE:       return "invalid state";
     case EM_ECANCELED:    return "cancelled";
+    case EM_ENODEV:       return "no Vulkan device";
     default:              return "unknown error";
     }
 }

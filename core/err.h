@@ -22,6 +22,8 @@ enum {
     EM_EBUSY        = -9,  /* resource busy / queue full                      */
     EM_ESTATE       = -10, /* call not valid in the current state             */
     EM_ECANCELED    = -11, /* operation cancelled                             */
+    EM_ENODEV       = -12, /* no Vulkan device here at all: no loader, no     */
+                           /* driver, none listed, or none usable by ember    */
 };
 
 typedef struct em_err {

@@ -710,8 +710,8 @@ static int instance_create(em_vk *vk, VkInstance *out, uint32_t *api, em_err *er
 
     *out = VK_NULL_HANDLE;
     if (vkEnumerateInstanceVersion(&loader) != VK_SUCCESS || loader < VK_API_VERSION_1_1) {
-        rc = em_err_set(err, EM_EDEVICE, "vulkan: the Vulkan loader is version %u.%u; "
-                        "ember needs 1.1 or later", VK_API_VERSION_MAJOR(loader),
+        rc = em_err_set(err, EM_ENODEV, "vulkan: no Vulkan device: the Vulkan loader is "
+                        "version %u.%u; ember needs 1.1 or later", VK_API_VERSION_MAJOR(loader),
                         VK_API_VERSION_MINOR(loader));
         goto done;
     }
@@ -761,6 +761,12 @@ static int instance_create(em_vk *vk, VkInstance *out, uint32_t *api, em_err *er
     VkResult r = vkCreateInstance(&ci, NULL, out);
     if (r != VK_SUCCESS) {
         *out = VK_NULL_HANDLE;
+        if (r == VK_ERROR_INCOMPATIBLE_DRIVER) {
+            rc = em_err_set(err, EM_ENODEV, "vulkan: no Vulkan device: no usable Vulkan driver "
+                            "(install the GPU's Vulkan driver, or mesa-vulkan-drivers for "
+                            "llvmpipe)");
+            goto done;
+        }
         rc = em_vk_fail(NULL, err, r, "cannot create an instance");
         if (rc == EM_EUNSUPPORTED)
             rc = EM_EDEVICE;
@@ -802,7 +808,7 @@ static int devices_query(VkInstance inst, uint32_t api, em_vk_dev_info **devs,
         goto done;
     }
     if (count == 0) {
-        rc = em_err_set(err, EM_EDEVICE, "vulkan: no Vulkan device found (no driver for this "
+        rc = em_err_set(err, EM_ENODEV, "vulkan: no Vulkan device found (no driver for this "
                         "GPU? Debian: mesa-vulkan-drivers provides llvmpipe)");
         goto done;
     }
@@ -882,7 +888,13 @@ static int choose_device(const em_vk_dev_info *devs, int n, int index, uint32_t 
                 break;
             len += (size_t)w;
         }
-        em_err_set(err, EM_EUNSUPPORTED, "vulkan: no usable device (%s)", why);
+        /* no device ember can use at all: as good as none; usable devices
+         * that lack what the caller requires: not supported */
+        int any = 0;
+        for (int i = 0; i < n; i++)
+            any |= !devs[i].unusable[0];
+        em_err_set(err, any ? EM_EUNSUPPORTED : EM_ENODEV, "vulkan: no usable Vulkan device (%s)",
+                   why);
     }
     return best;
 }

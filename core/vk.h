@@ -139,7 +139,7 @@ typedef struct em_vk_dev_info {
 
 /* List the physical devices. *devs is malloc'd (caller frees with free());
  * *pick is the index em_vk_create(NULL) would choose (EMBER_DEVICE honoured),
- * or -1 when no device is usable. EM_EDEVICE when there is no Vulkan
+ * or -1 when no device is usable. EM_ENODEV when there is no Vulkan
  * instance or no device at all; EM_EINVAL for a bad EMBER_DEVICE. */
 int em_vk_enumerate(em_vk_dev_info **devs, int *n, int *pick, em_err *err);
 
@@ -176,7 +176,9 @@ typedef struct em_vk_opts {
 #define EM_VK_OPTS_INIT { .device = -1, .cpu_threads = -1 }
 
 /* Create the instance, pick and open the device, one compute queue. opts may
- * be NULL (defaults). Fails with EM_EDEVICE (no Vulkan/device),
+ * be NULL (defaults). Fails with EM_ENODEV (no Vulkan loader or driver, no
+ * device, or none that ember can use: the one failure tests report as SKIP),
+ * EM_EDEVICE (the device failed or was lost),
  * EM_EUNSUPPORTED (device lacks a required feature, named in err; or
  * validation asked for but the layer is not installed), EM_EINVAL (bad
  * index/env). *out is owned by the caller: em_vk_destroy(). */
@@ -189,6 +191,11 @@ void em_vk_destroy(em_vk *vk);
 
 /* The chosen device's info, with `enabled` filled. Valid for vk's lifetime. */
 const em_vk_dev_info *em_vk_info(const em_vk *vk);
+
+/* Bytes of the pipeline cache file (opts.cache_path) that em_vk_create read
+ * and the driver accepted; 0 when there was none, or it was refused (another
+ * device or driver, a corrupt file). */
+size_t em_vk_pipe_cache_loaded(const em_vk *vk);
 
 /* Validation: whether the Khronos layer is installed, whether it is on for vk,
  * and how many error / warning messages it has reported so far (each distinct

@@ -124,6 +124,7 @@ struct em_vk {
     /* pipelines and descriptors */
     VkPipelineCache    cache;
     uint8_t            cache_uuid[VK_UUID_SIZE];
+    size_t             cache_loaded;   /* bytes of cache_path accepted at create */
     em_vk_layout      *layouts;        /* list */
     VkDescriptorPool  *pools;
     uint32_t           n_pools, cap_pools;

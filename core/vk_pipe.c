@@ -91,6 +91,7 @@ int em_vk_pipe_init(em_vk *vk, em_err *err)
         .pInitialData = data,
     };
     VkResult r = vkCreatePipelineCache(vk->dev, &ci, NULL, &vk->cache);
+    vk->cache_loaded = r == VK_SUCCESS ? len : 0;
     if (r != VK_SUCCESS && data) {   /* a stale file is not an error */
         ci.initialDataSize = 0;
         ci.pInitialData = NULL;
@@ -102,6 +103,11 @@ int em_vk_pipe_init(em_vk *vk, em_err *err)
     }
     free(data);
     return rc;
+}
+
+size_t em_vk_pipe_cache_loaded(const em_vk *vk)
+{
+    return vk->cache_loaded;
 }
 
 /* ---- layouts ---------------------------------------------------------- */

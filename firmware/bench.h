@@ -15,8 +15,8 @@ typedef struct {
     uint32_t requests_per_user;
     uint32_t n_vocab;
     uint32_t prefix_tokens;       /* prompt length of the prefix-cache measurement; 0: skip */
-    double   gpu_cost_per_hour;
-    double   slo_tpot_ms;         /* 0: no SLO */
+    double   gpu_cost_per_hour;   /* negative: not given (no cost printed) */
+    double   slo_tpot_ms;         /* negative: no SLO */
 } em_bench_load_opts;
 
 /* Run the levels on s (borrowed) and print a table (or JSON). Returns 0 or

@@ -126,8 +126,8 @@ typedef struct {
     double   tokens_per_s;       /* all output tokens, both classes */
     double   ttft_p50, ttft_p99, tpot_p50, tpot_p99;   /* interactive requests */
     uint32_t requests;
-    double   cost_per_m;         /* per 1M output tokens */
-    double   kv_waste;           /* mean over the level */
+    double   cost_per_m;         /* per 1M output tokens; negative: no price given */
+    double   kv_waste;           /* allocated KV positions holding no token, step-weighted */
 } level;
 
 /* One level: `users` interactive users doing `reqs` requests each, with
@@ -164,8 +164,7 @@ static int run_level(em_sched *s, const em_bench_load_opts *o, uint32_t users, u
     }
     em_sched_stats st0, st1;
     em_sched_get_stats(s, &st0);
-    double t0 = em_cli_now(), waste_sum = 0;
-    uint32_t waste_n = 0;
+    double t0 = em_cli_now();
     for (uint32_t i = users; i < n; i++)   /* background users first: saturate */
         start_user(&th[i], &us[i]);
     if (background) {
@@ -174,22 +173,9 @@ static int run_level(em_sched *s, const em_bench_load_opts *o, uint32_t users, u
     }
     for (uint32_t i = 0; i < users; i++)
         start_user(&th[i], &us[i]);
-    for (uint32_t i = 0; i < users; i++) {
-        /* sample the KV waste while the level runs */
-        for (;;) {
-            struct timespec ts = { 0, 100000000L };
-            void *ret;
-            if (!us[i].started || pthread_tryjoin_np(th[i], &ret) == 0)
-                break;
-            em_sched_stats st;
-            em_sched_get_stats(s, &st);
-            if (st.kv.tokens_alloc) {
-                waste_sum += 1.0 - (double)st.kv.tokens_live / (double)st.kv.tokens_alloc;
-                waste_n++;
-            }
-            nanosleep(&ts, NULL);
-        }
-    }
+    for (uint32_t i = 0; i < users; i++)
+        if (us[i].started)
+            pthread_join(th[i], NULL);
     stop = 1;
     for (uint32_t i = users; i < n; i++)
         if (us[i].started)
@@ -224,8 +210,10 @@ static int run_level(em_sched *s, const em_bench_load_opts *o, uint32_t users, u
      * the requests' own p99 gaps (the tail a user feels) */
     out->tpot_p50 = pct(tmean, nt, 0.5);
     out->tpot_p99 = pct(tpot, nt, 0.99);
-    out->cost_per_m = out->tokens_per_s > 0 ? o->gpu_cost_per_hour / (out->tokens_per_s * 3600) * 1e6 : 0;
-    out->kv_waste = waste_n ? waste_sum / waste_n : 0;
+    out->cost_per_m = o->gpu_cost_per_hour < 0 ? -1
+                      : out->tokens_per_s > 0 ? o->gpu_cost_per_hour / (out->tokens_per_s * 3600) * 1e6 : 0;
+    uint64_t alloc = st1.kv_alloc_sum - st0.kv_alloc_sum, live = st1.kv_live_sum - st0.kv_live_sum;
+    out->kv_waste = alloc ? 1.0 - (double)live / (double)alloc : 0;
     free(ttft);
     free(tpot);
     free(tmean);
@@ -306,7 +294,7 @@ int em_bench_load(em_sched *s, const em_bench_load_opts *o, int json)
     }
     uint32_t best = 0;
     for (uint32_t i = 0; i < nl; i++)
-        if (o->slo_tpot_ms > 0 && lv[i].tpot_p99 <= o->slo_tpot_ms && lv[i].users > best)
+        if (o->slo_tpot_ms >= 0 && lv[i].tpot_p99 <= o->slo_tpot_ms && lv[i].users > best)
             best = lv[i].users;
     double ratio16 = 0;
     for (uint32_t i = 0; i < nl; i++)
@@ -316,18 +304,21 @@ int em_bench_load(em_sched *s, const em_bench_load_opts *o, int json)
     if (json) {
         json_t *arr = json_array();
         for (uint32_t i = 0; i < nl; i++) {
-            json_t *e = json_pack("{s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f}",
+            json_t *e = json_pack("{s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:o, s:f}",
                                   "users", (int)lv[i].users, "background", (int)lv[i].background,
                                   "requests", (int)lv[i].requests, "tokens_per_s", lv[i].tokens_per_s,
                                   "ttft_p50_ms", lv[i].ttft_p50, "ttft_p99_ms", lv[i].ttft_p99,
                                   "tpot_p50_ms", lv[i].tpot_p50, "tpot_p99_ms", lv[i].tpot_p99,
-                                  "cost_per_1m_tokens", lv[i].cost_per_m, "kv_waste", lv[i].kv_waste);
+                                  "cost_per_1m_tokens",
+                                  lv[i].cost_per_m < 0 ? json_null() : json_real(lv[i].cost_per_m),
+                                  "kv_waste", lv[i].kv_waste);
             if (o->background)
                 json_object_set_new(e, "unloaded_ttft_p99_ms", json_real(unloaded_p99[i]));
             json_array_append_new(arr, e);
         }
-        json_t *root = json_pack("{s:o, s:f, s:i}", "levels", arr, "throughput_ratio_16_vs_1", ratio16,
-                                 "max_users_within_slo", (int)best);
+        json_t *root = json_pack("{s:o, s:f, s:o}", "levels", arr, "throughput_ratio_16_vs_1", ratio16,
+                                 "max_users_within_slo",
+                                 o->slo_tpot_ms < 0 ? json_null() : json_integer(best));
         if (o->prefix_tokens) {
             json_object_set_new(root, "prefix_tokens", json_integer(o->prefix_tokens));
             json_object_set_new(root, "ttft_cold_ms", json_real(cold));
@@ -343,17 +334,22 @@ int em_bench_load(em_sched *s, const em_bench_load_opts *o, int json)
     printf("users  bg   requests  tok/s    TTFT p50/p99 ms      TPOT p50/p99 ms    $/1M tok  KV waste%s\n",
            o->background ? "  unloaded TTFT p99" : "");
     for (uint32_t i = 0; i < nl; i++) {
-        printf("%5u %3u %10u %7.1f %9.0f /%8.0f %9.1f /%7.1f %9.3f %8.1f%%", lv[i].users,
+        char cost[32];
+        if (lv[i].cost_per_m < 0)
+            snprintf(cost, sizeof cost, "not given");
+        else
+            snprintf(cost, sizeof cost, "%9.3f", lv[i].cost_per_m);
+        printf("%5u %3u %10u %7.1f %9.0f /%8.0f %9.1f /%7.1f %9s %8.1f%%", lv[i].users,
                lv[i].background, lv[i].requests, lv[i].tokens_per_s, lv[i].ttft_p50, lv[i].ttft_p99,
-               lv[i].tpot_p50, lv[i].tpot_p99, lv[i].cost_per_m, 100 * lv[i].kv_waste);
+               lv[i].tpot_p50, lv[i].tpot_p99, cost, 100 * lv[i].kv_waste);
         if (o->background)
             printf("  %8.0f (x%.2f)", unloaded_p99[i], unloaded_p99[i] > 0 ? lv[i].ttft_p99 / unloaded_p99[i] : 0);
         printf("\n");
     }
     if (ratio16 > 0)
         printf("throughput at 16 users / at 1 user: %.2f\n", ratio16);
-    if (o->slo_tpot_ms > 0)
-        printf("most users within p99 TPOT <= %.0f ms: %u\n", o->slo_tpot_ms, best);
+    if (o->slo_tpot_ms >= 0)
+        printf("most users within p99 TPOT <= %g ms: %u\n", o->slo_tpot_ms, best);
     if (o->prefix_tokens)
         printf("prefix cache: %u-token prompt TTFT %.0f ms cold, %.0f ms with its prefix cached (%.1f%%)\n",
                o->prefix_tokens, cold, warm, cold > 0 ? 100 * warm / cold : 0);

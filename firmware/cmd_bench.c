@@ -221,8 +221,7 @@ int em_cmd_bench(int argc, char **argv)
     background = background < 0 ? 0 : background;
     reqs = reqs ? reqs : 2;
     prefix = prefix < 0 ? 1024 : prefix;
-    cost = cost < 0 ? 0 : cost;
-    slo = slo < 0 ? 0 : slo;
+    /* cost and slo stay negative when not given: no cost, no SLO */
     uint32_t kv_type;
     {
         em_err kerr = { 0 };

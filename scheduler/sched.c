@@ -340,6 +340,8 @@ static void step_once(em_sched *s)
     em_kv_get_stats(s->kv, &ks);
     pthread_mutex_lock(&s->mu);
     s->st.kv = ks;
+    s->st.kv_live_sum += ks.tokens_live;
+    s->st.kv_alloc_sum += ks.tokens_alloc;
     pthread_mutex_unlock(&s->mu);
 }
 

@@ -187,6 +187,10 @@ typedef struct {
     uint64_t tokens_prefilled;
     uint64_t preemptions;
     uint64_t rejected_busy;
+    /* the KV pool's tokens_live and tokens_alloc added up after every step:
+     * 1 - (difference of live) / (difference of alloc) between two reads is
+     * the share of allocated KV positions that held no token, step-weighted */
+    uint64_t kv_live_sum, kv_alloc_sum;
     double   tokens_per_s;     /* generated, over the last few seconds */
     double   busy_ratio;       /* share of wall time spent in steps (last few seconds) */
 } em_sched_stats;

@@ -12,8 +12,9 @@
 
 /* Open the model at path (absolute) and an engine on backend_name with a
  * context of n_ctx. Returns 0 with *m and *e set (the caller closes both:
- * em_engine_destroy, em_model_close), 77 when the Vulkan backend has no
- * device (printed as SKIP), 1 on any other failure (printed). */
+ * em_engine_destroy, em_model_close), 77 when the machine has no Vulkan
+ * device (EM_ENODEV, printed as SKIP), 1 on any other failure (printed),
+ * a lost device or validation errors included. */
 static inline int golden_engine_open(const char *path, const char *backend_name, uint32_t n_ctx,
                                      em_model **m, em_engine **e)
 {
@@ -25,7 +26,7 @@ static inline int golden_engine_open(const char *path, const char *backend_name,
         em_engine_create(*m, backend, n_ctx, NULL, e, &err)) {
         em_model_close(*m);
         *m = NULL;
-        if (err.code == EM_EDEVICE) {
+        if (err.code == EM_ENODEV) {
             printf("SKIP: no Vulkan device: %s\n", err.msg);
             return 77;
         }

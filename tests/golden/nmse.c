@@ -1,7 +1,6 @@
 /* nmse.c — compare two raw float32 files: prints the normalised mean squared
  * error sum((a-b)^2)/sum(b^2) (b is the reference) and, given a limit, exits 0
- * when NMSE < limit, 1 otherwise, 2 on bad input. With --argmax N also checks
- * that row-wise argmax agrees (rows of N floats) and prints the agreement. */
+ * when NMSE < limit, 1 otherwise, 2 on bad input. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

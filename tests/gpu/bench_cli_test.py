@@ -9,8 +9,13 @@
 # Exit 77 (SKIP) without a Vulkan device or without ../shared.
 import json
 import os
+import re
 import subprocess
 import sys
+
+# the one failure that is a SKIP: no Vulkan device on this machine at all
+# (EM_ENODEV); a lost device or validation errors fail the test
+NO_DEVICE = re.compile(r'ember: vulkan: no (usable )?Vulkan device')
 
 ember = os.environ['EMBER_BIN']
 model = os.path.join(os.environ.get('EMBER_SHARED', '../shared'), sys.argv[1])
@@ -22,7 +27,7 @@ if not os.path.exists(model):
 def bench(*args, expect=0):
     r = subprocess.run([ember, 'bench', '--model', model] + list(args), stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True, timeout=600)
-    if r.returncode != 0 and r.stderr.startswith('ember: vulkan:'):
+    if r.returncode != 0 and NO_DEVICE.match(r.stderr):
         print('SKIP: ' + r.stderr.strip())
         sys.exit(77)
     assert r.returncode == expect, 'bench %s: exit %d, expected %d: %s' % (
@@ -66,20 +71,32 @@ for lv in levels:
     assert lv['tokens_per_s'] > 0, lv
     assert 0 < lv['ttft_p50_ms'] <= lv['ttft_p99_ms'], lv
     assert 0 < lv['tpot_p50_ms'], lv
-    assert 0 <= lv['kv_waste'] < 1, lv
+    # prompts of 8-24 ids and 4-12 generated: consecutive decode steps cannot
+    # all end on a 16-position block boundary, so some allocated KV is empty
+    assert 0 < lv['kv_waste'] < 1, lv
 for lv in j['levels']:
     # cost per 1M output tokens at $2/hour
     want = 2.0 / (lv['tokens_per_s'] * 3600) * 1e6
     assert abs(lv['cost_per_1m_tokens'] - want) < 1e-6 * want, lv
+for lv in jb['levels']:
+    # no --gpu-cost-per-hour: no cost, rather than a cost of 0
+    assert lv['cost_per_1m_tokens'] is None, lv
 assert jb['levels'][0]['unloaded_ttft_p99_ms'] > 0, jb
 assert j['max_users_within_slo'] == 2, j
+assert jb['max_users_within_slo'] is None, jb
+# a p99 TPOT SLO that no decode step can meet: no level is within it
+jt = json.loads(bench('--users', '1,2', '--prompt-tokens', '16', '--gen-tokens', '8',
+                      '--requests-per-user', '1', '--prefix-tokens', '0', '--slo-tpot-ms', '0.001',
+                      '--json').stdout)
+assert all(lv['tpot_p99_ms'] > 0.001 for lv in jt['levels']), jt
+assert jt['max_users_within_slo'] == 0, jt
 assert j['prefix_tokens'] == 48 and j['ttft_cold_ms'] > 0 and j['ttft_cached_prefix_ms'] > 0, j
 assert 'ttft_cold_ms' not in jb, jb
 
 # the text form says the same things in words
 out = bench('--users', '1', '--prompt-tokens', '8', '--gen-tokens', '4', '--requests-per-user', '1',
             '--prefix-tokens', '0').stdout
-for word in ('KV cache', 'tok/s', 'TTFT', 'TPOT', 'KV waste'):
+for word in ('KV cache', 'tok/s', 'TTFT', 'TPOT', 'KV waste', 'not given'):
     assert word in out, 'text form lacks %r:\n%s' % (word, out)
 
 # bad input is an input error (exit 2) naming the flag

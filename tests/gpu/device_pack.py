@@ -10,6 +10,9 @@ DEST gets:
   shared/  ../shared without the tokenizer vocabularies and the largest
            models (a carried tree is limited to 64 MiB); tests whose files are
            left out are skipped there
+  layer/   the Khronos validation layer (gzipped, with its manifest and the
+           C++ runtime it needs): the suite runs under it there as it does
+           here; device_run.py unpacks it and points VK_LAYER_PATH at it
   tests.json  the suite's tests with every path under DEST or the repository
            root written @DEST@/... or @ROOT@/..., for tests/gpu/device_run.py
 
@@ -17,6 +20,7 @@ Tests that only make llvmpipe behave like a GPU (EMBER_VK_AS_GPU,
 LP_NATIVE_VECTOR_WIDTH) and the shader validators (spirv-val,
 glslangValidator: not GPU work, and not installed there) are left out.
 """
+import gzip
 import json
 import os
 import shutil
@@ -25,8 +29,14 @@ import sys
 
 # left out of shared/: vocabularies only the unit suite reads, and the
 # qwen F32 models (13 MB; their F16 twins and the llama F32 model stay)
-SKIP_SHARED = ('golden/tokenizer/', 'models/synth/synth-qwen2-256-F32.gguf',
-               'models/synth/synth-qwen3-256-F32.gguf')
+# (and, to make room for the validation layer, the chat templates, which only
+# the unit suite reads, and the qwen Q5_K_M / Q6_K models: the llama ones
+# cover those kernels there)
+SKIP_SHARED = ('golden/tokenizer/', 'golden/templates/', 'models/synth/synth-qwen2-256-F32.gguf',
+               'models/synth/synth-qwen3-256-F32.gguf', 'models/synth/synth-qwen2-256-Q5_K_M.gguf',
+               'models/synth/synth-qwen3-256-Q5_K_M.gguf', 'models/synth/synth-qwen2-256-Q6_K.gguf',
+               'models/synth/synth-qwen3-256-Q6_K.gguf')
+LAYER_JSON = '/usr/share/vulkan/explicit_layer.d/VkLayer_khronos_validation.json'
 # quantize-vulkan quantizes the qwen F32 models left out above (and is the
 # model tools' test more than the GPU's)
 SKIP_TESTS = ('quantize-vulkan',)
@@ -42,7 +52,7 @@ def main():
     shared = os.path.realpath(os.environ.get('EMBER_SHARED', os.path.join(root, '..', 'shared')))
     if os.path.exists(dest):
         shutil.rmtree(dest)
-    for d in ('bin', 'lib', 'shared'):
+    for d in ('bin', 'lib', 'shared', 'layer'):
         os.makedirs(os.path.join(dest, d))
 
     out = subprocess.run(['meson', 'introspect', build, '--tests'], check=True,
@@ -82,13 +92,33 @@ def main():
         if os.path.basename(cmd[0]).startswith('python3'):
             cmd = ['python3'] + cmd[1:]
         tests.append({'name': t['name'], 'cmd': [rel(a) for a in cmd],
-                      'env': {k: rel(v) for k, v in env.items() if k != 'EMBER_VK_VALIDATE'},
+                      'env': {k: rel(v) for k, v in env.items()},
                       'timeout': t['timeout']})
 
-    for b in sorted(bins):
-        d = os.path.join(dest, 'bin', os.path.basename(b))
-        shutil.copy2(b, d)
-        subprocess.run(['strip', d], check=True)
+    # the validation layer: its manifest names the library by a path relative
+    # to itself ("./"; a bare file name would go to dlopen's search path)
+    if not os.path.isfile(LAYER_JSON):
+        sys.exit('device_pack: %s is missing (Debian: vulkan-validationlayers)' % LAYER_JSON)
+    with open(LAYER_JSON) as f:
+        manifest = json.load(f)
+    lib_name = manifest['layer']['library_path']
+    layer_lib = lib_name if os.path.isabs(lib_name) else next(
+        (os.path.join(d, lib_name) for d in ('/usr/lib/x86_64-linux-gnu', '/usr/lib')
+         if os.path.isfile(os.path.join(d, lib_name))), None)
+    if not layer_lib:
+        sys.exit('device_pack: the validation layer library %s is not found' % lib_name)
+    manifest['layer']['library_path'] = './' + os.path.basename(layer_lib)
+    with open(os.path.join(dest, 'layer', os.path.basename(LAYER_JSON)), 'w') as f:
+        json.dump(manifest, f, indent=1)
+    with open(layer_lib, 'rb') as src, gzip.open(os.path.join(dest, 'layer', os.path.basename(layer_lib) + '.gz'),
+                                                 'wb', compresslevel=9) as dst:
+        shutil.copyfileobj(src, dst)
+
+    for b in sorted(bins) + [layer_lib]:
+        if b != layer_lib:
+            d = os.path.join(dest, 'bin', os.path.basename(b))
+            shutil.copy2(b, d)
+            subprocess.run(['strip', d], check=True)
         for line in subprocess.run(['ldd', b], check=True, capture_output=True, text=True).stdout.splitlines():
             parts = line.split()
             if '=>' not in parts or any(g in parts[0] for g in GLIBC):

@@ -10,8 +10,10 @@ tests/bench/run.sh) and OUT/bench.json; prints the summary. Stops starting
 tests once the budget (default 420 s) is spent, leaving the rest as NOT RUN,
 so that the whole call ends inside the device tool's limit.
 """
+import gzip
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -36,6 +38,14 @@ def main():
     if not env.get('VK_DRIVER_FILES') and not env.get('VK_ICD_FILENAMES') and os.path.isfile(NVIDIA_ICD):
         env['VK_DRIVER_FILES'] = NVIDIA_ICD
     ember = os.path.join(pack, 'bin', 'ember')
+    # the validation layer device_pack.py carried: the tests set
+    # EMBER_VK_VALIDATE=1, as in the suite here
+    layer = os.path.join(pack, 'layer')
+    for f in os.listdir(layer) if os.path.isdir(layer) else ():
+        if f.endswith('.so.gz') and not os.path.exists(os.path.join(layer, f[:-3])):
+            with gzip.open(os.path.join(layer, f), 'rb') as src, open(os.path.join(layer, f[:-3]), 'wb') as dst:
+                shutil.copyfileobj(src, dst)
+    env['VK_LAYER_PATH'] = layer + (':' + env['VK_LAYER_PATH'] if env.get('VK_LAYER_PATH') else '')
 
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     work = os.path.join(pack, 'work')   # the tests' working folder (meson's: the build folder)

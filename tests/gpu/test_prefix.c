@@ -2,7 +2,10 @@
  * sequence that reuses a cached prefix equal those computed without reuse
  * (NMSE < 1e-6), and a forked sequence that appends into a shared block
  * (copy on write on the device) continues exactly like a fresh one; for the
- * f16 and the q8_0 KV cache; no block leaked.
+ * f16 and the q8_0 KV cache; no block leaked. After the reuse and after the
+ * fork, single-token steps run the decode attention over the shared blocks
+ * (in slots other than 0, so a kernel that reads the wrong block table
+ * fails).
  * usage: test_prefix MODEL (relative to the shared folder) */
 #include <stdint.h>
 
@@ -85,12 +88,21 @@ static void run(em_vk *vk, const em_model *m, uint32_t kv_type)
     CHECK(em_kv_seq_match(kv, a, px, 120) == 0);
     feed(a, px, 0, 120, la);
     em_kv_seq_close(kv, a);
-    /* B: py reuses px's first 96 positions (6 whole blocks of the 100 shared) */
+    /* B: py reuses px's first 96 positions (6 whole blocks of the 100 shared);
+     * an empty sequence holds slot 0, so B is in slot 1 */
+    int32_t z;
+    CHECK(em_kv_seq_open(kv, &z, NULL) == 0);
     CHECK(em_kv_seq_open(kv, &b, NULL) == 0);
+    CHECK(b == 1);
     uint32_t reused = em_kv_seq_match(kv, b, py, 120);
     CHECKF(reused == 96, "reused %u positions", reused);
-    feed(b, py, reused, 120, lb);
+    /* the rest as a prompt chunk, then one token per step: decode attention
+     * over reused blocks */
+    feed(b, py, reused, 112, lb);
+    for (uint32_t i = 112; i < 120; i++)
+        feed(b, py, i, i + 1, lb + (size_t)(i - reused) * V);
     em_kv_seq_close(kv, b);
+    em_kv_seq_close(kv, z);
     /* reference: py from scratch in a pool without a cache */
     em_kv_destroy(kv);
     em_kv_opts ko2 = { 64, 4, 256, 0 };
@@ -112,8 +124,11 @@ static void run(em_vk *vk, const em_model *m, uint32_t kv_type)
     CHECK(em_kv_seq_open(kv, &p0, NULL) == 0);
     feed(p0, t0, 0, 40, la);
     CHECK(em_kv_seq_fork(kv, p0, &p1, NULL) == 0);
-    feed(p1, t1, 40, 48, lb);          /* copies block 2 */
-    feed(p0, t0, 40, 48, la);
+    for (uint32_t i = 40; i < 48; i++)   /* one token per step: decode; the first copies block 2 */
+        feed(p1, t1, i, i + 1, lb + (size_t)(i - 40) * V);
+    feed(p0, t0, 40, 44, la);            /* a chunk, then single steps */
+    for (uint32_t i = 44; i < 48; i++)
+        feed(p0, t0, i, i + 1, la + (size_t)(i - 40) * V);
     em_kv_stats st;
     em_kv_get_stats(kv, &st);
     CHECK(st.cow_copies == 1);

@@ -27,7 +27,8 @@ static int cmp_buf(const void *a, const void *b)
     return x->off < y->off ? -1 : x->off > y->off;
 }
 
-static void suballocation(em_vk *vk)
+/* block: the suballocation block size vk was opened with (opts.block_bytes) */
+static void suballocation(em_vk *vk, VkDeviceSize block)
 {
     em_err err = { 0 };
     const em_vk_dev_info *in = em_vk_info(vk);
@@ -85,14 +86,21 @@ static void suballocation(em_vk *vk)
     CHECKF(st.n_blocks == blocks_full, "%u blocks after reuse, %u before", st.n_blocks,
            blocks_full);
 
-    /* one allocation bigger than a binding range: a dedicated block */
+    /* one allocation bigger than a binding range and than a block: a
+     * dedicated block of its own size */
     em_vk_buf big = { 0 };
     VkDeviceSize big_size = in->max_storage_range + 3 * 1024 * 1024 + 5;
     if (big_size < 129ull << 20)
         big_size = (129ull << 20) + 5;
+    CHECK(big_size > block);
+    em_vk_mem_stats before;
+    em_vk_mem_stats_get(vk, EM_VK_MEM_DEVICE, &before);
     CHECK_OK(em_vk_alloc(vk, EM_VK_MEM_DEVICE, big_size, &big, &err), err);
     em_vk_mem_stats_get(vk, EM_VK_MEM_DEVICE, &st);
-    CHECK(st.n_blocks >= blocks_full + (big_size > (256ull << 20) ? 1 : 0));
+    CHECKF(st.n_blocks == before.n_blocks + 1 && st.reserved - before.reserved >= big_size &&
+           st.reserved - before.reserved < big_size + 65536,
+           "%u blocks (%u before), %llu bytes reserved for %llu", st.n_blocks, before.n_blocks,
+           (unsigned long long)(st.reserved - before.reserved), (unsigned long long)big_size);
     unsigned char probe[3] = { 1, 2, 3 }, back[3] = { 0 };
     CHECK(em_vk_upload(vk, &big, big_size - 3, probe, 3, NULL, &err) == 0);
     CHECK(em_vk_download(vk, &big, big_size - 3, back, 3, NULL, &err) == 0);
@@ -163,15 +171,17 @@ static void round_trips(em_vk *vk, const char *label, size_t staging)
 
 int main(void)
 {
-    em_vk *vk = gpu_open("test_vk_mem", NULL);
+    em_vk_opts o = EM_VK_OPTS_INIT;
+    o.block_bytes = 64u << 20;
+    em_vk *vk = gpu_open("test_vk_mem", &o);
     const em_vk_dev_info *in = em_vk_info(vk);
     printf("unified memory: %s\n", in->unified ? "yes" : "no");
-    suballocation(vk);
+    suballocation(vk, o.block_bytes);
     round_trips(vk, "default", 1u << 20);
     gpu_close(vk);
 
     /* the discrete-GPU path: device memory never mapped, a 1 MiB staging buffer */
-    em_vk_opts o = EM_VK_OPTS_INIT;
+    o = (em_vk_opts)EM_VK_OPTS_INIT;
     o.as_gpu = 1;
     o.staging_bytes = 1u << 20;
     o.block_bytes = 8u << 20;
@@ -182,7 +192,7 @@ int main(void)
     CHECK(b.map == NULL);
     em_vk_free(vk, &b);
     round_trips(vk, "staged", 1u << 20);
-    suballocation(vk);
+    suballocation(vk, o.block_bytes);
     em_vk_mem_stats st;
     em_vk_mem_stats_get(vk, EM_VK_MEM_UPLOAD, &st);
     CHECK(st.n_allocs == 1);   /* the staging buffer */

@@ -366,13 +366,19 @@ static void test_shared_models(void)
     CHECK(em_gguf_open(test_shared("models"), &g, &e) == EM_EINVAL && strstr(e.msg, "directory"));
 }
 
-int main(void)
+/* usage: test_gguf          the hostile corpus and the writer round trip
+ *        test_gguf shared   every shared model (SKIP without ../shared) */
+int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "shared") == 0) {
+        if (!test_shared_dir()) {
+            printf("SKIP: shared folder absent\n");
+            return 77;
+        }
+        test_shared_models();
+        return test_summary("gguf-shared");
+    }
     test_hostile();
     test_writer_roundtrip();
-    if (test_shared_dir())
-        test_shared_models();
-    else
-        printf("shared folder absent: skipping the shared-model part\n");
     return test_summary("gguf");
 }

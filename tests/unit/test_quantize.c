@@ -33,10 +33,13 @@ static double rel_rms(const float *a, const float *b, int n)
 
 static void test_blocks(void)
 {
+    /* bounds about 1.3x the error achieved on this (seeded, so fixed) input:
+     * F16 2.1e-4, BF16 1.66e-3, Q8_0 3.72e-3, Q6_K 0.0130, Q5_K 0.0277,
+     * Q5_0 0.0314, Q5_1 0.0293, Q4_K 0.0550, Q4_0 0.0656 */
     static const struct { uint32_t type; double bound; } cases[] = {
-        { EM_T_F16, 1e-3 }, { EM_T_BF16, 8e-3 }, { EM_T_Q8_0, 0.01 }, { EM_T_Q6_K, 0.04 },
-        { EM_T_Q5_K, 0.06 }, { EM_T_Q5_0, 0.07 }, { EM_T_Q5_1, 0.07 }, { EM_T_Q4_K, 0.12 },
-        { EM_T_Q4_0, 0.14 },
+        { EM_T_F16, 2.8e-4 }, { EM_T_BF16, 2.2e-3 }, { EM_T_Q8_0, 4.9e-3 }, { EM_T_Q6_K, 0.017 },
+        { EM_T_Q5_K, 0.036 }, { EM_T_Q5_0, 0.041 }, { EM_T_Q5_1, 0.038 }, { EM_T_Q4_K, 0.072 },
+        { EM_T_Q4_0, 0.085 },
     };
     enum { N = 4096 };
     float *x = malloc(N * sizeof *x), *y = malloc(N * sizeof *y);

@@ -190,6 +190,8 @@ static int readonly_child(const char *dir)
     return t_failures;
 }
 
+static int readonly_skipped;   /* the whole test then reports SKIP, not a pass */
+
 static int test_readonly(void)
 {
     char dir[512];
@@ -214,7 +216,9 @@ static int test_readonly(void)
     int status = 0;
     REQUIRE(waitpid(pid, &status, 0) == pid);
     if (WIFEXITED(status) && WEXITSTATUS(status) == 77) {
-        fprintf(stderr, "  read-only: skipped (cannot drop root privileges here)\n");
+        /* root ignores file modes: the case cannot be made here */
+        fprintf(stderr, "  read-only: cannot drop root privileges here: not run\n");
+        readonly_skipped = 1;
         return 0;
     }
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
@@ -335,6 +339,10 @@ int main(void)
             t_failures++;
         printf("%s %s\n", t_failures == before ? "ok  " : "FAIL", tests[i].name);
         fflush(stdout);
+    }
+    if (!t_failures && readonly_skipped) {
+        printf("SKIP: the read-only case could not run (root without setuid); the rest passed\n");
+        return 77;
     }
     return t_failures ? 1 : 0;
 }
