@@ -1,9 +1,10 @@
 #!/bin/sh
 # setup.sh — install the Debian 12 packages ember needs to build and test,
-# skipping those already present. Run as root (or with sudo available).
+# skipping those already present, then fetch the default chat model into
+# models/ (scripts/fetch-model.sh). Run as root (or with sudo available).
 set -eu
 
-PKGS="meson ninja-build gcc pkg-config python3
+PKGS="meson ninja-build gcc pkg-config python3 python3-pip
 libvulkan-dev mesa-vulkan-drivers vulkan-tools vulkan-validationlayers
 glslc glslang-tools spirv-tools
 libsqlite3-dev sqlite3 libwebsockets-dev libjansson-dev libinih-dev
@@ -18,14 +19,15 @@ done
 
 if [ -z "$missing" ]; then
     echo "setup: all packages present"
-    exit 0
+else
+    SUDO=""
+    if [ "$(id -u)" != 0 ]; then
+        SUDO="sudo"
+    fi
+    echo "setup: installing$missing"
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q
+    # shellcheck disable=SC2086
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $missing
 fi
 
-SUDO=""
-if [ "$(id -u)" != 0 ]; then
-    SUDO="sudo"
-fi
-echo "setup: installing$missing"
-$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q
-# shellcheck disable=SC2086
-$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $missing
+"$(dirname "$0")/fetch-model.sh"
