@@ -14,6 +14,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/model.h"
+#include "core/tokenizer.h"
+
 static void note_v(const char *fmt, va_list ap)
 {
     char msg[2048];   /* arguments and file strings quoted in it are escaped (em_err_escape) */
@@ -345,4 +348,37 @@ double em_cli_now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+uint64_t em_cli_seed(long seed)
+{
+    uint64_t v = (uint64_t)seed;
+    if (seed < 0) {
+        if (getentropy(&v, sizeof v) != 0)
+            v = (uint64_t)(em_cli_now() * 1e9);
+        v &= 0xffffffffu;
+    }
+    return v;
+}
+
+int em_cli_open_model(const char *cmd, const char *path, em_model **m, em_tokenizer **tok)
+{
+    em_err err = { 0 };
+    *m = NULL;
+    *tok = NULL;
+    if (em_model_open(path, m, &err) || em_tokenizer_create(em_model_gguf(*m), tok, &err)) {
+        em_model_close(*m);
+        *m = NULL;
+        return em_cli_fail_err(&err);
+    }
+    uint32_t n_tok = em_tokenizer_n_vocab(*tok), n_vocab = em_model_hparams(*m)->n_vocab;
+    if (n_tok > n_vocab) {
+        em_tokenizer_destroy(*tok);
+        em_model_close(*m);
+        *tok = NULL;
+        *m = NULL;
+        return em_cli_fail(2, "%s: %s: the tokenizer has %u tokens but the model only %u", cmd, path,
+                           n_tok, n_vocab);
+    }
+    return 0;
 }

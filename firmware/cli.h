@@ -92,4 +92,25 @@ int em_cli_default_model(char *buf, size_t cap, em_err *err);
 /* Monotonic clock in seconds. */
 double em_cli_now(void);
 
+/* The sampling flags `run` and `chat` share, as rows of an em_cli_opt table:
+ * --temp, --top-k, --top-p, --min-p, --seed into the named variables
+ * (double, long, double, double, long; seed -1: not given). */
+#define EM_CLI_SAMPLING_OPTS(temp, top_k, top_p, min_p, seed)       \
+    { "--temp", NULL, EM_OPT_FLOAT, &(temp), 0, 100 },              \
+    { "--top-k", NULL, EM_OPT_INT, &(top_k), 0, 1 << 24 },          \
+    { "--top-p", NULL, EM_OPT_FLOAT, &(top_p), 1e-6, 1 },           \
+    { "--min-p", NULL, EM_OPT_FLOAT, &(min_p), 0, 1 },              \
+    { "--seed", NULL, EM_OPT_INT, &(seed), -1, 4294967295.0 }
+
+/* The seed to sample with: seed when given (>= 0), else a random 32-bit one. */
+uint64_t em_cli_seed(long seed);
+
+/* Open the model at path and its tokenizer for `cmd`; 0 with *m and *tok
+ * set (the caller closes both), else the exit status after the error line.
+ * A tokenizer with more tokens than the model's output rows is an input
+ * error: those ids could be fed but never scored. */
+struct em_model;
+struct em_tokenizer;
+int em_cli_open_model(const char *cmd, const char *path, struct em_model **m, struct em_tokenizer **tok);
+
 #endif

@@ -366,11 +366,7 @@ int em_cmd_chat(int argc, char **argv)
         { "--system", NULL, EM_OPT_STR, &system, 0, 0 },
         { "--load", NULL, EM_OPT_STR, &load, 0, 0 },
         { "--n-predict", "-n", EM_OPT_INT, &n_gen, 1, 1 << 20 },
-        { "--temp", NULL, EM_OPT_FLOAT, &temp, 0, 100 },
-        { "--top-k", NULL, EM_OPT_INT, &top_k, 0, 1 << 24 },
-        { "--top-p", NULL, EM_OPT_FLOAT, &top_p, 1e-6, 1 },
-        { "--min-p", NULL, EM_OPT_FLOAT, &min_p, 0, 1 },
-        { "--seed", NULL, EM_OPT_INT, &seed, -1, 4294967295.0 },
+        EM_CLI_SAMPLING_OPTS(temp, top_k, top_p, min_p, seed),
         { "--ctx", NULL, EM_OPT_INT, &ctx, 0, 1 << 20 },
         { "--backend", NULL, EM_OPT_STR, &backend_name, 0, 0 },
         { "--kv-type", NULL, EM_OPT_STR, &kv_name, 0, 0 },
@@ -406,19 +402,11 @@ int em_cmd_chat(int argc, char **argv)
     int status = 0;
     struct sigaction sa, old_int;
     int handler = 0;
-    if ((rc = em_model_open(model_path, &c.m, &err)) ||
-        (rc = em_tokenizer_create(em_model_gguf(c.m), &c.tok, &err))) {
-        status = em_cli_fail_err(&err);
+    if ((status = em_cli_open_model("chat", model_path, &c.m, &c.tok)))
         goto done;
-    }
     const em_hparams *hp = em_model_hparams(c.m);
     c.n_vocab = hp->n_vocab;
     c.n_tok = em_tokenizer_n_vocab(c.tok);
-    if (c.n_tok > c.n_vocab) {
-        status = em_cli_fail(2, "chat: %s: the tokenizer has %u tokens but the model only %u",
-                             model_path, c.n_tok, c.n_vocab);
-        goto done;
-    }
     em_chat_gguf_template(em_model_gguf(c.m), &c.tmpl, &c.tmpl_len);
     if (!c.tmpl)
         em_cli_note("chat: %s has no chat template: using the ChatML fallback (docs/templates.md)",
@@ -427,12 +415,7 @@ int em_cmd_chat(int argc, char **argv)
     c.bos_text = bos >= 0 ? em_tokenizer_token_text(c.tok, bos) : "";
     c.eos_text = eos >= 0 ? em_tokenizer_token_text(c.tok, eos) : "";
     c.n_ctx = ctx > 0 ? (uint32_t)ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
-    uint64_t seed_v = (uint64_t)seed;
-    if (seed < 0) {
-        if (getentropy(&seed_v, sizeof seed_v) != 0)
-            seed_v = (uint64_t)em_cli_now();
-        seed_v &= 0xffffffffu;
-    }
+    uint64_t seed_v = em_cli_seed(seed);
     em_sample_params sp = { (float)temp, (int32_t)top_k, (float)top_p, (float)min_p, seed_v };
     if ((rc = em_sampler_create(&sp, c.n_vocab, &c.smp, &err)) ||
         (rc = em_engine_create(c.m, backend, c.n_ctx, &eo, &c.eng, &err))) {

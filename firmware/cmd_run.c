@@ -78,11 +78,7 @@ int em_cmd_run(int argc, char **argv)
         { "--model", "-m", EM_OPT_STR, &model_path, 0, 0 },
         { "--prompt", "-p", EM_OPT_STR, &prompt, 0, 0 },
         { "--n-predict", "-n", EM_OPT_INT, &n_gen, 0, 1 << 20 },
-        { "--temp", NULL, EM_OPT_FLOAT, &temp, 0, 100 },
-        { "--top-k", NULL, EM_OPT_INT, &top_k, 0, 1 << 24 },
-        { "--top-p", NULL, EM_OPT_FLOAT, &top_p, 1e-6, 1 },
-        { "--min-p", NULL, EM_OPT_FLOAT, &min_p, 0, 1 },
-        { "--seed", NULL, EM_OPT_INT, &seed, -1, 4294967295.0 },
+        EM_CLI_SAMPLING_OPTS(temp, top_k, top_p, min_p, seed),
         { "--ctx", NULL, EM_OPT_INT, &ctx, 0, 1 << 20 },
         { "--backend", NULL, EM_OPT_STR, &backend_name, 0, 0 },
         { "--kv-type", NULL, EM_OPT_STR, &kv_name, 0, 0 },
@@ -119,18 +115,13 @@ int em_cmd_run(int argc, char **argv)
     idvec gen = { 0 };
     int status = 0;
 
-    if ((rc = em_model_open(model_path, &m, &err)) ||
-        (rc = em_tokenizer_create(em_model_gguf(m), &tok, &err)) ||
-        (rc = em_tokenizer_encode(tok, prompt, strlen(prompt), 1, 0, &pids, &n_pids, &err))) {
+    if ((status = em_cli_open_model("run", model_path, &m, &tok)))
+        goto done;
+    if ((rc = em_tokenizer_encode(tok, prompt, strlen(prompt), 1, 0, &pids, &n_pids, &err))) {
         status = em_cli_fail_err(&err);
         goto done;
     }
     const em_hparams *hp = em_model_hparams(m);
-    if (em_tokenizer_n_vocab(tok) > hp->n_vocab) {
-        status = em_cli_fail(2, "run: %s: the tokenizer has %u tokens but the model only %u",
-                             model_path, em_tokenizer_n_vocab(tok), hp->n_vocab);
-        goto done;
-    }
     if (n_pids == 0) {
         status = em_cli_fail(2, "run: the prompt is empty and the model adds no BOS token");
         goto done;
@@ -141,12 +132,7 @@ int em_cmd_run(int argc, char **argv)
                              n_pids, n_ctx);
         goto done;
     }
-    uint64_t seed_v = (uint64_t)seed;
-    if (seed < 0) {
-        if (getentropy(&seed_v, sizeof seed_v) != 0)
-            seed_v = (uint64_t)em_cli_now();
-        seed_v &= 0xffffffffu;
-    }
+    uint64_t seed_v = em_cli_seed(seed);
     em_sample_params sp = { (float)temp, (int32_t)top_k, (float)top_p, (float)min_p, seed_v };
     if ((rc = em_sampler_create(&sp, hp->n_vocab, &smp, &err)) ||
         (rc = em_engine_create(m, backend, n_ctx, &eo, &eng, &err))) {
