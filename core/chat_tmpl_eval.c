@@ -342,6 +342,8 @@ static int int_pow(tctx *c, int64_t base, int64_t e, tval *out)
 int te_arith(tctx *c, int op, const tval *a, const tval *b, tval *out)
 {
     int rc;
+    if (op == OP_MOD && a->t == TV_STR)   /* str % undefined formats (Undefined looks like a mapping) */
+        return tu_percent_format(c, a, b, out);
     if (a->t == TV_UNDEF)
         return te_undef_error(c, a);
     if (b->t == TV_UNDEF)
@@ -465,8 +467,6 @@ int te_arith(tctx *c, int op, const tval *a, const tval *b, tval *out)
         if (seq && !(seq->t == TV_LIST && (seq->fl & (TVF_ITEMS | TVF_KEYS | TVF_VALUES))))
             return repeat(c, seq, num->u.i, out);
     }
-    if (op == OP_MOD && a->t == TV_STR)
-        return tu_percent_format(c, a, b, out);
     if (op == OP_ADD && a->t == TV_STR)
         return tc_fail(c, NULL, EM_EINVAL, "can only concatenate str (not \"%s\") to str",
                        tv_type_name(b));
@@ -952,12 +952,13 @@ static int do_slice(tctx *c, const tval *obj, const tval *sv, tval *out)
         step = 1;
     if (step == 0)
         return tc_fail(c, NULL, EM_EINVAL, "slice step cannot be zero");
+    /* slices bypass the sandbox's getitem in Jinja: Python's errors show */
     if (obj->t == TV_UNDEF)
         return te_undef_error(c, obj);
-    if (obj->t != TV_LIST && obj->t != TV_STR) {
-        *out = te_undef_msg(c, "%s object is not subscriptable with a slice", tv_type_name(obj));
-        return 0;
-    }
+    if (obj->t == TV_DICT)
+        return tc_fail(c, NULL, EM_EINVAL, "unhashable type: 'slice'");
+    if ((obj->t != TV_LIST && obj->t != TV_STR) || (obj->fl & (TVF_ITEMS | TVF_KEYS | TVF_VALUES)))
+        return tc_fail(c, NULL, EM_EINVAL, "'%s' object is not subscriptable", tv_type_name(obj));
     int64_t n = obj->t == TV_LIST ? (int64_t)tv_l(obj)->n : (int64_t)tv_s(obj)->nchars;
     /* PySlice_AdjustIndices */
     if (!g0)
@@ -1513,12 +1514,16 @@ static int exec(tctx *c, const tnode *n)
     case TN_DATA:
         return tb_put(c, c->out, tv_s(&n->k)->s, tv_s(&n->k)->len);
     case TN_PRINT:
-        if ((rc = eval(c, n->a, &v)))
-            return rc;
-        c->at = n;
-        rc = tv_write_str(c, c->out, &v);
-        tv_drop(c, &v);
-        return rc;
+        for (uint32_t i = 0; i < (n->a ? 1 : n->n); i++) {   /* {{ x }}, or {% print a, b %} */
+            if ((rc = eval(c, n->a ? n->a : n->list[i], &v)))
+                return rc;
+            c->at = n;
+            rc = tv_write_str(c, c->out, &v);
+            tv_drop(c, &v);
+            if (rc)
+                return rc;
+        }
+        return 0;
     case TN_IF:
         if ((rc = eval(c, n->a, &v)))
             return rc;

@@ -444,7 +444,7 @@ static int f_case(tctx *c, const tval *v, int how, tval *out)
     } else {
         rc = tu_case(c, &b, tv_s(&s)->s, tv_s(&s)->len, how);
     }
-    uint8_t fl = s.fl & TVF_SAFE;
+    uint8_t fl = how == TCASE_TITLE ? 0 : s.fl & TVF_SAFE;   /* title joins with str.join: plain */
     tv_drop(c, &s);
     if (rc || (rc = ts_from_buf(c, &b, out))) {
         tb_free(c, &b);
@@ -1098,8 +1098,17 @@ static int f_truncate(tctx *c, const tval *v, const targs *a, tval *out)
         return tc_fail(c, NULL, EM_EINVAL, "expected length >= %zu, got %lld", end_chars, (long long)length);
     if (leeway < 0)
         return tc_fail(c, NULL, EM_EINVAL, "expected leeway >= 0, got %lld", (long long)leeway);
-    if ((rc = soft_str(c, v, &s)))
-        return rc;
+    if (v->t != TV_STR) {   /* len(s) of the value itself; only strings get cut */
+        tval n;
+        if ((rc = f_length(c, v, &n)))
+            return rc;
+        if (n.u.i <= length + leeway) {
+            *out = tv_ref(*v);
+            return 0;
+        }
+        return tc_fail(c, NULL, EM_EUNSUPPORTED, "truncate: only strings can be cut, not '%s'", tv_type_name(v));
+    }
+    s = tv_ref(*v);
     const tstr *t = tv_s(&s);
     if ((int64_t)t->nchars <= length + leeway) {
         *out = s;
@@ -1383,6 +1392,11 @@ int tf_apply_filter(tctx *c, int id, const tval *v, const targs *a, tval *out)
             return rc;
         if (p[0].t != TV_STR)
             return tc_fail(c, NULL, EM_EINVAL, "attribute name must be string");
+        /* getattr() only: a dict's keys are not its attributes */
+        if (v->t == TV_DICT && tm_method_id(v, tv_s(&p[0])->s, tv_s(&p[0])->len) == 0) {
+            *out = te_undef_msg(c, "'dict object' has no attribute '%.200s'", tv_s(&p[0])->s);
+            return 0;
+        }
         return te_getattr(c, v, &p[0], out);
     }
     case F_FORMAT: {
@@ -1486,7 +1500,8 @@ int tf_apply_test(tctx *c, int id, const tval *v, const targs *a, int *r)
              v->t == TV_DICT || v->t == TV_UNDEF;
         return 0;
     case T_CALLABLE:
-        *r = v->t == TV_MACRO || v->t == TV_FUNC || v->t == TV_METHOD || v->t == TV_LOOP;
+        *r = v->t == TV_MACRO || v->t == TV_FUNC || v->t == TV_METHOD || v->t == TV_LOOP ||
+             v->t == TV_UNDEF;   /* Undefined has __call__ */
         return 0;
     case T_ESCAPED: *r = v->t == TV_STR && (v->fl & TVF_SAFE); return 0;
     case T_LOWER: return str_case_test(c, v, 0, r);

@@ -264,9 +264,14 @@ static int put_cp(tctx *c, tbuf *b, uint32_t cp)
     return tb_put(c, b, e, tu_encode(cp, e));
 }
 
-/* upper() of one code point, with the expansions Python makes. */
-static int put_upper(tctx *c, tbuf *b, uint32_t cp)
+/* upper() of one code point, with the expansions Python makes; title
+ * case (title(), capitalize()) differs for the Latin digraphs. */
+static int put_upper(tctx *c, tbuf *b, uint32_t cp, int title)
 {
+    if (title && ((cp >= 0x1C4 && cp <= 0x1CC) || (cp >= 0x1F1 && cp <= 0x1F3))) {
+        uint32_t base = cp >= 0x1F1 ? 0x1F1 : 0x1C4 + (cp - 0x1C4) / 3 * 3;
+        return put_cp(c, b, base + 1);
+    }
     if (cp == 0xDF)
         return tb_put(c, b, "SS", 2);
     if (cp == 0x149)
@@ -307,7 +312,7 @@ int tu_case(tctx *c, tbuf *b, const char *s, size_t n, int how)
         if (how == TCASE_SWAP && !cased) {
             rc = tb_put(c, b, s + i, adv);
         } else if (up) {
-            rc = put_upper(c, b, cp);
+            rc = put_upper(c, b, cp, how == TCASE_TITLE || how == TCASE_CAPITALIZE);
         } else if (cp == 0x130) {   /* İ lowers to i + combining dot */
             rc = tb_put(c, b, "i\xCC\x87", 3);
         } else if (cp == 0x3A3) {   /* final sigma: after a cased letter, not before one */
@@ -1515,6 +1520,9 @@ int tu_percent_format(tctx *c, const tval *fmt, const tval *args, tval *out)
     } else if (args->t == TV_DICT) {
         map = tv_d(args);
     }
+    /* Python counts anything with __getitem__ but a tuple or str as a mapping
+     * here (lists, Undefined): no "not all arguments converted" for them */
+    int mapping = map != NULL || args->t == TV_UNDEF || (args->t == TV_LIST && !(args->fl & TVF_TUPLE));
     tbuf b = { 0 };
     for (size_t i = 0; i < f->len && !rc;) {
         const char *pc = memchr(f->s + i, '%', f->len - i);
@@ -1530,6 +1538,10 @@ int tu_percent_format(tctx *c, const tval *fmt, const tval *args, tval *out)
                 depth += f->s[e] == '(' ? 1 : f->s[e] == ')' ? -1 : 0;
                 if (depth)
                     e++;
+            }
+            if (args->t == TV_UNDEF) {
+                rc = te_undef_error(c, args);
+                break;
             }
             if (!map || e >= f->len) {
                 rc = tc_fail(c, NULL, EM_EINVAL, map ? "incomplete format key" : "format requires a mapping");
@@ -1579,7 +1591,7 @@ int tu_percent_format(tctx *c, const tval *fmt, const tval *args, tval *out)
             continue;
         }
         if (!v) {
-            if (map) {
+            if (mapping) {
                 v = args;
             } else {
                 if (next >= argc) {
@@ -1614,7 +1626,23 @@ int tu_percent_format(tctx *c, const tval *fmt, const tval *args, tval *out)
                     len = q;
                     nch = (size_t)prec;
                 }
-                rc = fmt_pad(c, &b, sp, len, nch, left ? '<' : '>', " ", 1, width);
+                if (!rc && (fmt->fl & TVF_SAFE) && !(v->t == TV_STR && (v->fl & TVF_SAFE))) {
+                    /* Markup % x escapes what x prints as */
+                    tbuf eb = { 0 };
+                    if (!(rc = tf_escape(c, &eb, sp, len))) {
+                        tb_free(c, &sb);
+                        sb = eb;
+                        sp = sb.p ? sb.p : "";
+                        len = sb.n;
+                        nch = 0;
+                        for (size_t q = 0; q < len; q++)
+                            nch += ((unsigned char)sp[q] & 0xC0) != 0x80;
+                    } else {
+                        tb_free(c, &eb);
+                    }
+                }
+                if (!rc)
+                    rc = fmt_pad(c, &b, sp, len, nch, left ? '<' : '>', " ", 1, width);
             }
             tb_free(c, &sb);
             continue;
@@ -1681,7 +1709,7 @@ int tu_percent_format(tctx *c, const tval *fmt, const tval *args, tval *out)
         }
         rc = tb_put(c, &b, tmp, strlen(tmp));
     }
-    if (!rc && !map && next < argc)
+    if (!rc && !mapping && next < argc)
         rc = tc_fail(c, NULL, EM_EINVAL, "not all arguments converted during string formatting");
     if (rc || (rc = ts_from_buf(c, &b, out))) {
         tb_free(c, &b);

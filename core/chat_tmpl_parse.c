@@ -1432,9 +1432,20 @@ static int parse_statement(parser *p, tnode **out)
         }
         adv(p);
         rc = new_node(p, brk ? TN_BREAK : TN_CONTINUE, k->off, &n);
-    } else if (is_name(p, k, "print")) {
+    } else if (is_name(p, k, "print")) {   /* {% print a, b %}: each printed */
+        nlist items = { 0 };
         adv(p);
-        if ((rc = new_node(p, TN_PRINT, k->off, &n)) || (rc = parse_tuple(p, 0, 1, NULL, 0, &n->a)))
+        if ((rc = new_node(p, TN_PRINT, k->off, &n)))
+            goto done;
+        while (cur(p)->type != TK_BLOCK_END) {
+            tnode *e = NULL;
+            if ((items.n && (rc = expect_op(p, OP_COMMA, "','"))) || (rc = parse_expression(p, 1, &e)) ||
+                (rc = nl_push(p, &items, e))) {
+                free(items.v);
+                goto done;
+            }
+        }
+        if ((rc = nl_done(p, &items, &n->list, &n->n)))
             goto done;
     } else {
         static const char *const unsupported[] = { "block", "extends", "include", "import", "from",

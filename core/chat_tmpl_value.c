@@ -195,7 +195,7 @@ static int str_alloc(tctx *c, em_tmpl *owner, const char *s, size_t len, tval *o
     size_t bytes = sizeof(tstr) + len + 1;
     tstr *o = owner ? malloc(bytes) : tm_alloc(c, bytes);
     if (!o)
-        return EM_ENOMEM;
+        return c ? tc_code(c) : EM_ENOMEM;
     if (owner) {
         if (owner->n_consts == owner->cap_consts) {
             size_t nc = owner->cap_consts ? owner->cap_consts * 2 : 64;
@@ -323,7 +323,7 @@ int tl_new(tctx *c, size_t cap, uint8_t fl, tval *out)
 {
     tlist *l = tm_alloc(c, sizeof *l);
     if (!l)
-        return EM_ENOMEM;
+        return c ? tc_code(c) : EM_ENOMEM;
     memset(l, 0, sizeof *l);
     l->h.rc = 1;
     l->h.bytes = sizeof *l;
@@ -335,7 +335,7 @@ int tl_new(tctx *c, size_t cap, uint8_t fl, tval *out)
         if (tm_charge(c, bytes)) {
             tm_uncharge(c, l->h.bytes);
             free(l);
-            return EM_ERANGE;
+            return c ? tc_code(c) : EM_ERANGE;
         }
         if (!(l->v = malloc(bytes))) {
             tm_uncharge(c, bytes + l->h.bytes);
@@ -409,7 +409,7 @@ int td_new(tctx *c, int ns, tval *out)
 {
     tdict *d = tm_alloc(c, sizeof *d);
     if (!d)
-        return EM_ENOMEM;
+        return c ? tc_code(c) : EM_ENOMEM;
     memset(d, 0, sizeof *d);
     d->h.rc = 1;
     d->h.bytes = sizeof *d;
