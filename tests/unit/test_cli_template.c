@@ -26,24 +26,28 @@ static char *tmp_path(const char *name)
     return b;
 }
 
-/* Run ember template with args (NULL-terminated, at most 12). */
-static int run(char *const args[], char **out, char **err)
+/* argv: ember template, then args (NULL-terminated, at most 12). */
+static void build_argv(char *argv[16], char *const args[])
 {
-    char *argv[16] = { (char *)bin, "template" };
-    int n = 2;
+    int n = 0;
+    argv[n++] = (char *)bin;
+    argv[n++] = "template";
     for (int i = 0; args[i] && n < 15; i++)
         argv[n++] = args[i];
     argv[n] = NULL;
+}
+
+static int run(char *const args[], char **out, char **err)
+{
+    char *argv[16];
+    build_argv(argv, args);
     return test_run(argv, out, err);
 }
 
 static void expect_bad(const char *what, const char *needle, char *const args[])
 {
-    char *argv[16] = { (char *)bin, "template" };
-    int n = 2;
-    for (int i = 0; args[i] && n < 15; i++)
-        argv[n++] = args[i];
-    argv[n] = NULL;
+    char *argv[16];
+    build_argv(argv, args);
     test_expect_cli_error(what, argv, needle);
 }
 
