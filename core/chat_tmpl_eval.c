@@ -534,6 +534,45 @@ static int eval_seq(tctx *c, const tnode *n, tval *out)
     return 0;
 }
 
+static int eval_dict(tctx *c, const tnode *n, tval *out)
+{
+    int rc = td_new(c, 0, out);
+    for (uint32_t i = 0; i < n->n && !rc; i++) {
+        tval k, v;
+        if ((rc = eval(c, n->list[i], &k)))
+            break;
+        if ((rc = eval(c, n->list2[i], &v))) {
+            tv_drop(c, &k);
+            break;
+        }
+        c->at = n;
+        rc = td_set(c, out, k, v);
+    }
+    if (rc && out->t == TV_DICT)
+        tv_drop(c, out);
+    return rc;
+}
+
+/* a ~ b ~ c: str() of each, joined (a plain string) */
+static int eval_concat(tctx *c, const tnode *n, tval *out)
+{
+    int rc = 0;
+    tbuf buf = { 0 };
+    for (uint32_t i = 0; i < n->n && !rc; i++) {
+        tval v;
+        if ((rc = eval(c, n->list[i], &v)))
+            break;
+        c->at = n;
+        rc = tv_write_str(c, &buf, &v);
+        tv_drop(c, &v);
+    }
+    if (rc) {
+        tb_free(c, &buf);
+        return rc;
+    }
+    return ts_from_buf(c, &buf, out);
+}
+
 static int eval_node(tctx *c, const tnode *n, tval *out)
 {
     int rc;
@@ -558,23 +597,7 @@ static int eval_node(tctx *c, const tnode *n, tval *out)
     case TN_TUPLE:
         return eval_seq(c, n, out);
     case TN_DICT:
-        if ((rc = td_new(c, 0, out)))
-            return rc;
-        for (uint32_t i = 0; i < n->n; i++) {
-            if ((rc = eval(c, n->list[i], &a)))
-                goto dict_fail;
-            if ((rc = eval(c, n->list2[i], &b))) {
-                tv_drop(c, &a);
-                goto dict_fail;
-            }
-            c->at = n;
-            if ((rc = td_set(c, out, a, b)))
-                goto dict_fail;
-        }
-        return 0;
-    dict_fail:
-        tv_drop(c, out);
-        return rc;
+        return eval_dict(c, n, out);
     case TN_GETATTR:
         if ((rc = eval(c, n->a, &a)))
             return rc;
@@ -663,22 +686,8 @@ static int eval_node(tctx *c, const tnode *n, tval *out)
         tv_drop(c, &a);
         tv_drop(c, &b);
         return rc;
-    case TN_CONCAT: {
-        tbuf buf = { 0 };
-        for (uint32_t i = 0; i < n->n; i++) {
-            if ((rc = eval(c, n->list[i], &a)))
-                goto concat_fail;
-            c->at = n;
-            rc = tv_write_str(c, &buf, &a);
-            tv_drop(c, &a);
-            if (rc)
-                goto concat_fail;
-        }
-        return ts_from_buf(c, &buf, out);
-    concat_fail:
-        tb_free(c, &buf);
-        return rc;
-    }
+    case TN_CONCAT:
+        return eval_concat(c, n, out);
     case TN_COMPARE:
         return eval_compare(c, n, out);
     case TN_COND:

@@ -370,6 +370,13 @@ static int parse_py_float(const char *s, size_t n, double *out)
     return 0;
 }
 
+static int big_float(tctx *c, double f)
+{
+    if (isinf(f))
+        return tc_fail(c, NULL, EM_EINVAL, "cannot convert float infinity to integer");
+    return tc_fail(c, NULL, EM_ERANGE, "integer too large (ember's integers are 64-bit)");
+}
+
 static int f_int(tctx *c, const tval *v, const targs *a, tval *out)
 {
     static const char *const names[] = { "default", "base" };
@@ -387,7 +394,7 @@ static int f_int(tctx *c, const tval *v, const targs *a, tval *out)
         if (isnan(v->u.f))
             break;
         if (isinf(v->u.f) || fabs(v->u.f) >= 9.2233720368547758e18)
-            return tc_fail(c, NULL, EM_ERANGE, "cannot convert float infinity or a huge float to integer");
+            return big_float(c, v->u.f);
         *out = tv_int((int64_t)v->u.f);
         return 0;
     case TV_UNDEF:
@@ -404,7 +411,7 @@ static int f_int(tctx *c, const tval *v, const targs *a, tval *out)
         }
         if (parse_py_float(tv_s(v)->s, tv_s(v)->len, &f) == 0 && !isnan(f)) {
             if (isinf(f) || fabs(f) >= 9.2233720368547758e18)
-                return tc_fail(c, NULL, EM_ERANGE, "cannot convert float infinity or a huge float to integer");
+                return big_float(c, f);
             *out = tv_int((int64_t)f);
             return 0;
         }

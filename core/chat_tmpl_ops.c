@@ -90,9 +90,8 @@ int te_iterate(tctx *c, const tval *v, tval *out)
             size_t adv;
             tu_decode(s->s + i, s->len - i, &adv);
             tval ch;
-            if ((rc = ts_new(c, s->s + i, adv, &ch)))
+            if ((rc = ts_new(c, s->s + i, adv, &ch)))   /* plain str, Markup or not (str.__iter__) */
                 goto fail;
-            ch.fl = v->fl & TVF_SAFE;
             if ((rc = tl_push(c, out, ch)))
                 goto fail;
             i += adv;

@@ -302,7 +302,10 @@ int tfs_first_last(tctx *c, const tval *v, int last, tval *out)
             *out = tv_ref(tv_d(v)->k[last ? n - 1 : 0]);
             return 0;
         }
-        return te_getitem(c, v, &k, out);
+        int rc = te_getitem(c, v, &k, out);
+        if (!rc && out->t == TV_STR && !last)
+            out->fl = 0;   /* first: next(iter(s)) gives a plain str; last: reversed() indexes, Markup stays */
+        return rc;
     }
     return tc_fail(c, NULL, EM_EINVAL, "'%s' object is not iterable", tv_type_name(v));
 }

@@ -1,5 +1,5 @@
 /* test_tmpl.c — core/chat_tmpl as a language: the table tmpl_cases.json
- * (argv[1]; 233 small templates whose expected outputs Jinja2 3.1 rendered
+ * (argv[1]; 235 small templates whose expected outputs Jinja2 3.1 rendered
  * in transformers' configuration, 70 of them errors), error messages with
  * line and column, raise_exception's message, hostile templates stopped by
  * each bound with EM_ERANGE (fast, no crash), the ChatML fallback,
