@@ -15,7 +15,7 @@
  * rendering (a Jinja error: undefined used, type error, raise_exception),
  * EM_ERANGE for a limit, EM_ENOMEM when memory runs out. The em_err message
  * reads "template: line L, col C: <what>", e.g.
- * "template: line 3, col 12: no filter named 'foo'"; for raise_exception
+ * "template: line 3, col 12: unknown filter 'foo'"; for raise_exception
  * "template: line L, col C: <the template's message>". Nothing is written to
  * *out on error. */
 #ifndef EM_CHAT_TMPL_H

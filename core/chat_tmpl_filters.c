@@ -765,7 +765,7 @@ int tf_filter_by_name(tctx *c, const char *name, const tval *value, const targs 
 {
     int id = tf_filter_id(name);
     if (id <= 0)
-        return tc_fail(c, NULL, EM_EINVAL, id ? "filter '%s' is not supported by ember" : "no filter named '%s'",
+        return tc_fail(c, NULL, EM_EINVAL, id ? "filter '%s' is not supported by ember" : "unknown filter '%s'",
                        name);
     return tf_apply_filter(c, id, value, a, out);
 }
@@ -928,6 +928,6 @@ int tf_test_by_name(tctx *c, const char *name, const tval *value, const targs *a
 {
     int id = tf_test_id(name);
     if (id <= 0)
-        return tc_fail(c, NULL, EM_EINVAL, "no test named '%s'", name);
+        return tc_fail(c, NULL, EM_EINVAL, "unknown test '%s'", name);
     return tf_apply_test(c, id, value, a, result);
 }

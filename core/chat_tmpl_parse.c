@@ -292,7 +292,7 @@ static int named_node(parser *p, int kind, uint32_t off, tnode **out)
         return rc;
     int id = kind == TN_FILTER ? tf_filter_id(name) : tf_test_id(name);
     if (id == 0)
-        return fail(p, at, EM_EFORMAT, "no %s named '%s'", what, name);
+        return fail(p, at, EM_EFORMAT, "unknown %s '%s'", what, name);
     if (id < 0)
         return fail(p, at, EM_EFORMAT, "%s '%s' is not supported by ember", what, name);
     if ((rc = new_node(p, kind, off, out)))

@@ -192,7 +192,7 @@ int main(void)
     expect_bad("model not GGUF", NULL, (char *[]){ "--model", bad, "--messages", msgs, NULL });
     char *syn = strdup(tmp_path("syntax.jinja"));
     test_write_file(syn, "line one\n{{ messages | nosuch }}", 32);
-    expect_bad("syntax error", "line 2, col 15: no filter named 'nosuch'", (char *[]){ "--template", syn, "--messages", msgs, NULL });
+    expect_bad("syntax error", "line 2, col 15: unknown filter 'nosuch'", (char *[]){ "--template", syn, "--messages", msgs, NULL });
     char *rte = strdup(tmp_path("raise.jinja"));
     const char *raise = "{% if messages|length < 2 %}{{ raise_exception('need two messages') }}{% endif %}";
     test_write_file(rte, raise, strlen(raise));

@@ -124,8 +124,8 @@ static void table(const char *path)
 
 static void messages_and_locations(void)
 {
-    check_err("unknown filter", "ab\n{{ x | foo }}", NULL, EM_EFORMAT, "line 2, col 8", "no filter named 'foo'");
-    check_err("unknown test", "{% if x is bar %}{% endif %}", NULL, EM_EFORMAT, "line 1, col 12", "no test named 'bar'");
+    check_err("unknown filter", "ab\n{{ x | foo }}", NULL, EM_EFORMAT, "line 2, col 8", "unknown filter 'foo'");
+    check_err("unknown test", "{% if x is bar %}{% endif %}", NULL, EM_EFORMAT, "line 1, col 12", "unknown test 'bar'");
     check_err("unknown tag", "\n\n  {% frobnicate %}", NULL, EM_EFORMAT, "line 3, col 6", "unknown tag 'frobnicate'");
     check_err("unclosed for", "{% for m in messages %}\nx", NULL, EM_EFORMAT, "line 2, col 2", "'endfor' or 'else'");
     check_err("unclosed string", "{{ 'abc }}", NULL, EM_EFORMAT, "line 1, col 4", "unterminated string");
