@@ -2,11 +2,172 @@
  * (normalise, lex, parse), render it with JSON variables, destroy it; the
  * ChatML fallback; reading tokenizer.chat_template from a GGUF; and
  * em_chat_render, which renders a chat prompt the way transformers'
- * apply_chat_template does. */
+ * apply_chat_template does. Also what a parsed template owns: its arena,
+ * its atom table (interned names) and error locations. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/chat_tmpl_int.h"
+#include "core/grow.h"
+
+/* ------------------------------------------------------ arena, atoms */
+
+void *tmpl_arena_alloc(em_tmpl *t, size_t bytes)
+{
+    bytes = (bytes + sizeof(max_align_t) - 1) / sizeof(max_align_t) * sizeof(max_align_t);
+    tarena *a = t->arena;
+    if (!a || a->cap - a->used < bytes) {
+        size_t cap = bytes > 65536 ? bytes : 65536;
+        tarena *na = malloc(sizeof *na + cap);
+        if (!na)
+            return NULL;
+        na->next = a;
+        na->used = 0;
+        na->cap = cap;
+        t->arena = a = na;
+    }
+    void *p = (char *)a->data + a->used;
+    a->used += bytes;
+    memset(p, 0, bytes);
+    return p;
+}
+
+static uint64_t name_hash(const char *s, size_t len)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (unsigned char)s[i]) * 1099511628211ULL;
+    return h;
+}
+
+/* The atom table is an array of names plus an open-addressing index kept
+ * in t->atoms[cap_atoms..]: see tmpl_atom. */
+typedef struct atom_index {
+    uint32_t *slot;   /* atom id + 1, 0 = empty */
+    size_t    cap;
+} atom_index;
+
+static atom_index *index_of(const em_tmpl *t)
+{
+    return (atom_index *)t->atoms_index;
+}
+
+static long atom_lookup(const em_tmpl *t, const char *s, size_t len, size_t *slot_out)
+{
+    atom_index *ix = index_of(t);
+    if (!ix || !ix->cap)
+        return -1;
+    size_t m = ix->cap - 1, i = (size_t)name_hash(s, len) & m;
+    for (;; i = (i + 1) & m) {
+        uint32_t v = ix->slot[i];
+        if (!v) {
+            if (slot_out)
+                *slot_out = i;
+            return -1;
+        }
+        const char *a = t->atoms[v - 1];
+        if (strlen(a) == len && memcmp(a, s, len) == 0)
+            return (long)(v - 1);
+    }
+}
+
+long tmpl_atom_find(const em_tmpl *t, const char *s, size_t len)
+{
+    return atom_lookup(t, s, len, NULL);
+}
+
+int tmpl_atom(em_tmpl *t, const char *s, size_t len, uint32_t *id)
+{
+    long found = atom_lookup(t, s, len, NULL);
+    if (found >= 0) {
+        *id = (uint32_t)found;
+        return 0;
+    }
+    atom_index *ix = index_of(t);
+    if (!ix) {
+        ix = calloc(1, sizeof *ix);
+        if (!ix)
+            return EM_ENOMEM;
+        t->atoms_index = ix;
+    }
+    if ((t->n_atoms + 1) * 2 > ix->cap) {   /* rehash at half full */
+        size_t nc = ix->cap ? ix->cap * 2 : 64;
+        uint32_t *ns = calloc(nc, sizeof *ns);
+        if (!ns)
+            return EM_ENOMEM;
+        for (uint32_t a = 0; a < t->n_atoms; a++) {
+            size_t i = (size_t)name_hash(t->atoms[a], strlen(t->atoms[a])) & (nc - 1);
+            while (ns[i])
+                i = (i + 1) & (nc - 1);
+            ns[i] = a + 1;
+        }
+        free(ix->slot);
+        ix->slot = ns;
+        ix->cap = nc;
+    }
+    if (em_grow((void **)&t->atoms, &t->cap_atoms, t->n_atoms, sizeof *t->atoms, 64))
+        return EM_ENOMEM;
+    char *copy = tmpl_arena_alloc(t, len + 1);
+    if (!copy)
+        return EM_ENOMEM;
+    memcpy(copy, s, len);
+    size_t slot = 0;
+    atom_lookup(t, s, len, &slot);
+    t->atoms[t->n_atoms] = copy;
+    ix->slot[slot] = t->n_atoms + 1;
+    *id = t->n_atoms++;
+    return 0;
+}
+
+void tmpl_free_atoms(em_tmpl *t)
+{
+    atom_index *ix = index_of(t);
+    if (ix)
+        free(ix->slot);
+    free(ix);
+    t->atoms_index = NULL;
+    free(t->atoms);
+    t->atoms = NULL;
+}
+
+void tmpl_line_col(const char *src, size_t len, size_t off, unsigned *line, unsigned *col)
+{
+    unsigned l = 1, c = 1;
+    if (off > len)
+        off = len;
+    for (size_t i = 0; i < off; i++) {
+        if (src[i] == '\n') {
+            l++;
+            c = 1;
+        } else if (((unsigned char)src[i] & 0xC0) != 0x80) {
+            c++;
+        }
+    }
+    *line = l;
+    *col = c;
+}
+
+int tmpl_fail_va(const em_tmpl *t, em_err *err, int code, size_t off, const char *fmt, va_list ap)
+{
+    if (!err)
+        return code;
+    char msg[400];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    unsigned line, col;
+    tmpl_line_col(t->src, t->src_len, off, &line, &col);
+    return em_err_set(err, code, "template: line %u, col %u: %s", line, col, msg);
+}
+
+int tmpl_fail_at(const em_tmpl *t, em_err *err, int code, size_t off, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = tmpl_fail_va(t, err, code, off, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
 
 static const char chatml[] =
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "

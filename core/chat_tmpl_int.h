@@ -348,7 +348,7 @@ void tscope_drop(tctx *c, tscope *s);
 struct json_t;
 int  tv_from_json(tctx *c, const struct json_t *j, tval *out, uint32_t depth);
 
-/* ----------------------------------------------------- chat_tmpl_eval.c */
+/* ------------------------------------- chat_tmpl_eval.c / chat_tmpl_ops.c */
 
 /* Record an error at node n (or c->at): "template: line L, col C: msg". */
 int  tc_fail(tctx *c, const tnode *n, int code, const char *fmt, ...)
@@ -374,6 +374,8 @@ int  targs_bind(tctx *c, const char *fname, const char *const *names, size_t n,
 
 /* Python arithmetic: op is OP_ADD..OP_POW. */
 int  te_arith(tctx *c, int op, const tval *a, const tval *b, tval *out);
+/* Unary - and + (op OP_NEG / OP_POS). */
+int  te_unary(tctx *c, int op, const tval *a, tval *out);
 /* Call any callable value with evaluated arguments. */
 int  te_call_value(tctx *c, const tval *fn, const targs *a, tval *out);
 /* Attribute and item access as the sandbox does them. */
@@ -382,6 +384,13 @@ int  te_getitem(tctx *c, const tval *obj, const tval *key, tval *out);
 /* Iterate: the items of a list, the keys of a dict, the characters of a
  * string; undefined is empty. *out is a new list. */
 int  te_iterate(tctx *c, const tval *v, tval *out);
+/* `item in container` as Python does it. */
+int  te_contains(tctx *c, const tval *container, const tval *item, int *res);
+/* obj[start:stop:step]: sv[0..2] the bounds (none or TV_ABSENT when not given). */
+int  te_slice(tctx *c, const tval *obj, const tval *sv, tval *out);
+/* loop.cycle() / loop.changed() (id TM_LOOP_*) on a TV_LOOP. */
+enum { TM_LOOP_CYCLE = 1000, TM_LOOP_CHANGED };
+int  te_loop_method(tctx *c, const tval *lv, int id, const targs *a, tval *out);
 /* Undefined with a message (may fail to allocate: then a plain one). */
 tval te_undef_msg(tctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The error Jinja raises when an undefined is used. */
@@ -400,8 +409,26 @@ int  tf_filter_by_name(tctx *c, const char *name, const tval *value, const targs
 int  tf_test_by_name(tctx *c, const char *name, const tval *value, const targs *a, int *result);
 /* Markup escaping of s into b. */
 int  tf_escape(tctx *c, tbuf *b, const char *s, size_t n);
+/* An optional integer argument (dflt when TV_ABSENT). */
+int  tf_int_arg(tctx *c, const char *fn, const tval *v, int64_t dflt, int64_t *out);
 
-/* ------------------------------------------------- chat_tmpl_methods.c */
+/* ----------------------------------------------------- chat_tmpl_seq.c */
+
+/* The sequence filters (what they do: Jinja's filters of those names). */
+enum { TFS_SORT, TFS_UNIQUE, TFS_MIN, TFS_MAX };
+int  tfs_list(tctx *c, const tval *v, tval *out);
+int  tfs_join(tctx *c, const tval *v, const targs *a, tval *out);
+int  tfs_first_last(tctx *c, const tval *v, int last, tval *out);
+int  tfs_items(tctx *c, const tval *v, uint8_t fl, tval *out);
+int  tfs_dictsort(tctx *c, const tval *v, const targs *a, tval *out);
+int  tfs_select(tctx *c, const tval *v, const targs *a, int want, int attr, tval *out);
+int  tfs_map(tctx *c, const tval *v, const targs *a, tval *out);
+int  tfs_sort(tctx *c, int kind, const tval *v, const targs *a, tval *out);
+int  tfs_sum(tctx *c, const tval *v, const targs *a, tval *out);
+int  tfs_reverse(tctx *c, const tval *v, tval *out);
+int  tfs_batch(tctx *c, const tval *v, const targs *a, tval *out);
+
+/* ------------------------------------ chat_tmpl_methods.c / chat_tmpl_unicode.c */
 
 enum {
     TF_NONE, TF_RANGE, TF_NAMESPACE, TF_DICT, TF_RAISE, TF_STRFTIME, TF_JOINER_UNUSED,
@@ -435,8 +462,15 @@ void     tu_strip(const char *s, size_t n, const char *chars, size_t nchars, int
                   size_t *start, size_t *end);
 /* str.splitlines() (keepends false): the lines as a list value. */
 int      tu_splitlines(tctx *c, const char *s, size_t n, tval *out);
-/* Python % formatting: fmt % args. */
+/* Start of the code point before byte offset i (i > 0). */
+size_t   tu_prev(const char *s, size_t i);
+
+/* ------------------------------------------------- chat_tmpl_format.c */
+
+/* Python printf-style formatting: fmt % args (fmt a string value). */
 int      tu_percent_format(tctx *c, const tval *fmt, const tval *args, tval *out);
+/* Python str.format(): self.format(*a). */
+int      tm_str_format(tctx *c, const tval *self, const targs *a, tval *out);
 
 /* ------------------------------------------------- chat_tmpl_lex.c / parse.c */
 
@@ -451,6 +485,8 @@ void tmpl_free_atoms(em_tmpl *t);
 /* Error at a source offset: "template: line L, col C: msg". */
 int  tmpl_fail_at(const em_tmpl *t, em_err *err, int code, size_t off, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
+int  tmpl_fail_va(const em_tmpl *t, em_err *err, int code, size_t off, const char *fmt, va_list ap)
+    __attribute__((format(printf, 5, 0)));
 
 /* --------------------------------------------------------- chat_tmpl_eval.c */
 

@@ -2,164 +2,13 @@
  * Jinja2's grammar (parser.py) rule for rule, so that precedence, tuples,
  * tests without parentheses and the statement forms read as Jinja reads
  * them. Unknown filters and tests are errors here, as they are when Jinja
- * compiles a template. Also the template's arena, atom table and constants. */
+ * compiles a template. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/chat_tmpl_int.h"
 #include "core/grow.h"
-
-/* ------------------------------------------------------ arena, atoms */
-
-void *tmpl_arena_alloc(em_tmpl *t, size_t bytes)
-{
-    bytes = (bytes + sizeof(max_align_t) - 1) / sizeof(max_align_t) * sizeof(max_align_t);
-    tarena *a = t->arena;
-    if (!a || a->cap - a->used < bytes) {
-        size_t cap = bytes > 65536 ? bytes : 65536;
-        tarena *na = malloc(sizeof *na + cap);
-        if (!na)
-            return NULL;
-        na->next = a;
-        na->used = 0;
-        na->cap = cap;
-        t->arena = a = na;
-    }
-    void *p = (char *)a->data + a->used;
-    a->used += bytes;
-    memset(p, 0, bytes);
-    return p;
-}
-
-static uint64_t name_hash(const char *s, size_t len)
-{
-    uint64_t h = 1469598103934665603ULL;
-    for (size_t i = 0; i < len; i++)
-        h = (h ^ (unsigned char)s[i]) * 1099511628211ULL;
-    return h;
-}
-
-/* The atom table is an array of names plus an open-addressing index kept
- * in t->atoms[cap_atoms..]: see tmpl_atom. */
-typedef struct atom_index {
-    uint32_t *slot;   /* atom id + 1, 0 = empty */
-    size_t    cap;
-} atom_index;
-
-static atom_index *index_of(const em_tmpl *t)
-{
-    return (atom_index *)t->atoms_index;
-}
-
-static long atom_lookup(const em_tmpl *t, const char *s, size_t len, size_t *slot_out)
-{
-    atom_index *ix = index_of(t);
-    if (!ix || !ix->cap)
-        return -1;
-    size_t m = ix->cap - 1, i = (size_t)name_hash(s, len) & m;
-    for (;; i = (i + 1) & m) {
-        uint32_t v = ix->slot[i];
-        if (!v) {
-            if (slot_out)
-                *slot_out = i;
-            return -1;
-        }
-        const char *a = t->atoms[v - 1];
-        if (strlen(a) == len && memcmp(a, s, len) == 0)
-            return (long)(v - 1);
-    }
-}
-
-long tmpl_atom_find(const em_tmpl *t, const char *s, size_t len)
-{
-    return atom_lookup(t, s, len, NULL);
-}
-
-int tmpl_atom(em_tmpl *t, const char *s, size_t len, uint32_t *id)
-{
-    long found = atom_lookup(t, s, len, NULL);
-    if (found >= 0) {
-        *id = (uint32_t)found;
-        return 0;
-    }
-    atom_index *ix = index_of(t);
-    if (!ix) {
-        ix = calloc(1, sizeof *ix);
-        if (!ix)
-            return EM_ENOMEM;
-        t->atoms_index = ix;
-    }
-    if ((t->n_atoms + 1) * 2 > ix->cap) {   /* rehash at half full */
-        size_t nc = ix->cap ? ix->cap * 2 : 64;
-        uint32_t *ns = calloc(nc, sizeof *ns);
-        if (!ns)
-            return EM_ENOMEM;
-        for (uint32_t a = 0; a < t->n_atoms; a++) {
-            size_t i = (size_t)name_hash(t->atoms[a], strlen(t->atoms[a])) & (nc - 1);
-            while (ns[i])
-                i = (i + 1) & (nc - 1);
-            ns[i] = a + 1;
-        }
-        free(ix->slot);
-        ix->slot = ns;
-        ix->cap = nc;
-    }
-    if (em_grow((void **)&t->atoms, &t->cap_atoms, t->n_atoms, sizeof *t->atoms, 64))
-        return EM_ENOMEM;
-    char *copy = tmpl_arena_alloc(t, len + 1);
-    if (!copy)
-        return EM_ENOMEM;
-    memcpy(copy, s, len);
-    size_t slot = 0;
-    atom_lookup(t, s, len, &slot);
-    t->atoms[t->n_atoms] = copy;
-    ix->slot[slot] = t->n_atoms + 1;
-    *id = t->n_atoms++;
-    return 0;
-}
-
-void tmpl_free_atoms(em_tmpl *t)
-{
-    atom_index *ix = index_of(t);
-    if (ix)
-        free(ix->slot);
-    free(ix);
-    t->atoms_index = NULL;
-    free(t->atoms);
-    t->atoms = NULL;
-}
-
-void tmpl_line_col(const char *src, size_t len, size_t off, unsigned *line, unsigned *col)
-{
-    unsigned l = 1, c = 1;
-    if (off > len)
-        off = len;
-    for (size_t i = 0; i < off; i++) {
-        if (src[i] == '\n') {
-            l++;
-            c = 1;
-        } else if (((unsigned char)src[i] & 0xC0) != 0x80) {
-            c++;
-        }
-    }
-    *line = l;
-    *col = c;
-}
-
-int tmpl_fail_at(const em_tmpl *t, em_err *err, int code, size_t off, const char *fmt, ...)
-{
-    if (!err)
-        return code;
-    char msg[400];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    unsigned line, col;
-    tmpl_line_col(t->src, t->src_len, off, &line, &col);
-    return em_err_set(err, code, "template: line %u, col %u: %s", line, col, msg);
-}
 
 /* ------------------------------------------------------------ parser */
 
@@ -431,6 +280,29 @@ static int dotted_name(parser *p, char *buf, size_t cap)
     return 0;
 }
 
+/* A TN_FILTER or TN_TEST node (at off) for the filter or test named next;
+ * an unknown name is an error here, as when Jinja compiles. */
+static int named_node(parser *p, int kind, uint32_t off, tnode **out)
+{
+    int rc;
+    const ttok *at = cur(p);
+    const char *what = kind == TN_FILTER ? "filter" : "test";
+    char name[128];
+    if ((rc = dotted_name(p, name, sizeof name)))
+        return rc;
+    int id = kind == TN_FILTER ? tf_filter_id(name) : tf_test_id(name);
+    if (id == 0)
+        return fail(p, at, EM_EFORMAT, "unknown %s '%s'", what, name);
+    if (id < 0)
+        return fail(p, at, EM_EFORMAT, "%s '%s' is not supported by ember", what, name);
+    if ((rc = new_node(p, kind, off, out)))
+        return rc;
+    (*out)->fn = (uint16_t)id;
+    if (ts_new_immortal(p->t, name, strlen(name), &(*out)->k))
+        return em_err_set(p->err, EM_ENOMEM, "template: out of memory");
+    return 0;
+}
+
 static int parse_filter(parser *p, tnode **node, int start_inline)
 {
     int rc;
@@ -438,22 +310,10 @@ static int parse_filter(parser *p, tnode **node, int start_inline)
         if (!start_inline)
             adv(p);
         start_inline = 0;
-        const ttok *at = cur(p);
-        char name[128];
-        if ((rc = dotted_name(p, name, sizeof name)))
-            return rc;
-        int id = tf_filter_id(name);
-        if (id == 0)
-            return fail(p, at, EM_EFORMAT, "no filter named '%s'", name);
-        if (id < 0)
-            return fail(p, at, EM_EFORMAT, "filter '%s' is not supported by ember", name);
         tnode *f = NULL;
-        if ((rc = new_node(p, TN_FILTER, at->off, &f)))
+        if ((rc = named_node(p, TN_FILTER, cur(p)->off, &f)))
             return rc;
         f->a = *node;
-        f->fn = (uint16_t)id;
-        if (ts_new_immortal(p->t, name, strlen(name), &f->k))
-            return em_err_set(p->err, EM_ENOMEM, "template: out of memory");
         if (is_op(cur(p), OP_LPAREN) && (rc = parse_call_args(p, &f->args)))
             return rc;
         *node = f;
@@ -471,23 +331,11 @@ static int parse_test(parser *p, tnode **node)
         adv(p);
         negated = 1;
     }
-    const ttok *at = cur(p);
-    char name[128];
-    if ((rc = dotted_name(p, name, sizeof name)))
-        return rc;
-    int id = tf_test_id(name);
-    if (id == 0)
-        return fail(p, at, EM_EFORMAT, "no test named '%s'", name);
-    if (id < 0)
-        return fail(p, at, EM_EFORMAT, "test '%s' is not supported by ember", name);
     tnode *t = NULL;
-    if ((rc = new_node(p, TN_TEST, is_tok->off, &t)))
+    if ((rc = named_node(p, TN_TEST, is_tok->off, &t)))
         return rc;
     t->a = *node;
-    t->fn = (uint16_t)id;
     t->op = negated ? TNF_NEGATED : 0;
-    if (ts_new_immortal(p->t, name, strlen(name), &t->k))
-        return em_err_set(p->err, EM_ENOMEM, "template: out of memory");
     const ttok *k = cur(p);
     if (is_op(k, OP_LPAREN)) {
         if ((rc = parse_call_args(p, &t->args)))
@@ -985,32 +833,18 @@ static int parse_not(parser *p, tnode **out)
     return rc;
 }
 
-static int parse_and(parser *p, tnode **out)
+/* or: and ('or' and)*; and: not ('and' not)* */
+static int parse_logic(parser *p, int is_and, tnode **out)
 {
     int rc;
     tnode *l = NULL, *r = NULL;
-    if ((rc = parse_not(p, &l)))
+    if ((rc = is_and ? parse_not(p, &l) : parse_logic(p, 1, &l)))
         return rc;
-    while (is_name(p, cur(p), "and")) {
+    while (is_name(p, cur(p), is_and ? "and" : "or")) {
         uint32_t off = cur(p)->off;
         adv(p);
-        if ((rc = parse_not(p, &r)) || (rc = binop(p, OP_AND, off, l, r, &l)))
-            return rc;
-    }
-    *out = l;
-    return 0;
-}
-
-static int parse_or(parser *p, tnode **out)
-{
-    int rc;
-    tnode *l = NULL, *r = NULL;
-    if ((rc = parse_and(p, &l)))
-        return rc;
-    while (is_name(p, cur(p), "or")) {
-        uint32_t off = cur(p)->off;
-        adv(p);
-        if ((rc = parse_and(p, &r)) || (rc = binop(p, OP_OR, off, l, r, &l)))
+        if ((rc = is_and ? parse_not(p, &r) : parse_logic(p, 1, &r)) ||
+            (rc = binop(p, is_and ? OP_AND : OP_OR, off, l, r, &l)))
             return rc;
     }
     *out = l;
@@ -1021,13 +855,13 @@ static int parse_condexpr(parser *p, tnode **out)
 {
     int rc;
     tnode *e1 = NULL;
-    if ((rc = parse_or(p, &e1)))
+    if ((rc = parse_logic(p, 0, &e1)))
         return rc;
     while (is_name(p, cur(p), "if")) {
         uint32_t off = cur(p)->off;
         adv(p);
         tnode *n = NULL;
-        if ((rc = new_node(p, TN_COND, off, &n)) || (rc = parse_or(p, &n->a)))
+        if ((rc = new_node(p, TN_COND, off, &n)) || (rc = parse_logic(p, 0, &n->a)))
             return rc;
         n->b = e1;
         if (is_name(p, cur(p), "else")) {
@@ -1050,7 +884,7 @@ static int parse_expression(parser *p, int with_condexpr, tnode **out)
     int rc;
     if ((rc = deeper(p)))
         return rc;
-    rc = with_condexpr ? parse_condexpr(p, out) : parse_or(p, out);
+    rc = with_condexpr ? parse_condexpr(p, out) : parse_logic(p, 0, out);
     p->depth--;
     return rc;
 }
@@ -1432,9 +1266,20 @@ static int parse_statement(parser *p, tnode **out)
         }
         adv(p);
         rc = new_node(p, brk ? TN_BREAK : TN_CONTINUE, k->off, &n);
-    } else if (is_name(p, k, "print")) {
+    } else if (is_name(p, k, "print")) {   /* {% print a, b %}: each printed */
+        nlist items = { 0 };
         adv(p);
-        if ((rc = new_node(p, TN_PRINT, k->off, &n)) || (rc = parse_tuple(p, 0, 1, NULL, 0, &n->a)))
+        if ((rc = new_node(p, TN_PRINT, k->off, &n)))
+            goto done;
+        while (cur(p)->type != TK_BLOCK_END) {
+            tnode *e = NULL;
+            if ((items.n && (rc = expect_op(p, OP_COMMA, "','"))) || (rc = parse_expression(p, 1, &e)) ||
+                (rc = nl_push(p, &items, e))) {
+                free(items.v);
+                goto done;
+            }
+        }
+        if ((rc = nl_done(p, &items, &n->list, &n->n)))
             goto done;
     } else {
         static const char *const unsupported[] = { "block", "extends", "include", "import", "from",

@@ -195,7 +195,7 @@ static int str_alloc(tctx *c, em_tmpl *owner, const char *s, size_t len, tval *o
     size_t bytes = sizeof(tstr) + len + 1;
     tstr *o = owner ? malloc(bytes) : tm_alloc(c, bytes);
     if (!o)
-        return EM_ENOMEM;
+        return c ? tc_code(c) : EM_ENOMEM;
     if (owner) {
         if (owner->n_consts == owner->cap_consts) {
             size_t nc = owner->cap_consts ? owner->cap_consts * 2 : 64;
@@ -323,7 +323,7 @@ int tl_new(tctx *c, size_t cap, uint8_t fl, tval *out)
 {
     tlist *l = tm_alloc(c, sizeof *l);
     if (!l)
-        return EM_ENOMEM;
+        return c ? tc_code(c) : EM_ENOMEM;
     memset(l, 0, sizeof *l);
     l->h.rc = 1;
     l->h.bytes = sizeof *l;
@@ -335,7 +335,7 @@ int tl_new(tctx *c, size_t cap, uint8_t fl, tval *out)
         if (tm_charge(c, bytes)) {
             tm_uncharge(c, l->h.bytes);
             free(l);
-            return EM_ERANGE;
+            return c ? tc_code(c) : EM_ERANGE;
         }
         if (!(l->v = malloc(bytes))) {
             tm_uncharge(c, bytes + l->h.bytes);
@@ -409,7 +409,7 @@ int td_new(tctx *c, int ns, tval *out)
 {
     tdict *d = tm_alloc(c, sizeof *d);
     if (!d)
-        return EM_ENOMEM;
+        return c ? tc_code(c) : EM_ENOMEM;
     memset(d, 0, sizeof *d);
     d->h.rc = 1;
     d->h.bytes = sizeof *d;
@@ -503,35 +503,41 @@ static int idx_build(tctx *c, tdict *d, size_t cap)
     return 0;
 }
 
-static int td_find_h(tctx *c, const tdict *d, const tval *key, uint64_t h, long *at)
+/* The entries of d whose hash is h, in probe order: start with *pos = 0;
+ * returns the next index, or -1 when there is none. */
+static long td_candidate(const tdict *d, uint64_t h, size_t *pos)
 {
-    *at = -1;
-    if (d->idx) {
+    if (d->idx) {   /* *pos: the next slot + 1 */
         size_t m = d->idx_cap - 1;
-        for (size_t s = (size_t)h & m; d->idx[s]; s = (s + 1) & m) {
-            size_t i = d->idx[s] - 1;
-            if (d->hash[i] != h)
-                continue;
-            int eq;
-            int rc = tv_eq(c, &d->k[i], key, &eq);
-            if (rc)
-                return rc;
-            if (eq) {
-                *at = (long)i;
-                return 0;
+        for (size_t k = *pos ? *pos - 1 : (size_t)h & m; d->idx[k]; k = (k + 1) & m) {
+            size_t i = d->idx[k] - 1;
+            if (d->hash[i] == h) {
+                *pos = ((k + 1) & m) + 1;
+                return (long)i;
             }
         }
-        return 0;
+        return -1;
     }
-    for (size_t i = 0; i < d->n; i++) {
-        if (d->hash[i] != h)
-            continue;
+    for (size_t i = *pos; i < d->n; i++)
+        if (d->hash[i] == h) {
+            *pos = i + 1;
+            return (long)i;
+        }
+    return -1;
+}
+
+static int td_find_h(tctx *c, const tdict *d, const tval *key, uint64_t h, long *at)
+{
+    size_t pos = 0;
+    long i;
+    *at = -1;
+    while ((i = td_candidate(d, h, &pos)) >= 0) {
         int eq;
         int rc = tv_eq(c, &d->k[i], key, &eq);
         if (rc)
             return rc;
         if (eq) {
-            *at = (long)i;
+            *at = i;
             return 0;
         }
     }
@@ -550,23 +556,12 @@ int td_find(tctx *c, const tdict *d, const tval *key, long *at)
 int td_get_str(const tdict *d, const char *key, size_t len, long *at)
 {
     uint64_t h = XXH64(key, len, 0);
+    size_t pos = 0;
+    long i;
     *at = -1;
-    if (d->idx) {
-        size_t m = d->idx_cap - 1;
-        for (size_t s = (size_t)h & m; d->idx[s]; s = (s + 1) & m) {
-            size_t i = d->idx[s] - 1;
-            if (d->hash[i] == h && d->k[i].t == TV_STR && tv_s(&d->k[i])->len == len &&
-                memcmp(tv_s(&d->k[i])->s, key, len) == 0) {
-                *at = (long)i;
-                return 0;
-            }
-        }
-        return 0;
-    }
-    for (size_t i = 0; i < d->n; i++)
-        if (d->hash[i] == h && d->k[i].t == TV_STR && tv_s(&d->k[i])->len == len &&
-            memcmp(tv_s(&d->k[i])->s, key, len) == 0) {
-            *at = (long)i;
+    while ((i = td_candidate(d, h, &pos)) >= 0)
+        if (d->k[i].t == TV_STR && tv_s(&d->k[i])->len == len && memcmp(tv_s(&d->k[i])->s, key, len) == 0) {
+            *at = i;
             return 0;
         }
     return 0;
