@@ -105,7 +105,10 @@ else:
         msgs += [{'role': 'user', 'content': asked[i]}, {'role': 'assistant', 'content': answers['cpu'][i]}]
     msgs.append({'role': 'user', 'content': asked[turn]})
     prompt = render(msgs)
-    a, b = ids_of(prompt + answers['cpu'][turn]), ids_of(prompt + answers['vulkan'][turn])
+    # (each answer followed by the end of its turn, so that one that stopped
+    # where the other went on parts at the end-of-turn token)
+    a = ids_of(prompt + answers['cpu'][turn] + '<|im_end|>')
+    b = ids_of(prompt + answers['vulkan'][turn] + '<|im_end|>')
     k = next(i for i in range(min(len(a), len(b))) if a[i] != b[i])
     gaps = []
     for backend in ('cpu', 'vulkan'):
