@@ -35,6 +35,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def setup(self):
         super().setup()
+        with self.server.fx.lock:
+            self.server.fx.connections += 1
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)   # as real servers do
 
     def log_message(self, *args):
@@ -117,13 +119,15 @@ class Handler(BaseHTTPRequestHandler):
             events.insert(2, (b'data: "' + b'x' * (1100 << 10) + b'"\n\n', 0))
         if mode == 'hugebody':
             events[2:2] = [(b': ' + b'p' * (512 << 10) + b'\n', 0)] * 34   # 17 MiB of comment lines
-        if mode == 'length':
+        if mode in ('length', 'dropidle'):
             data = b''.join(e for e, _ in events)
             self.send_response(200)
             self.send_header('Content-Type', 'text/event-stream')
             self.send_header('Content-Length', str(len(data)))
             self.end_headers()
             self.wfile.write(data)
+            # dropidle: a kept connection the server then closes while idle (a keep-alive timeout)
+            self.close_connection = mode == 'dropidle'
             return
         self.send_response(200)
         self.send_header('Content-Type', 'text/event-stream; charset=utf-8')
@@ -182,7 +186,7 @@ class Fixture:
 
     def reset(self, mix=()):
         with self.lock:
-            self.posts, self.gets, self.seen = [], [], set()
+            self.posts, self.gets, self.seen, self.connections = [], [], set(), 0
             self.mix, self.n_mix = list(mix), 0
 
     def stop(self):
@@ -309,10 +313,12 @@ def tight_slo():
 
 @case
 def framings():
-    for mode in ('length', 'close', 'ping', 'chunked'):
+    # connections: one per user kept alive, or one per request where the server ends them
+    for mode, conns in (('length', 2), ('close', 4), ('ping', 2), ('chunked', 2), ('dropidle', 4)):
         lv, _, _ = one_level(2, '--users', '2', '--gen-tokens', '3-6', '--model', mode)
         assert lv['completed'] == 4 and sum(lv['errors'].values()) == 0, (mode, lv)
         assert len(fx.posts) == 4, (mode, len(fx.posts))
+        assert fx.connections == conns, (mode, fx.connections)
         assert lv['output_tokens'] == sum(p['body']['max_tokens'] for p in fx.posts), (mode, lv)
         assert lv['goodput_requests'] is None and lv['within_slo'] is None, lv
         assert lv['cost_per_1m_tokens'] is None, lv
