@@ -69,8 +69,7 @@ static int ensure_files(uint32_t n)
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= want)
         return 0;
     rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= want ? want : rl.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &rl);
-    if (rl.rlim_cur < want)
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0 || getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur < want)
         return em_cli_fail(2, "loadtest: %u users need %llu open files; the limit is %llu (ulimit -n)", n,
                            (unsigned long long)want, (unsigned long long)rl.rlim_cur);
     return 0;

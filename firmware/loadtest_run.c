@@ -194,10 +194,12 @@ static int on_event(user *us, stream *st, double t)
         atomic_fetch_add(&us->live_tokens, 1);
     }
     json_t *usage = json_object_get(j, "usage");
-    if (json_is_integer(json_object_get(usage, "completion_tokens")))
-        st->usage_tokens = (long)json_integer_value(json_object_get(usage, "completion_tokens"));
-    if (json_is_integer(json_object_get(usage, "prompt_tokens")))
-        st->usage_prompt = (long)json_integer_value(json_object_get(usage, "prompt_tokens"));
+    json_int_t ct = json_integer_value(json_object_get(usage, "completion_tokens"));
+    json_int_t pt = json_integer_value(json_object_get(usage, "prompt_tokens"));
+    if (json_is_integer(json_object_get(usage, "completion_tokens")) && ct >= 0 && ct <= INT32_MAX)
+        st->usage_tokens = (long)ct;
+    if (json_is_integer(json_object_get(usage, "prompt_tokens")) && pt >= 0 && pt <= INT32_MAX)
+        st->usage_prompt = (long)pt;
     json_decref(j);
     return 0;
 }
@@ -325,7 +327,7 @@ static void one_request(user *us, em_http_client *c, const char *body, result *r
         atomic_fetch_add(&us->live_tokens, tokens - st.chunks);
     res->kind = st.kind;
     res->tokens = tokens;
-    res->prompt_tokens = st.usage_prompt >= 0 && st.usage_prompt <= INT32_MAX ? (int32_t)st.usage_prompt : -1;
+    res->prompt_tokens = (int32_t)st.usage_prompt;   /* -1, or within int32 (on_event) */
     res->ttft_ms = st.chunks ? (st.t_first - st.t0) * 1e3 : -1;
     res->tpot_mean_ms = res->tpot_p99_ms = -1;
     if (tokens >= 2 && st.chunks) {
