@@ -10,6 +10,7 @@
 
 #include "core/chat_tmpl_int.h"
 #include "core/grow.h"
+#include "core/tokenizer.h"
 
 /* ------------------------------------------------------ arena, atoms */
 
@@ -285,4 +286,30 @@ done:
     json_decref(vars);
     em_tmpl_destroy(t);
     return rc;
+}
+
+int em_chat_tokenize(const em_tokenizer *tok, const char *prompt, size_t len, int32_t **ids, size_t *n,
+                     em_err *err)
+{
+    *ids = NULL;
+    *n = 0;
+    int32_t bos = em_tokenizer_bos(tok);
+    const char *bos_text = bos >= 0 ? em_tokenizer_token_text(tok, bos) : NULL;
+    size_t bl = bos_text ? strlen(bos_text) : 0;
+    int add_bos = em_tokenizer_add_bos(tok) && bos >= 0 && !(bl && len >= bl && memcmp(prompt, bos_text, bl) == 0);
+    int rc = em_tokenizer_encode(tok, prompt, len, 0, 1, ids, n, err);
+    if (rc || !add_bos)
+        return rc;
+    int32_t *w = realloc(*ids, (*n + 1) * sizeof **ids);
+    if (!w) {
+        free(*ids);
+        *ids = NULL;
+        *n = 0;
+        return em_err_set(err, EM_ENOMEM, "chat: out of memory");
+    }
+    memmove(w + 1, w, *n * sizeof *w);
+    w[0] = bos;
+    *ids = w;
+    (*n)++;
+    return 0;
 }

@@ -94,4 +94,12 @@ int  em_chat_render(const char *src, size_t len, const json_t *messages,
                     const json_t *tools, const em_tmpl_opts *opts,
                     char **out, size_t *out_len, em_err *err);
 
+/* Tokenize a rendered chat prompt (borrowed; len bytes) as a chat turn is
+ * fed: special-token text ("<|im_start|>") becomes its id, and BOS is put
+ * first when the model asks for one (tokenizer.ggml.add_bos_token) and the
+ * template did not write it already. *ids is malloc'd (caller frees). */
+struct em_tokenizer;
+int em_chat_tokenize(const struct em_tokenizer *tok, const char *prompt, size_t len, int32_t **ids,
+                     size_t *n, em_err *err);
+
 #endif

@@ -211,23 +211,9 @@ static int turn(chat *c, int *fatal)
         em_cli_note("chat: %s", err.msg);
         goto done;
     }
-    /* BOS as the model asks, unless the template wrote it already */
-    int add_bos = em_tokenizer_add_bos(c->tok) && em_tokenizer_bos(c->tok) >= 0 &&
-                  !(c->bos_text && *c->bos_text && strncmp(prompt, c->bos_text, strlen(c->bos_text)) == 0);
-    if ((rc = em_tokenizer_encode(c->tok, prompt, plen, 0, 1, &ids, &n_ids, &err))) {
+    if ((rc = em_chat_tokenize(c->tok, prompt, plen, &ids, &n_ids, &err))) {
         em_cli_note("chat: %s", err.msg);
         goto done;
-    }
-    if (add_bos) {
-        int32_t *w = realloc(ids, (n_ids + 1) * sizeof *ids);
-        if (!w) {
-            em_cli_note("chat: out of memory");
-            goto done;
-        }
-        ids = w;
-        memmove(ids + 1, ids, n_ids * sizeof *ids);
-        ids[0] = em_tokenizer_bos(c->tok);
-        n_ids++;
     }
     if (n_ids == 0 || n_ids + 1 >= c->n_ctx) {
         em_cli_note("chat: the conversation is %zu tokens, which does not fit the %u-token context "

@@ -1,10 +1,11 @@
 #!/bin/sh
 # setup.sh — install the Debian 12 packages ember needs to build and test,
 # skipping those already present, then fetch the default chat model into
-# models/ (scripts/fetch-model.sh). Run as root (or with sudo available).
+# models/ (scripts/fetch-model.sh) and the Python packages the tests drive
+# ember with into .venv (scripts/venv.sh). Run as root (or with sudo).
 set -eu
 
-PKGS="meson ninja-build gcc pkg-config python3 python3-pip
+PKGS="meson ninja-build gcc pkg-config python3 python3-pip python3-venv python3-websockets curl
 libvulkan-dev mesa-vulkan-drivers vulkan-tools vulkan-validationlayers
 glslc glslang-tools spirv-tools
 libsqlite3-dev sqlite3 libwebsockets-dev libjansson-dev libinih-dev
@@ -31,3 +32,4 @@ else
 fi
 
 "$(dirname "$0")/fetch-model.sh"
+"$(dirname "$0")/venv.sh"

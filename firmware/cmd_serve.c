@@ -1,0 +1,238 @@
+/* cmd_serve.c — `ember serve`: load the model onto the device, start the
+ * scheduler over the batched forward pass, open the ledger, and serve HTTP
+ * and WebSocket on one port until SIGINT/SIGTERM (web/web.h). Refuses to
+ * listen beyond loopback while the database holds no API key. */
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/forward.h"
+#include "core/kparams.h"
+#include "core/model.h"
+#include "core/tokenizer.h"
+#include "core/vk.h"
+#include "firmware/cli.h"
+#include "scheduler/scheduler.h"
+#include "storage/storage.h"
+#include "web/web.h"
+
+static const char usage[] =
+    "usage: ember serve [--model PATH] [--host H] [--port P] [--db PATH] [--ctx N] [--kv-mb N]\n"
+    "                   [--parallel N] [--kv-type f16|q8_0] [--require-key] [--ping-s S] [--verbose]\n"
+    "  Serves the model over HTTP and WebSocket on one port: the OpenAI-compatible API\n"
+    "  (/v1/chat/completions, /v1/completions, /v1/models), /healthz. Default\n"
+    "  127.0.0.1:8080 and ./ember.db (the usage ledger and API keys). Clients on other\n"
+    "  machines always need an API key (`ember keys add NAME`); loopback clients too with\n"
+    "  --require-key. --host 0.0.0.0 listens on every interface and needs a key in the\n"
+    "  database. --parallel caps the sequences running at once (default: 16 on a CPU\n"
+    "  device, 64 on a GPU, fewer if the KV cache is small). A streamed answer silent for\n"
+    "  --ping-s seconds (default 10: a long prompt) gets an SSE comment, so that proxies\n"
+    "  keep the connection. SIGINT/SIGTERM stop it.\n";
+
+static em_web *volatile the_web;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    if (the_web)
+        em_web_stop(the_web);
+}
+
+static int is_loopback_host(const char *h)
+{
+    return strcmp(h, "localhost") == 0 || strncmp(h, "127.", 4) == 0 || strcmp(h, "::1") == 0;
+}
+
+/* The URLs a browser on the LAN would use: every IPv4 address of the box. */
+static void print_urls(const char *host, int port)
+{
+    int any = strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0;
+    if (!any) {
+        printf(strchr(host, ':') ? "ember: listening on http://[%s]:%d/\n" : "ember: listening on http://%s:%d/\n",
+               host, port);
+        return;
+    }
+    struct ifaddrs *ifs = NULL, *i;
+    printf("ember: listening on every interface, port %d:\n", port);
+    if (getifaddrs(&ifs) == 0) {
+        for (i = ifs; i; i = i->ifa_next) {
+            if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP))
+                continue;
+            char a[INET_ADDRSTRLEN];
+            inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, a, sizeof a);
+            printf("  http://%s:%d/\n", a, port);
+        }
+        freeifaddrs(ifs);
+    }
+}
+
+int em_cmd_serve(int argc, char **argv)
+{
+    const char *model_path = NULL, *host = "127.0.0.1", *db = "ember.db", *kv_name = "f16";
+    long port = 8080, ctx = 0, kv_mb = 0, parallel = 0;
+    int require_key = 0, verbose = 0;
+    double ping_s = 10;
+    em_cli_opt opts[] = {
+        { "--model", "-m", EM_OPT_STR, &model_path, 0, 0 },
+        { "--host", NULL, EM_OPT_STR, &host, 0, 0 },
+        { "--port", NULL, EM_OPT_INT, &port, 0, 65535 },
+        { "--db", NULL, EM_OPT_STR, &db, 0, 0 },
+        { "--ctx", NULL, EM_OPT_INT, &ctx, 16, 1 << 20 },
+        { "--kv-mb", NULL, EM_OPT_INT, &kv_mb, 1, 1 << 24 },
+        { "--parallel", NULL, EM_OPT_INT, &parallel, 1, 1024 },
+        { "--kv-type", NULL, EM_OPT_STR, &kv_name, 0, 0 },
+        { "--require-key", NULL, EM_OPT_FLAG, &require_key, 0, 0 },
+        { "--ping-s", NULL, EM_OPT_FLOAT, &ping_s, 0.1, 3600 },
+        { "--verbose", "-v", EM_OPT_FLAG, &verbose, 0, 0 },
+        { NULL, NULL, 0, NULL, 0, 0 },
+    };
+    int rc = em_cli_parse("serve", argc, argv, opts, NULL, 0, NULL, usage);
+    if (rc)
+        return rc;
+    em_err err = { 0 };
+    uint32_t kv_type;
+    if (em_fwd_kv_type_parse(kv_name, &kv_type, &err))
+        return em_cli_fail(2, "serve: %s", err.msg);
+    char default_path[4096];
+    if (!model_path) {
+        if (em_cli_default_model(default_path, sizeof default_path, &err))
+            return em_cli_fail(2, "serve: %s", err.msg);
+        model_path = default_path;
+        em_cli_note("using model %s", model_path);
+    }
+
+    em_model *m = NULL;
+    em_tokenizer *tok = NULL;
+    em_storage *st = NULL;
+    em_vk *vk = NULL;
+    em_fwd *fwd = NULL;
+    em_sched *s = NULL;
+    em_web *w = NULL;
+    int status = 0;
+    struct sigaction sa, old_int, old_term;
+    int handlers = 0;
+
+    /* the database first: a refusal to start should cost no model load */
+    em_storage_opts so;
+    em_storage_opts_init(&so);
+    so.path = db;
+    if ((rc = em_storage_open(&so, &st, &err))) {
+        status = em_cli_fail_err(&err);
+        goto done;
+    }
+    if (!is_loopback_host(host)) {
+        em_key_info *keys = NULL;
+        size_t n = 0, active = 0;
+        if (em_storage_key_list(st, &keys, &n, &err) == 0)
+            for (size_t i = 0; i < n; i++)
+                active += keys[i].revoked_ms == 0;
+        free(keys);
+        if (!active) {
+            status = em_cli_fail(2, "serve: --host %s would let other machines in, but %s holds no API key: "
+                                 "make one with `ember keys add NAME --db %s` (clients then send it as "
+                                 "\"Authorization: Bearer KEY\")", host, db, db);
+            goto done;
+        }
+    }
+    if ((status = em_cli_open_model("serve", model_path, &m, &tok)))
+        goto done;
+    const em_hparams *hp = em_model_hparams(m);
+    uint32_t n_ctx = ctx > 0 ? (uint32_t)ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
+    em_cli_warn_ctx("serve", n_ctx, hp->n_ctx_train);
+    em_vk_opts vo = EM_VK_OPTS_INIT;
+    if ((rc = em_vk_create(&vo, &vk, &err))) {
+        status = em_cli_fail_err(&err);
+        goto done;
+    }
+    int cpu_device = em_vk_info(vk)->type == VK_PHYSICAL_DEVICE_TYPE_CPU;
+    uint32_t seqs = parallel > 0 ? (uint32_t)parallel : cpu_device ? 16 : 64;
+    uint32_t T = 512;   /* tokens per step: prompt chunks and decodes */
+    uint32_t blocks = em_fwd_kv_blocks(vk, m, kv_type, (uint64_t)kv_mb, seqs, n_ctx, T);
+    uint32_t min_blocks = (n_ctx + EM_KV_BLOCK - 1) / EM_KV_BLOCK;
+    if (blocks < min_blocks) {
+        status = em_cli_fail(1, "serve: the KV cache holds %u blocks, fewer than one %u-token context "
+                             "needs (%u): give --kv-mb more, or a smaller --ctx", blocks, n_ctx, min_blocks);
+        goto done;
+    }
+    if (parallel <= 0 && blocks / min_blocks < seqs / 4 && blocks / min_blocks * 4 < seqs)
+        seqs = blocks / min_blocks * 4 > 1 ? blocks / min_blocks * 4 : 1;
+    em_fwd_opts fo = { .max_tokens = T, .max_seqs = seqs, .max_ctx = n_ctx, .n_blocks = blocks,
+                       .max_logits = seqs, .kv_type = kv_type };
+    if ((rc = em_fwd_create(vk, m, &fo, &fwd, &err))) {
+        status = em_cli_fail_err(&err);
+        goto done;
+    }
+    em_sched_backend be;
+    em_sched_backend_gpu(fwd, vk, hp->n_vocab, T, seqs, seqs, n_ctx, blocks, &be);
+    em_sched_opts sco;
+    em_sched_opts_init(&sco);
+    sco.step_tokens = T;
+    if ((rc = em_sched_create(&sco, &be, tok, &s, &err))) {
+        status = em_cli_fail_err(&err);
+        goto done;
+    }
+    char device[512];
+    snprintf(device, sizeof device, "%s (%s)", em_vk_info(vk)->name, em_vk_info(vk)->type_name);
+    /* the model's name for /v1/models: the file name without .gguf */
+    char model_id[256];
+    const char *base = strrchr(model_path, '/');
+    snprintf(model_id, sizeof model_id, "%s", base ? base + 1 : model_path);
+    char *dot = strstr(model_id, ".gguf");
+    if (dot && dot[5] == 0)
+        *dot = 0;
+
+    em_web_opts wo;
+    em_web_opts_init(&wo);
+    wo.host = host;
+    wo.port = (int)port;
+    wo.sched = s;
+    wo.model = m;
+    wo.tok = tok;
+    wo.storage = st;
+    wo.model_id = model_id;
+    wo.device = device;
+    wo.n_ctx = n_ctx;
+    wo.parallel = seqs;
+    wo.require_key = require_key;
+    wo.verbose = verbose;
+    wo.ping_s = ping_s;
+    if ((rc = em_web_create(&wo, &w, &err))) {
+        status = em_cli_fail_err(&err);
+        goto done;
+    }
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    signal(SIGPIPE, SIG_IGN);
+    handlers = 1;
+    the_web = w;
+    em_cli_note("serve: %s on %s, %s | context %u, %u sequences at once, KV cache %u blocks (%.0f MiB, %s)",
+                model_id, device, em_fwd_variant(fwd), n_ctx, seqs, blocks,
+                (double)blocks * em_fwd_kv_block_bytes(m, kv_type) / (1 << 20), em_fwd_kv_type_name(kv_type));
+    print_urls(host, em_web_port(w));
+    fflush(stdout);
+    if ((rc = em_web_run(w)))
+        status = em_cli_fail(1, "serve: the service loop failed");
+    em_cli_note("serve: stopping");
+done:
+    the_web = NULL;
+    if (handlers) {
+        sigaction(SIGINT, &old_int, NULL);
+        sigaction(SIGTERM, &old_term, NULL);
+    }
+    em_web_destroy(w);          /* closes connections: their requests are cancelled */
+    em_sched_destroy(s);        /* finishes what is left */
+    em_fwd_destroy(fwd);
+    em_vk_destroy(vk);
+    em_storage_close(st);       /* commits the last ledger rows */
+    em_tokenizer_destroy(tok);
+    em_model_close(m);
+    return status;
+}

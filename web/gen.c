@@ -1,0 +1,358 @@
+/* gen.c — the one generation path that every front door (OpenAI HTTP, SSE,
+ * WebSocket, later batch lines) shares: the chat template (or the raw
+ * completion prompt) -> token ids -> the context check -> one scheduler
+ * request per choice (submitted together: their prompt blocks meet in the
+ * prefix cache) -> token events turned into text deltas (UTF-8 safe; stop
+ * strings held back by the scheduler until decided) -> done, with usage and
+ * timings -> one ledger row per request: admitted when submitted, replaced
+ * by its final state (completed, cancelled, failed, rejected) at the end.
+ * The protocol handlers only parse requests and frame deltas. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/chat_tmpl.h"
+#include "core/model.h"
+#include "core/tokenizer.h"
+#include "web/web_int.h"
+
+struct em_gen {
+    em_web          *w;
+    uint32_t         n;
+    em_request      *req[EM_GEN_MAX_N];
+    int              done[EM_GEN_MAX_N];
+    em_finish        finish[EM_GEN_MAX_N];
+    em_req_metrics   m[EM_GEN_MAX_N];
+    uint32_t         seen[EM_GEN_MAX_N];   /* TOKEN events taken: the count of a cancelled choice */
+    char             error[256];
+    uint32_t         prompt_tokens;
+    /* choices after the first wait for its prompt to be in the KV cache,
+     * so that they take its full blocks from the prefix cache */
+    uint32_t         n_submitted;
+    em_req_params    rp;
+    int32_t         *ids;
+    char            *stop[EM_MAX_STOP];
+    uint64_t         seed;
+    em_usage_record  rec;          /* the ledger row */
+};
+
+static int64_t epoch_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The scheduler thread has events: wake the service loop (never touches the gen). */
+static void gen_notify(void *user)
+{
+    em_web *w = user;
+    atomic_store(&w->wake, 1);
+    lws_cancel_service(w->ctx);
+}
+
+static void ledger(em_web *w, const em_usage_record *r)
+{
+    if (w->o.storage)
+        em_storage_submit(w->o.storage, r);
+}
+
+/* The final row of a request that never reached the scheduler. */
+static int refuse(em_gen *g, em_usage_status st, const em_web_error *e)
+{
+    g->rec.status = st;
+    g->rec.finished_ms = epoch_ms();
+    snprintf(g->rec.error, sizeof g->rec.error, "%d %s", e->status, e->message);
+    ledger(g->w, &g->rec);
+    return -1;
+}
+
+void em_gen_refused(em_web *w, const char *request_id, const em_web_auth *auth, const char *client_addr,
+                    em_class cls, const em_web_error *e)
+{
+    em_usage_record r;
+    em_usage_record_init(&r);
+    snprintf(r.request_id, sizeof r.request_id, "%s", request_id);
+    snprintf(r.client_addr, sizeof r.client_addr, "%s", client_addr ? client_addr : "");
+    snprintf(r.model, sizeof r.model, "%s", w->model_id);
+    r.key_id = auth ? auth->key_id : 0;
+    r.cls = cls == EM_CLASS_BACKGROUND ? EM_USAGE_BACKGROUND : EM_USAGE_INTERACTIVE;
+    r.received_ms = r.finished_ms = epoch_ms();
+    /* refused at the door (auth, rate, busy, draining) or a bad request */
+    r.status = e->status == 401 || e->status == 403 || e->status == 429 || e->status == 503
+                   ? EM_USAGE_REJECTED : EM_USAGE_FAILED;
+    snprintf(r.error, sizeof r.error, "%d %s", e->status, e->message);
+    ledger(w, &r);
+}
+
+static void gen_free(em_gen *g)
+{
+    for (int i = 0; i < EM_MAX_STOP; i++)
+        free(g->stop[i]);
+    free(g->ids);
+    free(g);
+}
+
+/* The other choices, once the first one's prompt is in the KV cache (its
+ * first token came, or it ended). A full queue fails only those choices. */
+static void submit_rest(em_gen *g)
+{
+    if (g->n_submitted >= g->n || !(g->seen[0] || g->done[0]))
+        return;
+    for (uint32_t i = g->n_submitted; i < g->n; i++) {
+        em_err err = { 0 };
+        g->rp.sample.seed = g->seed + i;   /* each choice its own draws */
+        if (em_sched_submit(g->w->o.sched, &g->rp, &g->req[i], NULL, &err)) {
+            g->done[i] = 1;
+            g->finish[i] = EM_FINISH_ERROR;
+            if (!g->error[0])
+                snprintf(g->error, sizeof g->error, "choice %u: %s", i, err.msg);
+        }
+    }
+    g->n_submitted = g->n;
+    free(g->ids);
+    g->ids = NULL;
+}
+
+int em_gen_start(em_web *w, const em_gen_params *p, em_gen **out, em_web_error *e)
+{
+    *out = NULL;
+    em_gen *g = calloc(1, sizeof *g);
+    if (!g)
+        return em_web_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    g->w = w;
+    g->n = p->n ? p->n : 1;
+    em_usage_record_init(&g->rec);
+    snprintf(g->rec.request_id, sizeof g->rec.request_id, "%s", p->request_id);
+    snprintf(g->rec.client_addr, sizeof g->rec.client_addr, "%s", p->client_addr ? p->client_addr : "");
+    snprintf(g->rec.model, sizeof g->rec.model, "%s", w->model_id);
+    g->rec.key_id = p->auth ? p->auth->key_id : 0;
+    g->rec.cls = p->cls == EM_CLASS_BACKGROUND ? EM_USAGE_BACKGROUND : EM_USAGE_INTERACTIVE;
+    g->rec.received_ms = epoch_ms();
+
+    char *text = NULL;
+    size_t text_len = 0;
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    em_err err = { 0 };
+    int rc;
+    const em_tokenizer *tok = w->o.tok;
+    if (p->messages) {
+        const char *src = NULL;
+        size_t src_len = 0;
+        em_chat_gguf_template(em_model_gguf(w->o.model), &src, &src_len);
+        int32_t bos = em_tokenizer_bos(tok), eos = em_tokenizer_eos(tok);
+        rc = em_chat_render(src, src_len, p->messages, 1, bos >= 0 ? em_tokenizer_token_text(tok, bos) : "",
+                            eos >= 0 ? em_tokenizer_token_text(tok, eos) : "", NULL, NULL, &text, &text_len,
+                            &err);
+        if (rc) {
+            /* a Jinja error the messages caused (roles out of order,
+             * raise_exception): the request's fault; else the template's */
+            if (rc == EM_EINVAL)
+                em_web_fail(e, 400, "invalid_request_error", "template_error", "messages",
+                            "the model's chat template refused these messages: %s", err.msg);
+            else
+                em_web_fail(e, 500, "server_error", "template_error", NULL,
+                            "the model's chat template failed: %s", err.msg);
+            goto fail;
+        }
+        rc = em_chat_tokenize(tok, text, text_len, &ids, &n_ids, &err);
+    } else {
+        rc = em_tokenizer_encode(tok, p->prompt ? p->prompt : "", p->prompt_len, 1, 0, &ids, &n_ids, &err);
+    }
+    if (rc) {
+        em_web_fail(e, 500, "server_error", NULL, NULL, "tokenizing the prompt failed: %s", err.msg);
+        goto fail;
+    }
+    if (n_ids == 0) {
+        em_web_fail(e, 400, "invalid_request_error", NULL, p->param_name, "the prompt is empty");
+        goto fail;
+    }
+    g->prompt_tokens = (uint32_t)n_ids;
+    g->rec.prompt_tokens = (int64_t)n_ids;
+    uint32_t n_ctx = w->o.n_ctx;
+    int64_t want = p->max_tokens >= 0 ? p->max_tokens : (int64_t)n_ctx - (int64_t)n_ids;
+    if ((int64_t)n_ids + (p->max_tokens >= 0 ? p->max_tokens : 1) > (int64_t)n_ctx) {
+        e->retry_after_s = 0;
+        em_web_fail(e, 400, "invalid_request_error", "context_length_exceeded", p->param_name,
+                    "This model's maximum context length is %u tokens. However, you requested %lld "
+                    "tokens (%zu in the %s, %lld in the completion). Please reduce the length of the "
+                    "%s or completion.", n_ctx, (long long)n_ids + (p->max_tokens >= 0 ? p->max_tokens : 0),
+                    n_ids, p->param_name, (long long)(p->max_tokens >= 0 ? p->max_tokens : 0),
+                    p->param_name);
+        goto fail;
+    }
+    if (want < 1)
+        want = 1;
+
+    em_req_params rp = { .prompt = ids, .n_prompt = (uint32_t)n_ids, .sample = p->sample, .cls = p->cls,
+                         .max_tokens = (uint32_t)want, .ignore_eog = p->ignore_eos, .notify = gen_notify,
+                         .user = w };
+    for (int i = 0; i < EM_MAX_STOP; i++)
+        if (p->stop[i] && !(rp.stop[i] = g->stop[i] = strdup(p->stop[i]))) {
+            em_web_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+            goto fail;
+        }
+    uint32_t retry_ms = 0;
+    rc = em_sched_submit(w->o.sched, &rp, &g->req[0], &retry_ms, &err);
+    if (rc == EM_EBUSY) {
+        em_web_fail(e, 503, "server_error", "server_busy", NULL, "the %s queue is full; try again later",
+                    em_class_name(p->cls));
+        e->retry_after_s = retry_ms ? (retry_ms + 999) / 1000 : 1;
+        free(ids);
+        free(text);
+        refuse(g, EM_USAGE_REJECTED, e);
+        gen_free(g);
+        return -1;
+    }
+    if (rc) {
+        if (rc == EM_ERANGE || rc == EM_EINVAL)
+            em_web_fail(e, 400, "invalid_request_error", rc == EM_ERANGE ? "context_length_exceeded" : NULL,
+                        p->param_name, "%s", err.msg);
+        else
+            em_web_fail(e, 500, "server_error", NULL, NULL, "%s", err.msg);
+        goto fail;
+    }
+    g->n_submitted = 1;
+    g->rp = rp;
+    g->seed = p->sample.seed;
+    if (g->n > 1) {   /* kept for the other choices */
+        g->ids = ids;
+        g->rp.prompt = ids;
+        ids = NULL;
+    }
+    free(ids);
+    free(text);
+    g->rec.status = EM_USAGE_ADMITTED;
+    ledger(w, &g->rec);
+    *out = g;
+    return 0;
+fail:
+    free(ids);
+    free(text);
+    refuse(g, EM_USAGE_FAILED, e);
+    gen_free(g);
+    return -1;
+}
+
+int em_gen_pump(em_gen *g, em_buf *delta)
+{
+    int all = 1;
+    for (uint32_t i = 0; i < g->n; i++) {
+        em_event ev;
+        if (i == 1)
+            submit_rest(g);
+        while (!g->done[i] && g->req[i] && em_request_next(g->req[i], &ev, 0)) {
+            if (ev.text_len)
+                em_buf_add(&delta[i], ev.text, ev.text_len);
+            if (ev.kind == EM_EV_TOKEN)
+                g->seen[i]++;
+            if (ev.kind == EM_EV_DONE) {
+                g->done[i] = 1;
+                g->finish[i] = ev.finish;
+                g->m[i] = ev.metrics;
+                if (ev.finish == EM_FINISH_ERROR && !g->error[0])
+                    snprintf(g->error, sizeof g->error, "%s", ev.error[0] ? ev.error : "generation failed");
+            }
+            em_event_clear(&ev);
+        }
+        all &= g->done[i];
+    }
+    return all;
+}
+
+uint32_t em_gen_n(const em_gen *g)
+{
+    return g->n;
+}
+
+int em_gen_choice_done(const em_gen *g, uint32_t i)
+{
+    return g->done[i];
+}
+
+const char *em_gen_finish_reason(const em_gen *g, uint32_t i)
+{
+    return em_finish_name(g->finish[i]);
+}
+
+const char *em_gen_error(const em_gen *g)
+{
+    return g->error[0] ? g->error : NULL;
+}
+
+void em_gen_usage(const em_gen *g, uint32_t *prompt, uint32_t *cached, uint32_t *completion)
+{
+    uint32_t comp = 0, cach = 0;
+    for (uint32_t i = 0; i < g->n; i++) {
+        comp += g->done[i] ? g->m[i].completion_tokens : g->seen[i];
+        if (g->m[i].cached_tokens > cach)
+            cach = g->m[i].cached_tokens;
+    }
+    *prompt = g->prompt_tokens;
+    *cached = cach;
+    *completion = comp;
+}
+
+void em_gen_timings(const em_gen *g, double *queue_ms, double *ttft_ms, double *tok_s)
+{
+    const em_req_metrics *m = &g->m[0];
+    *queue_ms = m->queue_ms;
+    *ttft_ms = m->ttft_ms;
+    double gen_s = (m->t_end - m->t_first);
+    *tok_s = m->completion_tokens > 1 && gen_s > 0 ? (double)(m->completion_tokens - 1) / gen_s : 0;
+}
+
+void em_gen_destroy(em_gen *g)
+{
+    if (!g)
+        return;
+    int cancelled = 0, failed = 0, preempted = 0;
+    for (uint32_t i = 0; i < g->n; i++) {   /* count what was generated and not yet taken */
+        em_event ev;
+        while (!g->done[i] && g->req[i] && em_request_next(g->req[i], &ev, 0)) {
+            g->seen[i] += ev.kind == EM_EV_TOKEN;
+            em_event_clear(&ev);
+        }
+    }
+    for (uint32_t i = 0; i < g->n; i++) {
+        if (!g->done[i])
+            cancelled = 1;
+        else if (g->finish[i] == EM_FINISH_CANCELLED)
+            cancelled = 1;
+        else if (g->finish[i] == EM_FINISH_ERROR)
+            failed = 1;
+        preempted += g->m[i].preemptions > 0;
+        em_request_release(g->req[i]);   /* cancels what still runs: its blocks go back at once */
+    }
+    /* the final ledger row: totals over the choices, times of the first */
+    const em_req_metrics *m = &g->m[0];
+    em_usage_record *r = &g->rec;
+    uint32_t prompt, cached, comp;
+    em_gen_usage(g, &prompt, &cached, &comp);
+    r->cached_tokens = cached;
+    r->completion_tokens = comp;
+    r->finished_ms = epoch_ms();
+    if (g->done[0]) {
+        double base = m->t_submit;
+        r->started_ms = m->t_start > 0 ? r->received_ms + (int64_t)((m->t_start - base) * 1e3) : 0;
+        r->first_token_ms = m->t_first > 0 ? r->received_ms + (int64_t)((m->t_first - base) * 1e3) : 0;
+        r->queue_ms = m->queue_ms;
+        r->ttft_ms = m->completion_tokens ? m->ttft_ms : -1;
+        r->tpot_mean_ms = m->completion_tokens > 1 ? m->tpot_mean_ms : -1;
+        r->tpot_p99_ms = m->completion_tokens > 1 ? m->tpot_p99_ms : -1;
+        r->preemptions = (int32_t)m->preemptions;
+    }
+    snprintf(r->finish_reason, sizeof r->finish_reason, "%s",
+             cancelled ? "cancelled" : failed ? "error" : em_finish_name(g->finish[0]));
+    r->status = cancelled ? EM_USAGE_CANCELLED
+              : failed    ? EM_USAGE_FAILED
+              : preempted ? EM_USAGE_PREEMPTED_COMPLETED
+                          : EM_USAGE_COMPLETED;
+    if (failed)
+        snprintf(r->error, sizeof r->error, "%s", g->error);
+    ledger(g->w, r);
+    gen_free(g);
+}

@@ -1,0 +1,597 @@
+/* openai.c — the OpenAI-compatible HTTP API: POST /v1/chat/completions and
+ * POST /v1/completions (plain JSON, or with "stream": true Server-Sent
+ * Events: role first, content deltas, finish_reason on the choice's last
+ * chunk, an optional usage chunk, then [DONE]), GET /v1/models and
+ * /v1/models/ID. It parses and checks the request body (every parameter's
+ * type and range; the parameters the decoding issue has yet to implement
+ * are refused with a 400, never silently ignored), hands the request to the
+ * one generation path (gen.c), and frames what comes back. Errors are
+ * OpenAI's shape and statuses. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "web/web_int.h"
+
+#define BACKLOG_MAX (256 * 1024)   /* a slow reader: stop pulling events past this */
+
+typedef struct api_req {
+    int         chat;              /* chat.completion, else text_completion */
+    int         stream, include_usage;
+    char        id[64];
+    int64_t     created;
+    em_web_auth auth;
+    em_gen     *gen;
+    em_buf      delta[EM_GEN_MAX_N];
+    em_buf      text[EM_GEN_MAX_N];   /* the whole answer (plain responses) */
+    int         role_sent[EM_GEN_MAX_N], finish_sent[EM_GEN_MAX_N];
+} api_req;
+
+static void api_free(api_req *a)
+{
+    if (!a)
+        return;
+    em_gen_destroy(a->gen);
+    for (int i = 0; i < EM_GEN_MAX_N; i++) {
+        em_buf_free(&a->delta[i]);
+        em_buf_free(&a->text[i]);
+    }
+    free(a);
+}
+
+void web_openai_close(web_conn *c)
+{
+    if (!c->api)
+        return;
+    web_live_remove(c);
+    api_free(c->api);
+    c->api = NULL;
+}
+
+/* ---- parameters -------------------------------------------------------------- */
+
+static int want_number(json_t *req, const char *name, double lo, double hi, double *out, em_web_error *e)
+{
+    json_t *v = json_object_get(req, name);
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_number(v))
+        return em_web_fail(e, 400, "invalid_request_error", NULL, name, "'%s' must be a number", name);
+    double x = json_number_value(v);
+    if (!(x >= lo && x <= hi))
+        return em_web_fail(e, 400, "invalid_request_error", NULL, name, "%g is not a valid '%s': it must "
+                           "be between %g and %g", x, name, lo, hi);
+    *out = x;
+    return 0;
+}
+
+static int want_int(json_t *req, const char *name, long long lo, long long hi, long long *out, em_web_error *e)
+{
+    json_t *v = json_object_get(req, name);
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_integer(v))
+        return em_web_fail(e, 400, "invalid_request_error", NULL, name, "'%s' must be an integer", name);
+    long long x = json_integer_value(v);
+    if (x < lo || x > hi)
+        return em_web_fail(e, 400, "invalid_request_error", NULL, name, "%lld is not a valid '%s': it must "
+                           "be between %lld and %lld", x, name, lo, hi);
+    *out = x;
+    return 0;
+}
+
+static int want_bool(json_t *req, const char *name, int *out, em_web_error *e)
+{
+    json_t *v = json_object_get(req, name);
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_boolean(v))
+        return em_web_fail(e, 400, "invalid_request_error", NULL, name, "'%s' must be true or false", name);
+    *out = json_is_true(v);
+    return 0;
+}
+
+/* What the decoding issue has yet to build: a 400 naming it, unless the
+ * value is the one that changes nothing. */
+static int refuse_unbuilt(json_t *req, em_web_error *e)
+{
+    static const char *const zero_ok[] = { "presence_penalty", "frequency_penalty", "repetition_penalty" };
+    for (size_t i = 0; i < sizeof zero_ok / sizeof zero_ok[0]; i++) {
+        json_t *v = json_object_get(req, zero_ok[i]);
+        double neutral = strcmp(zero_ok[i], "repetition_penalty") == 0 ? 1.0 : 0.0;
+        if (v && !json_is_null(v) && !(json_is_number(v) && json_number_value(v) == neutral))
+            return em_web_fail(e, 400, "invalid_request_error", "unsupported_parameter", zero_ok[i],
+                               "'%s' is not supported by this server yet", zero_ok[i]);
+    }
+    json_t *v;
+    if ((v = json_object_get(req, "logit_bias")) && !json_is_null(v) &&
+        !(json_is_object(v) && json_object_size(v) == 0))
+        return em_web_fail(e, 400, "invalid_request_error", "unsupported_parameter", "logit_bias",
+                           "'logit_bias' is not supported by this server yet");
+    if ((v = json_object_get(req, "logprobs")) && !json_is_null(v) && !json_is_false(v) &&
+        !(json_is_integer(v) && json_integer_value(v) == 0))
+        return em_web_fail(e, 400, "invalid_request_error", "unsupported_parameter", "logprobs",
+                           "'logprobs' is not supported by this server yet");
+    if ((v = json_object_get(req, "top_logprobs")) && !json_is_null(v))
+        return em_web_fail(e, 400, "invalid_request_error", "unsupported_parameter", "top_logprobs",
+                           "'top_logprobs' is not supported by this server yet");
+    if ((v = json_object_get(req, "response_format")) && !json_is_null(v)) {
+        const char *t = json_string_value(json_object_get(v, "type"));
+        if (!t || strcmp(t, "text") != 0)
+            return em_web_fail(e, 400, "invalid_request_error", "unsupported_parameter", "response_format",
+                               "'response_format' other than {\"type\": \"text\"} is not supported by this "
+                               "server yet");
+    }
+    if ((v = json_object_get(req, "tools")) && !json_is_null(v) && !(json_is_array(v) && !json_array_size(v)))
+        return em_web_fail(e, 400, "invalid_request_error", "unsupported_parameter", "tools",
+                           "'tools' (function calling) is not supported by this server");
+    if ((v = json_object_get(req, "functions")) && !json_is_null(v))
+        return em_web_fail(e, 400, "invalid_request_error", "unsupported_parameter", "functions",
+                           "'functions' (function calling) is not supported by this server");
+    if ((v = json_object_get(req, "echo")) && json_is_true(v))
+        return em_web_fail(e, 400, "invalid_request_error", "unsupported_parameter", "echo",
+                           "'echo' is not supported by this server");
+    if ((v = json_object_get(req, "best_of")) && !json_is_null(v) &&
+        !(json_is_integer(v) && json_integer_value(v) == 1))
+        return em_web_fail(e, 400, "invalid_request_error", "unsupported_parameter", "best_of",
+                           "'best_of' is not supported by this server");
+    if ((v = json_object_get(req, "suffix")) && !json_is_null(v) &&
+        !(json_is_string(v) && !json_string_length(v)))
+        return em_web_fail(e, 400, "invalid_request_error", "unsupported_parameter", "suffix",
+                           "'suffix' is not supported by this server");
+    return 0;
+}
+
+/* messages -> a new array of {role, content} with content a string (text
+ * parts joined); roles the templates know. */
+static json_t *messages_check(json_t *msgs, em_web_error *e)
+{
+    if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
+        em_web_fail(e, 400, "invalid_request_error", NULL, "messages",
+                    "'messages' must be a non-empty array of messages");
+        return NULL;
+    }
+    json_t *out = json_array();
+    size_t i;
+    json_t *m;
+    json_array_foreach(msgs, i, m) {
+        const char *role = json_string_value(json_object_get(m, "role"));
+        json_t *content = json_object_get(m, "content");
+        char param[64];
+        snprintf(param, sizeof param, "messages[%zu]", i);
+        if (!json_is_object(m) || !role) {
+            em_web_fail(e, 400, "invalid_request_error", NULL, param, "%s must be an object with a 'role'", param);
+            goto fail;
+        }
+        if (strcmp(role, "developer") == 0)
+            role = "system";
+        if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant")) {
+            em_web_fail(e, 400, "invalid_request_error", NULL, param, "%s: role '%s' is not supported "
+                        "(system, developer, user, assistant)", param, role);
+            goto fail;
+        }
+        json_t *tc = json_object_get(m, "tool_calls");
+        if (tc && !json_is_null(tc) && !(json_is_array(tc) && !json_array_size(tc))) {
+            em_web_fail(e, 400, "invalid_request_error", "unsupported_parameter", param,
+                        "%s: tool calls are not supported by this server", param);
+            goto fail;
+        }
+        em_buf text = { 0 };
+        if (json_is_string(content)) {
+            em_buf_add(&text, json_string_value(content), json_string_length(content));
+        } else if (json_is_array(content)) {
+            size_t k;
+            json_t *part;
+            json_array_foreach(content, k, part) {
+                const char *type = json_string_value(json_object_get(part, "type"));
+                json_t *t = json_object_get(part, "text");
+                if (!type || strcmp(type, "text") != 0 || !json_is_string(t)) {
+                    em_buf_free(&text);
+                    em_web_fail(e, 400, "invalid_request_error", "unsupported_content", param,
+                                "%s: only text content parts are supported", param);
+                    goto fail;
+                }
+                em_buf_add(&text, json_string_value(t), json_string_length(t));
+            }
+        } else if (!(json_is_null(content) && strcmp(role, "assistant") == 0)) {
+            em_web_fail(e, 400, "invalid_request_error", NULL, param,
+                        "%s: 'content' must be a string or an array of text parts", param);
+            goto fail;
+        }
+        json_t *nm = json_pack("{s:s, s:s%}", "role", role, "content", text.s ? text.s : "", text.n);
+        em_buf_free(&text);
+        if (!nm) {   /* jansson refuses strings that are not valid UTF-8 */
+            em_web_fail(e, 400, "invalid_request_error", NULL, param, "%s: the content is not valid UTF-8", param);
+            goto fail;
+        }
+        json_array_append_new(out, nm);
+    }
+    return out;
+fail:
+    json_decref(out);
+    return NULL;
+}
+
+/* ---- responses -------------------------------------------------------------- */
+
+static json_t *usage_json(const api_req *a)
+{
+    uint32_t prompt, cached, comp;
+    em_gen_usage(a->gen, &prompt, &cached, &comp);
+    return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", (json_int_t)prompt, "completion_tokens",
+                     (json_int_t)comp, "total_tokens", (json_int_t)(prompt + comp), "prompt_tokens_details",
+                     "cached_tokens", (json_int_t)cached);
+}
+
+static json_t *envelope(const api_req *a, const web_conn *c, const char *object)
+{
+    return json_pack("{s:s, s:s, s:I, s:s, s:n}", "id", a->id, "object", object, "created",
+                     (json_int_t)a->created, "model", c->w->model_id, "system_fingerprint");
+}
+
+static void sse_send(web_conn *c, const json_t *j)
+{
+    em_buf b = { 0 };
+    em_buf_add(&b, "data: ", 6);
+    em_buf_add_json(&b, j);
+    em_buf_add(&b, "\n\n", 2);
+    web_stream_write(c, b.s, b.n);
+    em_buf_free(&b);
+}
+
+/* One SSE chunk for choice i with its new text (and finish_reason if done). */
+static void stream_choice(web_conn *c, api_req *a, uint32_t i, int done)
+{
+    json_t *ch;
+    json_t *fr = done ? json_string(em_gen_finish_reason(a->gen, i)) : json_null();
+    if (a->chat) {
+        json_t *delta = json_object();
+        if (!a->role_sent[i]) {
+            json_object_set_new(delta, "role", json_string("assistant"));
+            a->role_sent[i] = 1;
+        }
+        if (a->delta[i].n)
+            json_object_set_new(delta, "content", json_stringn(a->delta[i].s, a->delta[i].n));
+        else if (json_object_get(delta, "role"))
+            json_object_set_new(delta, "content", json_string(""));
+        ch = json_pack("{s:i, s:o, s:n, s:o}", "index", (json_int_t)i, "delta", delta, "logprobs",
+                       "finish_reason", fr);
+    } else {
+        ch = json_pack("{s:s%, s:i, s:n, s:o}", "text", a->delta[i].s ? a->delta[i].s : "", a->delta[i].n,
+                       "index", (json_int_t)i, "logprobs", "finish_reason", fr);
+    }
+    json_t *j = envelope(a, c, a->chat ? "chat.completion.chunk" : "text_completion");
+    json_object_set_new(j, "choices", json_pack("[o]", ch));
+    if (a->include_usage)
+        json_object_set_new(j, "usage", json_null());
+    sse_send(c, j);
+    json_decref(j);
+    em_buf_reset(&a->delta[i]);
+}
+
+static void respond_whole(web_conn *c, api_req *a)
+{
+    const char *err = em_gen_error(a->gen);
+    if (err) {
+        em_web_error e = { 0 };
+        em_web_fail(&e, 500, "server_error", NULL, NULL, "generation failed: %s", err);
+        web_respond_error(c, &e);
+        return;
+    }
+    json_t *choices = json_array();
+    for (uint32_t i = 0; i < em_gen_n(a->gen); i++) {
+        json_t *fr = json_string(em_gen_finish_reason(a->gen, i));
+        const char *t = a->text[i].s ? a->text[i].s : "";
+        json_t *ch = a->chat
+            ? json_pack("{s:i, s:{s:s, s:s%, s:n}, s:n, s:o}", "index", (json_int_t)i, "message", "role",
+                        "assistant", "content", t, a->text[i].n, "refusal", "logprobs", "finish_reason", fr)
+            : json_pack("{s:s%, s:i, s:n, s:o}", "text", t, a->text[i].n, "index", (json_int_t)i, "logprobs",
+                        "finish_reason", fr);
+        json_array_append_new(choices, ch);
+    }
+    json_t *j = envelope(a, c, a->chat ? "chat.completion" : "text_completion");
+    json_object_set_new(j, "choices", choices);
+    json_object_set_new(j, "usage", usage_json(a));
+    web_respond_json(c, 200, j);
+    json_decref(j);
+}
+
+void web_openai_pump(web_conn *c)
+{
+    api_req *a = c->api;
+    if (!a || c->complete)
+        return;
+    if (a->stream && !c->head_sent)
+        return;   /* the headers go first */
+    if (web_backlog(c) > BACKLOG_MAX)
+        return;   /* the client reads slowly: the events wait and come coalesced */
+    uint32_t n = em_gen_n(a->gen);
+    int all = em_gen_pump(a->gen, a->delta);
+    if (!a->stream) {
+        for (uint32_t i = 0; i < n; i++) {
+            em_buf_add(&a->text[i], a->delta[i].s ? a->delta[i].s : "", a->delta[i].n);
+            em_buf_reset(&a->delta[i]);
+        }
+        if (all)
+            respond_whole(c, a);
+        return;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        int done = em_gen_choice_done(a->gen, i) && !a->finish_sent[i];
+        if (a->delta[i].n || done || (a->chat && !a->role_sent[i]))
+            stream_choice(c, a, i, done);
+        if (done)
+            a->finish_sent[i] = 1;
+    }
+    if (!all)
+        return;
+    const char *err = em_gen_error(a->gen);
+    if (err) {
+        em_web_error e = { 0 };
+        em_web_fail(&e, 500, "server_error", NULL, NULL, "generation failed: %s", err);
+        json_t *j = em_web_error_json(&e);
+        sse_send(c, j);
+        json_decref(j);
+    }
+    if (a->include_usage) {
+        json_t *j = envelope(a, c, a->chat ? "chat.completion.chunk" : "text_completion");
+        json_object_set_new(j, "choices", json_array());
+        json_object_set_new(j, "usage", usage_json(a));
+        sse_send(c, j);
+        json_decref(j);
+    }
+    web_stream_write(c, "data: [DONE]\n\n", 14);
+    web_stream_end(c);
+}
+
+/* ---- requests ----------------------------------------------------------------- */
+
+static void new_id(em_web *w, const char *prefix, char *out, size_t cap)
+{
+    static const char digits[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    unsigned char r[16];
+    if (getentropy(r, sizeof r) != 0) {
+        pthread_mutex_lock(&w->mu);
+        uint64_t s = ++w->seq;
+        pthread_mutex_unlock(&w->mu);
+        memcpy(r, &s, sizeof s);
+        memset(r + 8, 0x5a, 8);
+    }
+    size_t k = (size_t)snprintf(out, cap, "%s", prefix);
+    for (size_t i = 0; i < sizeof r && k + 1 < cap; i++)
+        out[k++] = digits[r[i] % (sizeof digits - 1)];
+    out[k] = 0;
+}
+
+static void completions(web_conn *c, int chat)
+{
+    em_web *w = c->w;
+    em_web_error e = { 0 };
+    api_req *a = NULL;
+    json_t *req = NULL, *msgs = NULL;
+    em_web_auth auth;
+    int started = 0;   /* em_gen_start wrote the ledger row itself */
+    char id[64];
+    new_id(w, chat ? "chatcmpl-" : "cmpl-", id, sizeof id);
+    em_gen_params gp = { .n = 1, .max_tokens = -1, .auth = &auth, .client_addr = c->addr, .request_id = id };
+    if (web_auth(w, c, &auth, &e) || web_rate_check(w, &auth, &e))
+        goto fail;
+    json_error_t je;
+    req = json_loadb(c->body.s ? c->body.s : "", c->body.n, JSON_REJECT_DUPLICATES, &je);
+    if (!req) {
+        em_web_fail(&e, 400, "invalid_request_error", NULL, NULL, "We could not parse the JSON body of your "
+                    "request: %s (line %d, column %d).", je.text, je.line, je.column);
+        goto fail;
+    }
+    if (!json_is_object(req)) {
+        em_web_fail(&e, 400, "invalid_request_error", NULL, NULL, "the request body must be a JSON object");
+        goto fail;
+    }
+    json_t *model = json_object_get(req, "model");
+    if (model && !json_is_string(model)) {
+        em_web_fail(&e, 400, "invalid_request_error", NULL, "model", "'model' must be a string");
+        goto fail;
+    }
+    if (model && strcmp(json_string_value(model), w->model_id) != 0) {
+        em_web_fail(&e, 404, "invalid_request_error", "model_not_found", "model",
+                    "The model '%s' does not exist; this server serves '%s'.", json_string_value(model),
+                    w->model_id);
+        goto fail;
+    }
+    if (refuse_unbuilt(req, &e))
+        goto fail;
+    gp.sample = em_sample_defaults();
+    gp.sample.temp = 1.0f;
+    gp.sample.top_p = 1.0f;
+    gp.sample.top_k = 0;
+    gp.sample.min_p = 0;
+    double temp = 1, top_p = 1, min_p = 0;
+    long long max_tokens = -1, mct = -1, n = 1, top_k = 0, seed = -1;
+    int stream = 0, include_usage = 0, ignore_eos = 0;
+    if (want_number(req, "temperature", 0, 2, &temp, &e) || want_number(req, "top_p", 0, 1, &top_p, &e) ||
+        want_number(req, "min_p", 0, 1, &min_p, &e) || want_int(req, "top_k", 0, 1 << 20, &top_k, &e) ||
+        want_int(req, "max_tokens", 1, 1 << 24, &max_tokens, &e) ||
+        want_int(req, "max_completion_tokens", 1, 1 << 24, &mct, &e) ||
+        want_int(req, "n", 1, EM_GEN_MAX_N, &n, &e) ||
+        want_int(req, "seed", -(1LL << 62), 1LL << 62, &seed, &e) || want_bool(req, "stream", &stream, &e) ||
+        want_bool(req, "ignore_eos", &ignore_eos, &e))
+        goto fail;
+    if (top_p <= 0) {
+        em_web_fail(&e, 400, "invalid_request_error", NULL, "top_p", "'top_p' must be above 0");
+        goto fail;
+    }
+    json_t *so = json_object_get(req, "stream_options");
+    if (so && !json_is_null(so)) {
+        if (!json_is_object(so) || want_bool(so, "include_usage", &include_usage, &e)) {
+            if (!e.status)
+                em_web_fail(&e, 400, "invalid_request_error", NULL, "stream_options",
+                            "'stream_options' must be an object");
+            goto fail;
+        }
+        if (!stream) {
+            em_web_fail(&e, 400, "invalid_request_error", NULL, "stream_options",
+                        "'stream_options' is only allowed when 'stream' is true");
+            goto fail;
+        }
+    }
+    gp.sample.temp = (float)temp;
+    gp.sample.top_p = (float)top_p;
+    gp.sample.min_p = (float)min_p;
+    gp.sample.top_k = (int32_t)top_k;
+    if (seed >= 0 || seed < -1)
+        gp.sample.seed = (uint64_t)seed;
+    else if (getentropy(&gp.sample.seed, sizeof gp.sample.seed) != 0)
+        gp.sample.seed = (uint64_t)time(NULL);
+    gp.max_tokens = mct > 0 ? mct : max_tokens;
+    gp.n = (uint32_t)n;
+    gp.ignore_eos = ignore_eos;
+    /* stop: a string or up to 4 strings */
+    json_t *stop = json_object_get(req, "stop");
+    if (json_is_string(stop)) {
+        if (json_string_length(stop))
+            gp.stop[0] = json_string_value(stop);
+    } else if (json_is_array(stop)) {
+        if (json_array_size(stop) > EM_MAX_STOP) {
+            em_web_fail(&e, 400, "invalid_request_error", NULL, "stop", "'stop' holds at most %d strings", EM_MAX_STOP);
+            goto fail;
+        }
+        size_t i;
+        json_t *s;
+        json_array_foreach(stop, i, s) {
+            if (!json_is_string(s) || !json_string_length(s)) {
+                em_web_fail(&e, 400, "invalid_request_error", NULL, "stop", "'stop' must hold non-empty strings");
+                goto fail;
+            }
+            gp.stop[i] = json_string_value(s);
+        }
+    } else if (stop && !json_is_null(stop)) {
+        em_web_fail(&e, 400, "invalid_request_error", NULL, "stop", "'stop' must be a string or an array of strings");
+        goto fail;
+    }
+    /* priority: the key's class unless the request names one; a
+     * background-only key cannot ask for interactive */
+    gp.cls = auth.default_class;
+    json_t *pr = json_object_get(req, "priority");
+    if (pr && !json_is_null(pr)) {
+        em_class cls;
+        if (!json_is_string(pr) || em_class_parse(json_string_value(pr), &cls)) {
+            em_web_fail(&e, 400, "invalid_request_error", NULL, "priority",
+                        "'priority' must be \"interactive\" or \"background\"");
+            goto fail;
+        }
+        if (cls == EM_CLASS_INTERACTIVE && auth.default_class == EM_CLASS_BACKGROUND) {
+            em_web_fail(&e, 403, "permission_error", "priority_not_allowed", "priority",
+                        "this API key may only use the background class");
+            goto fail;
+        }
+        gp.cls = cls;
+    }
+    json_t *user = json_object_get(req, "user");
+    if (user && !json_is_null(user) && !json_is_string(user)) {
+        em_web_fail(&e, 400, "invalid_request_error", NULL, "user", "'user' must be a string");
+        goto fail;
+    }
+    if (chat) {
+        if (!(msgs = messages_check(json_object_get(req, "messages"), &e)))
+            goto fail;
+        gp.messages = msgs;
+        gp.param_name = "messages";
+    } else {
+        json_t *p = json_object_get(req, "prompt");
+        if (json_is_array(p) && json_array_size(p) == 1 && json_is_string(json_array_get(p, 0)))
+            p = json_array_get(p, 0);
+        if (!json_is_string(p)) {
+            em_web_fail(&e, 400, "invalid_request_error", NULL, "prompt",
+                        "'prompt' must be a string (or an array of one string)");
+            goto fail;
+        }
+        gp.prompt = json_string_value(p);
+        gp.prompt_len = json_string_length(p);
+        gp.param_name = "prompt";
+    }
+    a = calloc(1, sizeof *a);
+    if (!a) {
+        em_web_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
+        goto fail;
+    }
+    a->chat = chat;
+    a->stream = stream;
+    a->include_usage = include_usage;
+    a->auth = auth;
+    a->created = (int64_t)time(NULL);
+    snprintf(a->id, sizeof a->id, "%s", id);
+    started = 1;
+    if (em_gen_start(w, &gp, &a->gen, &e))
+        goto fail;
+    c->api = a;
+    web_live_add(c);
+    if (stream)
+        web_stream_begin(c, 200, "text/event-stream");
+    json_decref(msgs);
+    json_decref(req);
+    return;
+fail:
+    if (!started)
+        em_gen_refused(w, id, e.status == 401 ? NULL : &auth, c->addr, gp.cls, &e);
+    api_free(a);
+    json_decref(msgs);
+    json_decref(req);
+    web_respond_error(c, &e);
+}
+
+static void models(web_conn *c, const char *id)
+{
+    em_web_error e = { 0 };
+    em_web_auth auth;
+    if (web_auth(c->w, c, &auth, &e)) {
+        web_respond_error(c, &e);
+        return;
+    }
+    json_t *m = json_pack("{s:s, s:s, s:I, s:s}", "id", c->w->model_id, "object", "model", "created",
+                          (json_int_t)time(NULL), "owned_by", "ember");
+    if (id) {
+        if (strcmp(id, c->w->model_id) != 0) {
+            json_decref(m);
+            em_web_fail(&e, 404, "invalid_request_error", "model_not_found", "model",
+                        "The model '%s' does not exist; this server serves '%s'.", id, c->w->model_id);
+            web_respond_error(c, &e);
+            return;
+        }
+        web_respond_json(c, 200, m);
+        json_decref(m);
+        return;
+    }
+    json_t *j = json_pack("{s:s, s:[o]}", "object", "list", "data", m);
+    web_respond_json(c, 200, j);
+    json_decref(j);
+}
+
+int web_openai_route(web_conn *c)
+{
+    const char *p = c->path;
+    if (strncmp(p, "/v1/", 4) != 0)
+        return 1;
+    em_web_error e = { 0 };
+    int post = c->method == EM_M_POST, get = c->method == EM_M_GET;
+    if (strcmp(p, "/v1/chat/completions") == 0 || strcmp(p, "/v1/completions") == 0) {
+        if (!post) {
+            em_web_fail(&e, 405, "invalid_request_error", "method_not_allowed", NULL, "%s takes POST", p);
+            web_respond_error(c, &e);
+        } else {
+            completions(c, strcmp(p, "/v1/chat/completions") == 0);
+        }
+        return 0;
+    }
+    if (get && strcmp(p, "/v1/models") == 0) {
+        models(c, NULL);
+        return 0;
+    }
+    if (get && strncmp(p, "/v1/models/", 11) == 0) {
+        models(c, p + 11);
+        return 0;
+    }
+    return 1;
+}

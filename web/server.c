@@ -1,0 +1,597 @@
+/* server.c — the libwebsockets context behind `ember serve`: one vhost on
+ * host:port, the HTTP callback (method, path, peer address, headers, the
+ * bounded body, routing), writing responses (whole, or streamed with chunked
+ * transfer encoding, in pieces as the socket takes them, with comment pings
+ * while a stream waits), connections per client address, and the wake-up
+ * from the scheduler thread: a request's notify hook sets `wake` and calls
+ * lws_cancel_service(); on the service thread every connection with a live
+ * generation is then asked for a writable callback, where it pulls its
+ * events. Only this thread touches sockets. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/grow.h"
+#include "web/web_int.h"
+
+#define WRITE_CHUNK (16 * 1024)   /* bytes per lws_write */
+
+/* ---- buffers --------------------------------------------------------------- */
+
+int em_buf_add(em_buf *b, const void *data, size_t n)
+{
+    if (em_grow((void **)&b->s, &b->cap, b->n + n, 1, 256))
+        return EM_ENOMEM;
+    if (n)
+        memcpy(b->s + b->n, data, n);
+    b->n += n;
+    b->s[b->n] = 0;
+    return 0;
+}
+
+int em_buf_addf(em_buf *b, const char *fmt, ...)
+{
+    char tmp[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return EM_EINVAL;
+    if ((size_t)n < sizeof tmp)
+        return em_buf_add(b, tmp, (size_t)n);
+    if (em_grow((void **)&b->s, &b->cap, b->n + (size_t)n, 1, 256))
+        return EM_ENOMEM;
+    va_start(ap, fmt);
+    vsnprintf(b->s + b->n, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->n += (size_t)n;
+    return 0;
+}
+
+static int dump_cb(const char *buf, size_t size, void *data)
+{
+    return em_buf_add(data, buf, size) ? -1 : 0;
+}
+
+int em_buf_add_json(em_buf *b, const json_t *j)
+{
+    return json_dump_callback(j, dump_cb, b, JSON_COMPACT | JSON_PRESERVE_ORDER) ? EM_ENOMEM : 0;
+}
+
+void em_buf_reset(em_buf *b)
+{
+    b->n = 0;
+    if (b->s)
+        b->s[0] = 0;
+}
+
+void em_buf_free(em_buf *b)
+{
+    free(b->s);
+    b->s = NULL;
+    b->n = b->cap = 0;
+}
+
+/* ---- errors ---------------------------------------------------------------- */
+
+int em_web_fail(em_web_error *e, int status, const char *type, const char *code, const char *param,
+                const char *fmt, ...)
+{
+    e->status = status;
+    e->type = type;
+    e->code = code;
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    em_err_escape(e->message, sizeof e->message);
+    return -1;
+}
+
+json_t *em_web_error_json(const em_web_error *e)
+{
+    return json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", e->message, "type",
+                     e->type ? e->type : "server_error", "param",
+                     e->param[0] ? json_string(e->param) : json_null(), "code",
+                     e->code ? json_string(e->code) : json_null());
+}
+
+/* ---- responses ------------------------------------------------------------- */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void web_respond(web_conn *c, int status, const char *ctype, const char *body, size_t len)
+{
+    c->status = status;
+    snprintf(c->ctype, sizeof c->ctype, "%s", ctype);
+    c->streaming = 0;
+    em_buf_reset(&c->out);
+    c->out_off = 0;
+    if (em_buf_add(&c->out, body, len)) {   /* out of memory: say so, in a few bytes */
+        c->status = 500;
+        em_buf_reset(&c->out);
+    }
+    c->complete = 1;
+    lws_callback_on_writable(c->wsi);
+}
+
+void web_respond_json(web_conn *c, int status, const json_t *j)
+{
+    em_buf b = { 0 };
+    if (em_buf_add_json(&b, j) || em_buf_add(&b, "\n", 1)) {
+        em_buf_free(&b);
+        web_respond(c, 500, "application/json", "{\"error\":{\"message\":\"out of memory\"}}\n", 39);
+        return;
+    }
+    web_respond(c, status, "application/json", b.s, b.n);
+    em_buf_free(&b);
+}
+
+void web_respond_error(web_conn *c, const em_web_error *e)
+{
+    if (e->retry_after_s)
+        snprintf(c->headers + strlen(c->headers), sizeof c->headers - strlen(c->headers),
+                 "retry-after: %u\r\n", e->retry_after_s);
+    json_t *j = em_web_error_json(e);
+    web_respond_json(c, e->status, j);
+    json_decref(j);
+    if (c->w->o.verbose || e->status == 401)   /* failed auth is always logged, never the key */
+        fprintf(stderr, "ember: serve: %s %s %s: %d %s\n", c->addr,
+                c->method == EM_M_POST ? "POST" : c->method == EM_M_DELETE ? "DELETE" : "GET", c->path,
+                e->status, e->message);
+}
+
+void web_stream_begin(web_conn *c, int status, const char *ctype)
+{
+    c->status = status;
+    snprintf(c->ctype, sizeof c->ctype, "%s", ctype);
+    c->streaming = 1;
+    c->complete = 0;
+    em_buf_reset(&c->out);
+    c->out_off = 0;
+    c->t_last_write = now_s();
+    lws_set_timer_usecs(c->wsi, (lws_usec_t)(c->w->o.ping_s * 1e6));
+    lws_callback_on_writable(c->wsi);
+}
+
+int web_stream_write(web_conn *c, const char *data, size_t len)
+{
+    if (!len)
+        return 0;
+    /* one HTTP/1.1 chunk per write: size in hex, CRLF, data, CRLF */
+    if (em_buf_addf(&c->out, "%zx\r\n", len) || em_buf_add(&c->out, data, len) ||
+        em_buf_add(&c->out, "\r\n", 2))
+        return EM_ENOMEM;
+    lws_callback_on_writable(c->wsi);
+    return 0;
+}
+
+void web_stream_end(web_conn *c)
+{
+    em_buf_add(&c->out, "0\r\n\r\n", 5);
+    c->complete = 1;
+    lws_callback_on_writable(c->wsi);
+}
+
+size_t web_backlog(const web_conn *c)
+{
+    return c->out.n - c->out_off;
+}
+
+void web_live_add(web_conn *c)
+{
+    em_web *w = c->w;
+    c->live_prev = NULL;
+    c->live_next = w->live;
+    if (w->live)
+        w->live->live_prev = c;
+    w->live = c;
+}
+
+void web_live_remove(web_conn *c)
+{
+    em_web *w = c->w;
+    if (c->live_prev)
+        c->live_prev->live_next = c->live_next;
+    else if (w->live == c)
+        w->live = c->live_next;
+    if (c->live_next)
+        c->live_next->live_prev = c->live_prev;
+    c->live_prev = c->live_next = NULL;
+}
+
+/* What a transaction holds: its generation, its buffers. */
+static void conn_release(web_conn *c)
+{
+    if (c->api)
+        web_openai_close(c);
+    em_buf_free(&c->body);
+    em_buf_free(&c->out);
+    c->out_off = 0;
+}
+
+/* Headers, then the body in pieces. Returns -1 to close the connection. */
+static int conn_write(web_conn *c)
+{
+    unsigned char buf[LWS_PRE + 2048];
+    /* a generation moves its events first: a plain response is sent once
+     * whole, a stream once its headers are out */
+    if (c->api && !c->complete && (!c->streaming || c->head_sent))
+        web_openai_pump(c);
+    if (!c->head_sent) {
+        if (!c->streaming && !c->complete)
+            return 0;
+        unsigned char *start = buf + LWS_PRE, *p = start, *end = buf + sizeof buf - 1;
+        if (lws_add_http_common_headers(c->wsi, (unsigned)c->status, c->ctype,
+                                        c->streaming ? LWS_ILLEGAL_HTTP_CONTENT_LEN
+                                                     : (lws_filepos_t)c->out.n, &p, end))
+            return -1;
+        if (c->streaming &&
+            (lws_add_http_header_by_token(c->wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING,
+                                          (const unsigned char *)"chunked", 7, &p, end) ||
+             lws_add_http_header_by_token(c->wsi, WSI_TOKEN_HTTP_CACHE_CONTROL,
+                                          (const unsigned char *)"no-cache", 8, &p, end)))
+            return -1;
+        /* extra "name: value\r\n" lines */
+        for (char *h = c->headers; *h;) {
+            char *colon = strchr(h, ':'), *eol = strstr(h, "\r\n");
+            if (!colon || !eol || colon > eol)
+                break;
+            char name[64];
+            int nl = (int)(colon - h) + 1;
+            if (nl >= (int)sizeof name)
+                break;
+            memcpy(name, h, (size_t)nl);
+            name[nl] = 0;
+            const char *v = colon + 1;
+            while (*v == ' ')
+                v++;
+            if (lws_add_http_header_by_name(c->wsi, (const unsigned char *)name, (const unsigned char *)v,
+                                            (int)(eol - v), &p, end))
+                return -1;
+            h = eol + 2;
+        }
+        if (lws_finalize_write_http_header(c->wsi, start, &p, end))
+            return -1;
+        c->head_sent = 1;
+        c->t_last_write = now_s();
+        lws_callback_on_writable(c->wsi);
+        return 0;
+    }
+    size_t left = c->out.n - c->out_off;
+    if (left) {
+        size_t n = left < WRITE_CHUNK ? left : WRITE_CHUNK;
+        int last = c->complete && n == left;
+        /* lws_write needs LWS_PRE bytes of room before the data */
+        unsigned char *tmp = malloc(LWS_PRE + n);
+        if (!tmp)
+            return -1;
+        memcpy(tmp + LWS_PRE, c->out.s + c->out_off, n);
+        int wr = lws_write(c->wsi, tmp + LWS_PRE, n, last ? LWS_WRITE_HTTP_FINAL : LWS_WRITE_HTTP);
+        free(tmp);
+        if (wr < (int)n)
+            return -1;
+        c->out_off += n;
+        c->t_last_write = now_s();
+        if (last)
+            c->final_sent = 1;
+        if (c->out_off == c->out.n) {
+            em_buf_reset(&c->out);
+            c->out_off = 0;
+        }
+        if (!last) {
+            lws_callback_on_writable(c->wsi);
+            return 0;
+        }
+    } else if (c->complete && !c->final_sent) {
+        /* nothing left but the end of the transaction (an empty body) */
+        unsigned char *tmp = buf + LWS_PRE;
+        if (lws_write(c->wsi, tmp, 0, LWS_WRITE_HTTP_FINAL) < 0)
+            return -1;
+        c->final_sent = 1;
+    } else if (c->streaming && !c->complete && now_s() - c->t_last_write >= c->w->o.ping_s) {
+        /* a long prefill: an SSE comment keeps proxies from timing the stream out */
+        web_stream_write(c, ": ping\n\n", 8);
+        return 0;
+    }
+    if (c->final_sent) {
+        conn_release(c);   /* lws may free or reuse the session data from here */
+        return lws_http_transaction_completed(c->wsi) ? -1 : 0;
+    }
+    return 0;
+}
+
+/* ---- connections per address ------------------------------------------------- */
+
+int web_addr_acquire(em_web *w, int fd, const char *addr, em_web_error *e)
+{
+    uint32_t same = 0;
+    for (size_t i = 0; i < w->n_fds; i++) {
+        if (w->fds[i].fd == fd)
+            return 0;   /* already counted (keep-alive) */
+        same += strcmp(w->fds[i].addr, addr) == 0;
+    }
+    if (same >= w->o.max_conns_per_addr || w->n_fds >= w->o.max_connections)
+        return em_web_fail(e, 429, "rate_limit_error", "too_many_connections", NULL,
+                           "too many connections from %s (at most %u per address, %u in all)", addr,
+                           w->o.max_conns_per_addr, w->o.max_connections);
+    if (em_grow((void **)&w->fds, &w->cap_fds, w->n_fds + 1, sizeof *w->fds, 64))
+        return em_web_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    w->fds[w->n_fds].fd = fd;
+    snprintf(w->fds[w->n_fds].addr, sizeof w->fds[w->n_fds].addr, "%s", addr);
+    w->n_fds++;
+    return 0;
+}
+
+void web_addr_release(em_web *w, int fd)
+{
+    for (size_t i = 0; i < w->n_fds; i++)
+        if (w->fds[i].fd == fd) {
+            w->fds[i] = w->fds[--w->n_fds];
+            return;
+        }
+}
+
+static int is_loopback(const char *a)
+{
+    return strncmp(a, "127.", 4) == 0 || strcmp(a, "::1") == 0 || strncmp(a, "::ffff:127.", 11) == 0;
+}
+
+/* ---- routing ----------------------------------------------------------------- */
+
+static void route(web_conn *c)
+{
+    em_web_error e = { 0 };
+    if (c->body_too_big) {
+        em_web_fail(&e, 413, "invalid_request_error", "request_too_large", NULL,
+                    "the request body is larger than %zu bytes", c->w->o.max_body);
+        web_respond_error(c, &e);
+        return;
+    }
+    if (web_openai_route(c) == 0)
+        return;
+    if (c->method == EM_M_GET && strcmp(c->path, "/healthz") == 0) {
+        json_t *j = json_pack("{s:s, s:s, s:s, s:i}", "status", "ok", "model", c->w->model_id, "device",
+                              c->w->device, "context", (int)c->w->o.n_ctx);
+        web_respond_json(c, 200, j);
+        json_decref(j);
+        return;
+    }
+    em_web_fail(&e, 404, "invalid_request_error", "not_found", NULL, "no route for %s %s",
+                c->method == EM_M_POST ? "POST" : c->method == EM_M_DELETE ? "DELETE" : "GET", c->path);
+    web_respond_error(c, &e);
+}
+
+/* A new transaction on c: method, path, address, the headers kept. */
+static int begin(web_conn *c, struct lws *wsi, em_web *w, const char *uri)
+{
+    em_buf_free(&c->body);
+    em_buf_free(&c->out);
+    memset(c, 0, sizeof *c);
+    c->wsi = wsi;
+    c->w = w;
+    c->t_received = now_s();
+    snprintf(c->path, sizeof c->path, "%s", uri);
+    char *q = strchr(c->path, '?');
+    if (q)
+        *q = 0;
+    if (lws_hdr_total_length(wsi, WSI_TOKEN_POST_URI))
+        c->method = EM_M_POST;
+    else if (lws_hdr_total_length(wsi, WSI_TOKEN_GET_URI))
+        c->method = EM_M_GET;
+    else if (lws_hdr_total_length(wsi, WSI_TOKEN_DELETE_URI))
+        c->method = EM_M_DELETE;
+    else
+        c->method = EM_M_OTHER;
+    lws_get_peer_simple(wsi, c->addr, sizeof c->addr);
+    c->loopback = is_loopback(c->addr);
+    if (lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_AUTHORIZATION) < (int)sizeof c->authz)
+        lws_hdr_copy(wsi, c->authz, sizeof c->authz, WSI_TOKEN_HTTP_AUTHORIZATION);
+    char cl[32] = "";
+    if (lws_hdr_copy(wsi, cl, sizeof cl, WSI_TOKEN_HTTP_CONTENT_LENGTH) > 0)
+        c->content_length = strtoull(cl, NULL, 10);
+    if (c->content_length > w->o.max_body)
+        c->body_too_big = 1;
+    em_web_error e = { 0 };
+    if (web_addr_acquire(w, lws_get_socket_fd(wsi), c->addr, &e)) {
+        web_respond_error(c, &e);
+        return 1;
+    }
+    return 0;
+}
+
+static int callback_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
+                         size_t len)
+{
+    web_conn *c = user;
+    em_web *w = lws_context_user(lws_get_context(wsi));
+    switch (reason) {
+    case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
+        if (atomic_exchange(&w->wake, 0))
+            for (web_conn *l = w->live; l; l = l->live_next)
+                lws_callback_on_writable(l->wsi);
+        return 0;
+    case LWS_CALLBACK_HTTP:
+        if (begin(c, wsi, w, (const char *)in))
+            return 0;
+        if (c->method == EM_M_POST) {
+            if (c->body_too_big) {
+                route(c);   /* 413 at once, and close: the body is not read */
+                snprintf(c->headers, sizeof c->headers, "connection: close\r\n");
+            }
+            return 0;   /* the body follows */
+        }
+        route(c);
+        return 0;
+    case LWS_CALLBACK_HTTP_BODY:
+        if (c->body_too_big || c->body.n + len > w->o.max_body) {
+            c->body_too_big = 1;
+            return 0;
+        }
+        if (em_buf_add(&c->body, in, len))
+            c->body_too_big = 1;
+        return 0;
+    case LWS_CALLBACK_HTTP_BODY_COMPLETION:
+        if (!c->complete)
+            route(c);
+        return 0;
+    case LWS_CALLBACK_TIMER:   /* a stream's ping timer */
+        if (c && c->w && c->streaming && !c->complete) {
+            lws_callback_on_writable(wsi);
+            lws_set_timer_usecs(wsi, (lws_usec_t)(w->o.ping_s * 1e6));
+        }
+        return 0;
+    case LWS_CALLBACK_HTTP_WRITEABLE:
+        if (!c || !c->w)
+            return 0;
+        return conn_write(c);
+    case LWS_CALLBACK_CLOSED_HTTP:
+    case LWS_CALLBACK_HTTP_DROP_PROTOCOL:
+        if (c && c->w)
+            conn_release(c);   /* a client gone mid-stream: its requests are cancelled */
+        if (reason == LWS_CALLBACK_CLOSED_HTTP)
+            web_addr_release(w, lws_get_socket_fd(wsi));
+        break;
+    case LWS_CALLBACK_WSI_DESTROY:
+        web_addr_release(w, lws_get_socket_fd(wsi));
+        break;
+    default:
+        break;
+    }
+    return lws_callback_http_dummy(wsi, reason, user, in, len);
+}
+
+static const struct lws_protocols protocols[] = {
+    { "http", callback_http, sizeof(web_conn), 0, 0, NULL, 0 },
+    { NULL, NULL, 0, 0, 0, NULL, 0 },
+};
+
+/* ---- lifecycle ----------------------------------------------------------------- */
+
+void em_web_opts_init(em_web_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->host = "127.0.0.1";
+    o->port = 8080;
+    o->max_body = 4u << 20;
+    o->max_ws_message = 1u << 20;
+    o->max_conns_per_addr = 64;
+    o->max_connections = 1024;
+    o->model_id = "ember";
+    o->device = "";
+    o->ping_s = 10;
+}
+
+static void log_emit(int level, const char *line)
+{
+    (void)level;
+    fprintf(stderr, "ember: serve: lws: %s", line);
+}
+
+int em_web_create(const em_web_opts *o, em_web **out, em_err *err)
+{
+    int rc = 0;
+    *out = NULL;
+    em_web *w = calloc(1, sizeof *w);
+    if (!w)
+        return em_err_set(err, EM_ENOMEM, "serve: out of memory");
+    w->o = *o;
+    if (!(w->o.ping_s > 0))
+        w->o.ping_s = 10;
+    w->host = strdup(o->host ? o->host : "127.0.0.1");
+    w->model_id = strdup(o->model_id ? o->model_id : "ember");
+    w->device = strdup(o->device ? o->device : "");
+    pthread_mutex_init(&w->mu, NULL);
+    atomic_init(&w->stop, 0);
+    atomic_init(&w->wake, 0);
+    if (!w->host || !w->model_id || !w->device) {
+        rc = em_err_set(err, EM_ENOMEM, "serve: out of memory");
+        goto fail;
+    }
+    w->o.host = w->host;
+    w->o.model_id = w->model_id;
+    w->o.device = w->device;
+    lws_set_log_level(LLL_ERR, log_emit);
+
+    struct lws_context_creation_info ci;
+    memset(&ci, 0, sizeof ci);
+    ci.port = CONTEXT_PORT_NO_LISTEN;
+    ci.options = LWS_SERVER_OPTION_EXPLICIT_VHOSTS;
+    ci.user = w;
+    ci.protocols = protocols;
+    ci.timeout_secs = 30;
+    ci.max_http_header_data = 8192;
+    w->ctx = lws_create_context(&ci);
+    if (!w->ctx) {
+        rc = em_err_set(err, EM_EIO, "serve: cannot create the libwebsockets context");
+        goto fail;
+    }
+    struct lws_context_creation_info vi;
+    memset(&vi, 0, sizeof vi);
+    vi.port = o->port;
+    /* lws binds an IP address given as iface; every interface is NULL */
+    int any = strcmp(w->host, "0.0.0.0") == 0 || strcmp(w->host, "::") == 0 || !w->host[0];
+    vi.iface = any ? NULL : w->host;
+    vi.protocols = protocols;
+    vi.vhost_name = "ember";
+    vi.options = strchr(w->host, ':') || any ? 0 : LWS_SERVER_OPTION_DISABLE_IPV6;
+    vi.keepalive_timeout = 30;
+    w->vhost = lws_create_vhost(w->ctx, &vi);
+    if (!w->vhost) {
+        rc = em_err_set(err, EM_EIO, "serve: cannot listen on %s:%d (in use, or not an address of "
+                        "this machine)", w->host, o->port);
+        goto fail;
+    }
+    w->port = lws_get_vhost_listen_port(w->vhost);
+    *out = w;
+    return 0;
+fail:
+    em_web_destroy(w);
+    return rc;
+}
+
+int em_web_port(const em_web *w)
+{
+    return w->port;
+}
+
+int em_web_run(em_web *w)
+{
+    while (!atomic_load(&w->stop))
+        if (lws_service(w->ctx, 0) < 0)
+            return EM_EIO;
+    return 0;
+}
+
+void em_web_stop(em_web *w)
+{
+    atomic_store(&w->stop, 1);
+    if (w->ctx)
+        lws_cancel_service(w->ctx);
+}
+
+void em_web_destroy(em_web *w)
+{
+    if (!w)
+        return;
+    if (w->ctx)
+        lws_context_destroy(w->ctx);   /* closes every connection: CLOSED_HTTP cancels their requests */
+    pthread_mutex_destroy(&w->mu);
+    free(w->fds);
+    free(w->rates);
+    free(w->host);
+    free(w->model_id);
+    free(w->device);
+    free(w);
+}

@@ -1,0 +1,72 @@
+/* web.h — `ember serve`'s front door: one libwebsockets service thread that
+ * serves HTTP and WebSocket on one port — the OpenAI-compatible API
+ * (/v1/chat/completions, /v1/completions, /v1/models; plain and SSE), the
+ * WebSocket chat protocol ember.chat.v1 (/ws), the conversations and usage
+ * API (/api/...), /metrics and /healthz — over a running scheduler, with
+ * API keys and the usage ledger from the storage layer.
+ *
+ * Threads. em_web_run() is the lws service loop: the only thread that
+ * touches sockets. The scheduler thread wakes it through the requests'
+ * notify hook (lws_cancel_service); em_web_stop() may be called from any
+ * thread or a signal handler. web/ never touches Vulkan.
+ *
+ * Ownership. em_web_create borrows everything in its options (scheduler,
+ * model, tokenizer, storage): they must outlive the em_web. */
+#ifndef EM_WEB_H
+#define EM_WEB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+
+struct em_sched;
+struct em_model;
+struct em_tokenizer;
+struct em_storage;
+struct em_kv;
+
+typedef struct em_web em_web;
+
+typedef struct {
+    const char *host;               /* listen address; "0.0.0.0" / "::": every interface */
+    int         port;               /* 0: any free port (see em_web_port) */
+    struct em_sched           *sched;
+    const struct em_model     *model;
+    const struct em_tokenizer *tok;
+    struct em_storage         *storage;     /* ledger, keys, conversations; NULL: none */
+    const char *model_id;           /* the name /v1/models lists and requests name */
+    const char *device;             /* device description for /healthz and /metrics */
+    uint32_t    n_ctx;              /* positions per sequence */
+    uint32_t    parallel;           /* running sequences at most (for /healthz) */
+    int         require_key;        /* loopback clients need a key too */
+    size_t      max_body;           /* request body bytes (413 past it) */
+    size_t      max_ws_message;     /* WebSocket message bytes (close 1009 past it) */
+    uint32_t    max_conns_per_addr; /* connections from one client address */
+    uint32_t    max_connections;    /* in all */
+    double      ping_s;             /* an SSE stream silent this long gets ": ping" */
+    int         verbose;            /* one line per request on stderr */
+} em_web_opts;
+
+/* Defaults: 127.0.0.1:8080, 4 MiB bodies, 1 MiB WebSocket messages,
+ * 64 connections per address, 1024 in all, pings after 10 s. */
+void em_web_opts_init(em_web_opts *o);
+
+/* Create the server and bind its port (EM_EIO naming host:port when the
+ * address is taken or not local). *out is the caller's: em_web_destroy. */
+int  em_web_create(const em_web_opts *o, em_web **out, em_err *err);
+
+/* The port bound (useful with port 0). */
+int  em_web_port(const em_web *w);
+
+/* Serve until em_web_stop. Returns 0, or a negative code if the service
+ * loop failed. */
+int  em_web_run(em_web *w);
+
+/* Ask em_web_run to return (async-signal-safe: sets a flag, wakes the loop). */
+void em_web_stop(em_web *w);
+
+/* Close every connection (cancelling their requests) and free. Accepts NULL. */
+void em_web_destroy(em_web *w);
+
+#endif

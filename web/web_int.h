@@ -1,0 +1,199 @@
+/* web_int.h — what the files of web/ share: the server struct, one HTTP
+ * connection's state, the growable byte buffer, the OpenAI-shaped error,
+ * and the entry points each file offers the others. Private to web/. */
+#ifndef EM_WEB_INT_H
+#define EM_WEB_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include <jansson.h>
+#include <libwebsockets.h>
+
+#include "core/err.h"
+#include "scheduler/scheduler.h"
+#include "storage/storage.h"
+#include "web/web.h"
+
+/* ---- bytes --------------------------------------------------------------- */
+
+typedef struct {
+    char  *s;       /* NUL-terminated when non-NULL */
+    size_t n, cap;
+} em_buf;
+
+int  em_buf_add(em_buf *b, const void *data, size_t n);   /* EM_ENOMEM */
+int  em_buf_addf(em_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int  em_buf_add_json(em_buf *b, const json_t *j);        /* compact, key order kept */
+void em_buf_reset(em_buf *b);                             /* n = 0, keeps the memory */
+void em_buf_free(em_buf *b);
+
+/* ---- errors in OpenAI's shape ---------------------------------------------- */
+
+typedef struct {
+    int      status;          /* HTTP status */
+    const char *type;         /* "invalid_request_error", "authentication_error", ... */
+    const char *code;         /* "context_length_exceeded", ... or NULL */
+    char     param[64];       /* "" for none */
+    char     message[512];
+    uint32_t retry_after_s;   /* 0: no Retry-After header */
+} em_web_error;
+
+/* Fill e (printf-style message) and return -1. */
+int em_web_fail(em_web_error *e, int status, const char *type, const char *code, const char *param,
+                const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+
+/* {"error": {"message", "type", "param", "code"}} (new reference). */
+json_t *em_web_error_json(const em_web_error *e);
+
+/* ---- auth ---------------------------------------------------------------- */
+
+typedef struct {
+    int64_t  key_id;          /* 0: no key (a loopback client) */
+    char     key_name[64];
+    em_class default_class;
+    int32_t  rate_limit_per_min;
+    int      admin;
+} em_web_auth;
+
+/* ---- one HTTP connection ------------------------------------------------- */
+
+struct api_req;
+
+enum { EM_M_GET = 1, EM_M_POST, EM_M_DELETE, EM_M_OTHER };
+
+typedef struct web_conn {
+    struct lws *wsi;
+    em_web     *w;
+    int         method;
+    char        path[512];
+    char        addr[64];          /* the peer's address */
+    int         loopback;
+    char        authz[512];        /* the Authorization header as received */
+    double      t_received;        /* monotonic seconds */
+    /* the request body */
+    em_buf      body;
+    size_t      content_length;
+    int         body_too_big;
+    /* the response */
+    int         status;
+    char        ctype[64];
+    char        headers[512];      /* extra "name: value\r\n" lines */
+    int         streaming;         /* no Content-Length: chunked */
+    int         head_sent, complete, final_sent;
+    em_buf      out;               /* bytes still to write */
+    size_t      out_off;
+    double      t_last_write;
+    /* the generation it serves (OpenAI endpoints) */
+    struct api_req *api;
+    struct web_conn *live_prev, *live_next;   /* in w->live while api is set */
+} web_conn;
+
+/* Queue a whole response (body copied) and ask for a writable callback. */
+void web_respond(web_conn *c, int status, const char *ctype, const char *body, size_t len);
+void web_respond_json(web_conn *c, int status, const json_t *j);
+void web_respond_error(web_conn *c, const em_web_error *e);
+/* Start a streamed (chunked) response; web_stream_write appends, web_stream_end finishes. */
+void web_stream_begin(web_conn *c, int status, const char *ctype);
+int  web_stream_write(web_conn *c, const char *data, size_t len);
+void web_stream_end(web_conn *c);
+/* Bytes queued and not yet written (a slow reader's backlog). */
+size_t web_backlog(const web_conn *c);
+/* Put c on / take it off the list woken when the scheduler has events. */
+void web_live_add(web_conn *c);
+void web_live_remove(web_conn *c);
+
+/* ---- the server ---------------------------------------------------------- */
+
+struct em_web {
+    em_web_opts          o;
+    char                *host, *model_id, *device;
+    struct lws_context  *ctx;
+    struct lws_vhost    *vhost;
+    int                  port;
+    atomic_int           stop;
+    atomic_int           wake;          /* the scheduler has events for someone */
+    web_conn            *live;          /* connections with a generation running */
+    /* connections per client address (lws thread only) */
+    struct { int fd; char addr[64]; } *fds;
+    size_t               n_fds, cap_fds;
+    /* per-key request rate (lws thread only) */
+    struct { int64_t key_id; double tokens, t; } *rates;
+    size_t               n_rates, cap_rates;
+    /* counters for /metrics: under mu */
+    pthread_mutex_t      mu;
+    uint64_t             seq;           /* request ids */
+};
+
+/* Count c's address against the limit; 0 ok, else e filled (429). */
+int  web_addr_acquire(em_web *w, int fd, const char *addr, em_web_error *e);
+void web_addr_release(em_web *w, int fd);
+
+/* ---- auth.c --------------------------------------------------------------- */
+
+/* Who is asking: the Authorization header's key, or the loopback rule.
+ * 0 with *a filled; -1 with e filled (401). */
+int web_auth(em_web *w, const web_conn *c, em_web_auth *a, em_web_error *e);
+/* The key's rate limit: 0 to go on, -1 with e filled (429, Retry-After). */
+int web_rate_check(em_web *w, const em_web_auth *a, em_web_error *e);
+
+/* ---- gen.c: the one generation path ---------------------------------------- */
+
+#define EM_GEN_MAX_N 8
+
+typedef struct em_gen em_gen;
+
+typedef struct {
+    const json_t *messages;        /* chat: rendered through the model's template, or */
+    const char   *prompt;          /* completions: the text as given */
+    size_t        prompt_len;
+    uint32_t      n;               /* choices, 1..EM_GEN_MAX_N */
+    int64_t       max_tokens;      /* -1: up to the context */
+    em_sample_params sample;
+    const char   *stop[EM_MAX_STOP];
+    em_class      cls;
+    int           ignore_eos;
+    const em_web_auth *auth;
+    const char   *client_addr;
+    const char   *request_id;      /* for the ledger */
+    const char   *param_name;      /* "messages" or "prompt", for errors */
+} em_gen_params;
+
+/* Render, tokenize, check the context, submit every choice. On failure
+ * returns -1 with e filled and has written the ledger row (failed or
+ * rejected). *out is the caller's: em_gen_destroy. */
+int  em_gen_start(em_web *w, const em_gen_params *p, em_gen **out, em_web_error *e);
+
+/* The ledger row of a generation request refused before em_gen_start
+ * (bad body, auth, rate limit): rejected for 401/403/429/503, else failed. */
+void em_gen_refused(em_web *w, const char *request_id, const em_web_auth *auth, const char *client_addr,
+                    em_class cls, const em_web_error *e);
+
+/* Move what the scheduler produced into the choices' text: appends each
+ * choice's new text to delta[i] (caller's buffers, n of them). Returns 1
+ * once every choice is done. */
+int  em_gen_pump(em_gen *g, em_buf *delta);
+
+uint32_t    em_gen_n(const em_gen *g);
+int         em_gen_choice_done(const em_gen *g, uint32_t i);
+const char *em_gen_finish_reason(const em_gen *g, uint32_t i);   /* "stop", "length", ... */
+const char *em_gen_error(const em_gen *g);                      /* NULL unless a choice failed */
+void        em_gen_usage(const em_gen *g, uint32_t *prompt, uint32_t *cached, uint32_t *completion);
+/* Queue ms, TTFT ms and tokens/s of the first choice (after done). */
+void        em_gen_timings(const em_gen *g, double *queue_ms, double *ttft_ms, double *tok_s);
+
+/* Cancel what still runs, write the final ledger row, free. Accepts NULL. */
+void em_gen_destroy(em_gen *g);
+
+/* ---- openai.c --------------------------------------------------------------- */
+
+/* Route c's request (method, path, body) if it is one of /v1/...; returns 0
+ * when it took it, 1 when the path is not its. */
+int  web_openai_route(web_conn *c);
+/* A writable callback for a connection with c->api: move events to the wire. */
+void web_openai_pump(web_conn *c);
+/* The connection went away. */
+void web_openai_close(web_conn *c);
+
+#endif
