@@ -38,12 +38,17 @@ static int64_t epoch_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* The scheduler thread has events: wake the service loop (never touches the gen). */
+/* The scheduler thread has events: wake the service loop (never touches
+ * the gen). Not once em_web_destroy began: the context may be gone. */
 static void gen_notify(void *user)
 {
     em_web *w = user;
-    atomic_store(&w->wake, 1);
-    lws_cancel_service(w->ctx);
+    pthread_mutex_lock(&w->mu);
+    if (!w->closing) {
+        atomic_store(&w->wake, 1);
+        lws_cancel_service(w->ctx);
+    }
+    pthread_mutex_unlock(&w->mu);
 }
 
 static void ledger(em_web *w, const em_usage_record *r)

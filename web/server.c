@@ -583,8 +583,16 @@ void em_web_destroy(em_web *w)
 {
     if (!w)
         return;
-    if (w->ctx)
+    if (w->ctx) {
+        pthread_mutex_lock(&w->mu);
+        w->closing = 1;                /* from here the requests' notify hooks stay quiet */
+        pthread_mutex_unlock(&w->mu);
         lws_context_destroy(w->ctx);   /* closes every connection: CLOSED_HTTP cancels their requests */
+        /* the scheduler calls a cancelled request's hook (with w) until it
+         * has retired it: wait for that before w goes */
+        if (w->o.sched)
+            em_sched_drain(w->o.sched);
+    }
     pthread_mutex_destroy(&w->mu);
     free(w->fds);
     free(w->rates);

@@ -124,6 +124,7 @@ struct em_web {
     /* counters for /metrics: under mu */
     pthread_mutex_t      mu;
     uint64_t             seq;           /* request ids */
+    int                  closing;       /* under mu: em_web_destroy began; notify hooks do nothing */
 };
 
 /* Count c's address against the limit; 0 ok, else e filled (429). */
