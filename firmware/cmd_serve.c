@@ -25,8 +25,8 @@
 
 static const char usage[] =
     "usage: ember serve [--model PATH] [--host H] [--port P] [--db PATH] [--ctx N] [--kv-mb N]\n"
-    "                   [--parallel N] [--kv-type f16|q8_0] [--require-key] [--drain-s N]\n"
-    "                   [--verbose]\n"
+    "                   [--parallel N] [--kv-type f16|q8_0] [--require-key] [--ping-s S]\n"
+    "                   [--drain-s N] [--verbose]\n"
     "  Serves the model over HTTP and WebSocket on one port: the OpenAI-compatible API\n"
     "  (/v1/chat/completions, /v1/completions, /v1/models), /healthz, /metrics\n"
     "  (Prometheus) and /api/usage (docs/api.md). Default 127.0.0.1:8080 and\n"
@@ -34,9 +34,11 @@ static const char usage[] =
     "  machines always need an API key (`ember keys add NAME`); loopback clients too with\n"
     "  --require-key. --host 0.0.0.0 listens on every interface and needs a key in the\n"
     "  database. --parallel caps the sequences running at once (default: 16 on a CPU\n"
-    "  device, 64 on a GPU, fewer if the KV cache is small). The first SIGINT/SIGTERM\n"
-    "  drains: new requests get 503, running ones finish (at most --drain-s seconds,\n"
-    "  default 30; then they are cancelled), then it exits 0. A second one stops at once.\n";
+    "  device, 64 on a GPU, fewer if the KV cache is small). A streamed answer silent for\n"
+    "  --ping-s seconds (default 10: a long prompt) gets an SSE comment, so that proxies\n"
+    "  keep the connection. The first SIGINT/SIGTERM drains: new requests get 503,\n"
+    "  running ones finish (at most --drain-s seconds, default 30; then they are\n"
+    "  cancelled), then it exits 0. A second one stops at once.\n";
 
 static em_web *volatile the_web;
 static volatile sig_atomic_t signals_seen;
@@ -85,6 +87,7 @@ int em_cmd_serve(int argc, char **argv)
     const char *model_path = NULL, *host = "127.0.0.1", *db = "ember.db", *kv_name = "f16";
     long port = 8080, ctx = 0, kv_mb = 0, parallel = 0, drain_s = 30;
     int require_key = 0, verbose = 0;
+    double ping_s = 10;
     em_cli_opt opts[] = {
         { "--model", "-m", EM_OPT_STR, &model_path, 0, 0 },
         { "--host", NULL, EM_OPT_STR, &host, 0, 0 },
@@ -95,6 +98,7 @@ int em_cmd_serve(int argc, char **argv)
         { "--parallel", NULL, EM_OPT_INT, &parallel, 1, 1024 },
         { "--kv-type", NULL, EM_OPT_STR, &kv_name, 0, 0 },
         { "--require-key", NULL, EM_OPT_FLAG, &require_key, 0, 0 },
+        { "--ping-s", NULL, EM_OPT_FLOAT, &ping_s, 0.1, 3600 },
         { "--drain-s", NULL, EM_OPT_INT, &drain_s, 0, 3600 },
         { "--verbose", "-v", EM_OPT_FLAG, &verbose, 0, 0 },
         { NULL, NULL, 0, NULL, 0, 0 },
@@ -209,6 +213,7 @@ int em_cmd_serve(int argc, char **argv)
     wo.require_key = require_key;
     wo.drain_s = (uint32_t)drain_s;
     wo.verbose = verbose;
+    wo.ping_s = ping_s;
     if ((rc = em_web_create(&wo, &w, &err))) {
         status = em_cli_fail_err(&err);
         goto done;
