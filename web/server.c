@@ -359,7 +359,7 @@ static void route(web_conn *c)
         web_respond_error(c, &e);
         return;
     }
-    if (web_openai_route(c) == 0 || web_metrics_route(c) == 0)   /* metrics.c: /metrics, /healthz, /api/usage */
+    if (web_openai_route(c) == 0 || web_metrics_route(c) == 0)   /* /metrics, /healthz, /api/usage */
         return;
     em_web_fail(&e, 404, "invalid_request_error", "not_found", NULL, "no route for %s %s",
                 c->method == EM_M_POST ? "POST" : c->method == EM_M_DELETE ? "DELETE" : "GET", c->path);
