@@ -1,5 +1,6 @@
-/* cmd_keys.c — `ember keys`: create (printing the key exactly once), list
- * and revoke the API keys stored in the ledger database. */
+/* cmd_keys.c — `ember keys`: create (printing the key exactly once; --admin
+ * for a key that may read every key's usage), list and revoke the API keys
+ * stored in the ledger database. */
 #include <errno.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -11,11 +12,13 @@
 #include "storage/storage.h"
 
 static const char usage[] =
-    "usage: ember keys add NAME [--class interactive|background] [--rate-limit N/min] [--db PATH]\n"
+    "usage: ember keys add NAME [--class interactive|background] [--rate-limit N/min] [--admin]\n"
+    "                      [--db PATH]\n"
     "       ember keys list [--db PATH]\n"
     "       ember keys revoke ID [--db PATH]\n"
     "  add prints the new key on stdout; it is shown only this once (only its hash\n"
-    "  is stored). --db defaults to ./ember.db.\n";
+    "  is stored). An --admin key may read every key's usage (GET /api/usage); the\n"
+    "  others only their own. --db defaults to ./ember.db.\n";
 
 /* "N", "N/min" or "N/m" -> N (0 = unlimited). */
 static int parse_rate(const char *s, int32_t *out)
@@ -56,10 +59,11 @@ static int keys_add(int argc, char **argv)
 {
     const char *db = "ember.db", *cls_s = "interactive", *rate_s = "0";
     const char *pos[1];
-    int n_pos = 0;
+    int n_pos = 0, admin = 0;
     em_cli_opt opts[] = {
         { "--class", NULL, EM_OPT_STR, &cls_s, 0, 0 },
         { "--rate-limit", NULL, EM_OPT_STR, &rate_s, 0, 0 },
+        { "--admin", NULL, EM_OPT_FLAG, &admin, 0, 0 },
         { "--db", NULL, EM_OPT_STR, &db, 0, 0 },
         { NULL, NULL, 0, NULL, 0, 0 },
     };
@@ -81,14 +85,15 @@ static int keys_add(int argc, char **argv)
     char key[EM_STORAGE_KEY_MAX];
     int status = 0;
     if (open_db(db, 1, &st, &err) ||
-        em_storage_key_add(st, pos[0], cls, rate, key, sizeof key, &info, &err)) {
+        (admin ? em_storage_key_add_admin : em_storage_key_add)(st, pos[0], cls, rate, key, sizeof key,
+                                                                &info, &err)) {
         status = em_cli_fail_err(&err);
         goto done;
     }
     printf("%s\n", key);
     fflush(stdout);
-    fprintf(stderr, "key %lld \"%s\" (%s, %s, rate limit ", (long long)info.id, info.name,
-            info.prefix, em_storage_class_name(info.default_class));
+    fprintf(stderr, "%skey %lld \"%s\" (%s, %s, rate limit ", info.admin ? "admin " : "",
+            (long long)info.id, info.name, info.prefix, em_storage_class_name(info.default_class));
     if (info.rate_limit_per_min)
         fprintf(stderr, "%d/min", info.rate_limit_per_min);
     else
@@ -130,8 +135,8 @@ static int keys_list(int argc, char **argv)
         if (l > wi)
             wi = l;
     }
-    printf("%-*s  %-*s  %-9s  %-11s  %-10s  %-20s  %s\n", wi, "id", wn, "name", "prefix", "class",
-           "rate_limit", "created", "revoked");
+    printf("%-*s  %-*s  %-9s  %-11s  %-10s  %-5s  %-20s  %s\n", wi, "id", wn, "name", "prefix", "class",
+           "rate_limit", "admin", "created", "revoked");
     for (size_t i = 0; i < n; i++) {
         const em_key_info *k = &keys[i];
         char created[32], revoked[32], rate[24];
@@ -141,8 +146,9 @@ static int keys_list(int argc, char **argv)
             snprintf(rate, sizeof rate, "%d/min", k->rate_limit_per_min);
         else
             snprintf(rate, sizeof rate, "none");
-        printf("%*lld  %-*s  %-9s  %-11s  %-10s  %-20s  %s\n", wi, (long long)k->id, wn, k->name,
-               k->prefix, em_storage_class_name(k->default_class), rate, created, revoked);
+        printf("%*lld  %-*s  %-9s  %-11s  %-10s  %-5s  %-20s  %s\n", wi, (long long)k->id, wn, k->name,
+               k->prefix, em_storage_class_name(k->default_class), rate, k->admin ? "yes" : "no", created,
+               revoked);
     }
 done:
     free(keys);

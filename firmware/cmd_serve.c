@@ -1,7 +1,9 @@
 /* cmd_serve.c — `ember serve`: load the model onto the device, start the
  * scheduler over the batched forward pass, open the ledger, and serve HTTP
- * and WebSocket on one port until SIGINT/SIGTERM (web/web.h). Refuses to
- * listen beyond loopback while the database holds no API key. */
+ * and WebSocket on one port until SIGINT/SIGTERM (web/web.h): the first
+ * signal drains (new requests refused, running ones finish, --drain-s
+ * bounds the wait), a second stops at once. Refuses to listen beyond
+ * loopback while the database holds no API key. */
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <net/if.h>
@@ -23,23 +25,32 @@
 
 static const char usage[] =
     "usage: ember serve [--model PATH] [--host H] [--port P] [--db PATH] [--ctx N] [--kv-mb N]\n"
-    "                   [--parallel N] [--kv-type f16|q8_0] [--require-key] [--ping-s S] [--verbose]\n"
+    "                   [--parallel N] [--kv-type f16|q8_0] [--require-key] [--ping-s S]\n"
+    "                   [--drain-s N] [--verbose]\n"
     "  Serves the model over HTTP and WebSocket on one port: the OpenAI-compatible API\n"
-    "  (/v1/chat/completions, /v1/completions, /v1/models), /healthz. Default\n"
-    "  127.0.0.1:8080 and ./ember.db (the usage ledger and API keys). Clients on other\n"
+    "  (/v1/chat/completions, /v1/completions, /v1/models), /healthz, /metrics\n"
+    "  (Prometheus) and /api/usage (docs/api.md). Default 127.0.0.1:8080 and\n"
+    "  ./ember.db (the usage ledger and API keys). Clients on other\n"
     "  machines always need an API key (`ember keys add NAME`); loopback clients too with\n"
     "  --require-key. --host 0.0.0.0 listens on every interface and needs a key in the\n"
     "  database. --parallel caps the sequences running at once (default: 16 on a CPU\n"
     "  device, 64 on a GPU, fewer if the KV cache is small). A streamed answer silent for\n"
     "  --ping-s seconds (default 10: a long prompt) gets an SSE comment, so that proxies\n"
-    "  keep the connection. SIGINT/SIGTERM stop it.\n";
+    "  keep the connection. The first SIGINT/SIGTERM drains: new requests get 503,\n"
+    "  running ones finish (at most --drain-s seconds, default 30; then they are\n"
+    "  cancelled), then it exits 0. A second one stops at once.\n";
 
 static em_web *volatile the_web;
+static volatile sig_atomic_t signals_seen;
 
 static void on_signal(int sig)
 {
     (void)sig;
-    if (the_web)
+    if (!the_web)
+        return;
+    if (signals_seen++ == 0)
+        em_web_drain(the_web);
+    else
         em_web_stop(the_web);
 }
 
@@ -74,7 +85,7 @@ static void print_urls(const char *host, int port)
 int em_cmd_serve(int argc, char **argv)
 {
     const char *model_path = NULL, *host = "127.0.0.1", *db = "ember.db", *kv_name = "f16";
-    long port = 8080, ctx = 0, kv_mb = 0, parallel = 0;
+    long port = 8080, ctx = 0, kv_mb = 0, parallel = 0, drain_s = 30;
     int require_key = 0, verbose = 0;
     double ping_s = 10;
     em_cli_opt opts[] = {
@@ -88,6 +99,7 @@ int em_cmd_serve(int argc, char **argv)
         { "--kv-type", NULL, EM_OPT_STR, &kv_name, 0, 0 },
         { "--require-key", NULL, EM_OPT_FLAG, &require_key, 0, 0 },
         { "--ping-s", NULL, EM_OPT_FLOAT, &ping_s, 0.1, 3600 },
+        { "--drain-s", NULL, EM_OPT_INT, &drain_s, 0, 3600 },
         { "--verbose", "-v", EM_OPT_FLAG, &verbose, 0, 0 },
         { NULL, NULL, 0, NULL, 0, 0 },
     };
@@ -199,6 +211,7 @@ int em_cmd_serve(int argc, char **argv)
     wo.n_ctx = n_ctx;
     wo.parallel = seqs;
     wo.require_key = require_key;
+    wo.drain_s = (uint32_t)drain_s;
     wo.verbose = verbose;
     wo.ping_s = ping_s;
     if ((rc = em_web_create(&wo, &w, &err))) {
@@ -212,6 +225,7 @@ int em_cmd_serve(int argc, char **argv)
     sigaction(SIGTERM, &sa, &old_term);
     signal(SIGPIPE, SIG_IGN);
     handlers = 1;
+    signals_seen = 0;
     the_web = w;
     em_cli_note("serve: %s on %s, %s | context %u, %u sequences at once, KV cache %u blocks (%.0f MiB, %s)",
                 model_id, device, em_fwd_variant(fwd), n_ctx, seqs, blocks,

@@ -221,6 +221,8 @@ int em_storage_usage_json(const em_usage_report *rep, char **out, em_err *err)
                                    json_string(g < 5 ? group_names[g] : "none"));
         bad |= json_object_set_new(root, "since_ms", opt_ms(rep->query.since_ms));
         bad |= json_object_set_new(root, "until_ms", opt_ms(rep->query.until_ms));
+        if (rep->query.only_key)   /* one key's usage: which (0: requests without a key) */
+            bad |= json_object_set_new(root, "key_id", json_integer((json_int_t)rep->query.key_id));
         bad |= json_object_set_new(root, "ledgers", json_integer((json_int_t)rep->n_dbs));
         bad |= json_object_set_new(root, "gpu_cost_per_hour",
                                    rep->query.gpu_cost_per_hour >= 0

@@ -1,6 +1,7 @@
 /* keys.c — API keys: generation (libsodium randombytes_buf, 256 bits),
  * hashing (keyed BLAKE2b, crypto_generichash), verification with a
- * constant-time hash comparison (sodium_memcmp), listing and revocation.
+ * constant-time hash comparison (sodium_memcmp), listing and revocation;
+ * admin keys (which may read every key's usage).
  * Only the hash and a short display prefix are stored; the key itself is
  * never written to the database and never appears in an error message. */
 #include "storage/storage_int.h"
@@ -67,8 +68,9 @@ static void copy_col(char *dst, size_t cap, sqlite3_stmt *s, int col)
     dst[n] = 0;
 }
 
-/* Columns: id, name, prefix, default_class, rate_limit_per_min, created_ms, revoked_ms. */
-#define KEY_COLS "id, name, prefix, default_class, rate_limit_per_min, created_ms, revoked_ms"
+/* Columns: id, name, prefix, default_class, rate_limit_per_min, created_ms, revoked_ms, admin. */
+#define KEY_COLS "id, name, prefix, default_class, rate_limit_per_min, created_ms, revoked_ms, admin"
+#define KEY_COL_HASH 8   /* the column after KEY_COLS in key_verify's query */
 
 static void row_to_info(sqlite3_stmt *s, em_key_info *k)
 {
@@ -82,11 +84,12 @@ static void row_to_info(sqlite3_stmt *s, em_key_info *k)
     k->rate_limit_per_min = sqlite3_column_int(s, 4);
     k->created_ms = sqlite3_column_int64(s, 5);
     k->revoked_ms = sqlite3_column_int64(s, 6);   /* NULL reads as 0 */
+    k->admin = sqlite3_column_int(s, 7) != 0;
 }
 
-int em_storage_key_add(em_storage *st, const char *name, em_usage_class default_class,
-                       int32_t rate_limit_per_min, char *key_out, size_t cap,
-                       em_key_info *info, em_err *err)
+static int key_add(em_storage *st, const char *name, em_usage_class default_class,
+                   int32_t rate_limit_per_min, int admin, char *key_out, size_t cap,
+                   em_key_info *info, em_err *err)
 {
     int ret = 0, rc = SQLITE_OK, locked = 0;
     unsigned char raw[KEY_RAW_BYTES], hash[HASH_BYTES];
@@ -123,7 +126,8 @@ int em_storage_key_add(em_storage *st, const char *name, em_usage_class default_
     locked = 1;
     sqlite3_stmt *s = em_sto_stmt(&st->ops, EM_STMT_KEY_INSERT,
                                   "INSERT INTO api_keys (name, prefix, hash, default_class,"
-                                  " rate_limit_per_min, created_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                                  " rate_limit_per_min, created_ms, admin)"
+                                  " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                                   st->path, err);
     if (!s) {
         ret = err ? err->code : EM_EIO;
@@ -135,6 +139,7 @@ int em_storage_key_add(em_storage *st, const char *name, em_usage_class default_
     sqlite3_bind_text(s, 4, em_storage_class_name(default_class), -1, SQLITE_STATIC);
     sqlite3_bind_int(s, 5, rate_limit_per_min);
     sqlite3_bind_int64(s, 6, now);
+    sqlite3_bind_int(s, 7, admin ? 1 : 0);
     rc = sqlite3_step(s);
     sqlite3_clear_bindings(s);
     sqlite3_reset(s);
@@ -151,6 +156,7 @@ int em_storage_key_add(em_storage *st, const char *name, em_usage_class default_
         info->default_class = default_class;
         info->rate_limit_per_min = rate_limit_per_min;
         info->created_ms = now;
+        info->admin = admin ? 1 : 0;
     }
 done:
     if (locked)
@@ -161,6 +167,20 @@ done:
     sodium_memzero(b64, sizeof b64);
     sodium_memzero(hash, sizeof hash);
     return ret;
+}
+
+int em_storage_key_add(em_storage *st, const char *name, em_usage_class default_class,
+                       int32_t rate_limit_per_min, char *key_out, size_t cap,
+                       em_key_info *info, em_err *err)
+{
+    return key_add(st, name, default_class, rate_limit_per_min, 0, key_out, cap, info, err);
+}
+
+int em_storage_key_add_admin(em_storage *st, const char *name, em_usage_class default_class,
+                             int32_t rate_limit_per_min, char *key_out, size_t cap,
+                             em_key_info *info, em_err *err)
+{
+    return key_add(st, name, default_class, rate_limit_per_min, 1, key_out, cap, info, err);
 }
 
 int em_storage_key_list(em_storage *st, em_key_info **out, size_t *n, em_err *err)
@@ -277,8 +297,8 @@ int em_storage_key_verify(em_storage *st, const char *key, em_key_info *out, em_
     /* Look at every candidate (prefixes may collide); the comparison itself
      * takes the same time whatever the bytes. */
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-        const void *h = sqlite3_column_blob(s, 7);
-        if (h && sqlite3_column_bytes(s, 7) == HASH_BYTES && em_sto_hash_equal(st, hash, h) &&
+        const void *h = sqlite3_column_blob(s, KEY_COL_HASH);
+        if (h && sqlite3_column_bytes(s, KEY_COL_HASH) == HASH_BYTES && em_sto_hash_equal(st, hash, h) &&
             !found) {
             row_to_info(s, &match);
             found = 1;

@@ -110,6 +110,11 @@ static const char *const migrations[EM_STORAGE_SCHEMA_VERSION] = {
     ");"
     "CREATE INDEX messages_conversation ON messages(conversation_id, id);"
     "PRAGMA user_version = 3;",
+
+    /* 3 -> 4: admin keys (may read every key's usage). Existing keys stay
+     * ordinary ones. */
+    "ALTER TABLE api_keys ADD COLUMN admin INTEGER NOT NULL DEFAULT 0 CHECK (admin IN (0, 1));"
+    "PRAGMA user_version = 4;",
 };
 
 int em_sto_code(int sqlite_rc)

@@ -25,7 +25,7 @@
 #include "core/err.h"
 
 /* The schema version this build writes (PRAGMA user_version). */
-#define EM_STORAGE_SCHEMA_VERSION 3
+#define EM_STORAGE_SCHEMA_VERSION 4
 
 typedef struct em_storage em_storage;
 
@@ -190,6 +190,7 @@ typedef struct {
     int32_t rate_limit_per_min;                  /* 0 = unlimited */
     int64_t created_ms;
     int64_t revoked_ms;                          /* 0 = active */
+    int     admin;                               /* 1: may read every key's usage */
 } em_key_info;
 
 /* Create a key: 32 random bytes, written as "em_" + 43 base64url characters
@@ -200,6 +201,12 @@ typedef struct {
 int em_storage_key_add(em_storage *st, const char *name, em_usage_class default_class,
                        int32_t rate_limit_per_min, char *key_out, size_t cap,
                        em_key_info *info, em_err *err);
+
+/* The same, for an admin key: one that may read every key's usage
+ * (GET /api/usage). info->admin is 1. */
+int em_storage_key_add_admin(em_storage *st, const char *name, em_usage_class default_class,
+                             int32_t rate_limit_per_min, char *key_out, size_t cap,
+                             em_key_info *info, em_err *err);
 
 /* Every key, active and revoked, by id. *out (free() it) gets *n entries. */
 int em_storage_key_list(em_storage *st, em_key_info **out, size_t *n, em_err *err);
@@ -272,6 +279,8 @@ typedef struct {
     int64_t until_ms;            /* received_ms <  until_ms; 0 = to the end */
     em_usage_group_by group_by;
     double  gpu_cost_per_hour;   /* price of one box's GPU per hour; < 0 = none */
+    int     only_key;            /* 1: just the requests of key_id (0: those without a key) */
+    int64_t key_id;
 } em_usage_query;
 
 /* One group (or the total). Values that do not exist are NAN. */
@@ -295,7 +304,7 @@ typedef struct {
     em_usage_row  total;         /* label "total" */
 } em_usage_report;
 
-/* Defaults: everything, no grouping, no price. */
+/* Defaults: everything (every key), no grouping, no price. */
 void em_storage_usage_query_init(em_usage_query *q);
 
 /* Aggregate the ledgers in paths[0..n) (merged: several boxes) into *out

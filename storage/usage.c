@@ -1,9 +1,10 @@
 /* usage.c — usage queries: read the `requests` of one or more ledgers
  * through query-only connections of their own (any schema version from 1
- * on, never modified), group them by key, day, class or model, and compute request and
- * token totals, the cached-token share, p50/p99 TTFT and TPOT, GPU hours and
- * cost (docs/storage.md, "Cost"). Also the date and name parsers used by
- * `ember usage` and the web dashboard. */
+ * on, never modified), all keys' or one key's, group them by key, day,
+ * class or model, and compute request and token totals, the cached-token
+ * share, p50/p99 TTFT and TPOT, GPU hours and cost (docs/storage.md,
+ * "Cost"). Also the date and name parsers used by `ember usage`, GET
+ * /api/usage and the web dashboard. */
 #include "storage/storage_int.h"
 #include "core/grow.h"
 
@@ -116,7 +117,8 @@ static const char *const query_v1 =
     " r.class, r.model, k.name, r.prompt_tokens, 0, r.completion_tokens,"
     " r.ttft_ms, r.tpot_mean_ms"
     " FROM requests r LEFT JOIN api_keys k ON k.id = r.key_id"
-    " WHERE r.received_ms >= ?1 AND r.received_ms < ?2";
+    " WHERE r.received_ms >= ?1 AND r.received_ms < ?2"
+    "  AND (?3 = 0 OR coalesce(r.key_id, 0) = ?4)";
 
 static const char *const query_v2 =
     "SELECT r.received_ms,"
@@ -124,7 +126,8 @@ static const char *const query_v2 =
     " r.class, r.model, k.name, r.prompt_tokens, r.cached_tokens, r.completion_tokens,"
     " r.ttft_ms, r.tpot_mean_ms"
     " FROM requests r LEFT JOIN api_keys k ON k.id = r.key_id"
-    " WHERE r.received_ms >= ?1 AND r.received_ms < ?2";
+    " WHERE r.received_ms >= ?1 AND r.received_ms < ?2"
+    "  AND (?3 = 0 OR coalesce(r.key_id, 0) = ?4)";
 
 static double col_ms(sqlite3_stmt *s, int i)
 {
@@ -153,6 +156,8 @@ static int read_ledger(const char *path, const em_usage_query *q, accs *g, em_er
     }
     sqlite3_bind_int64(s, 1, q->since_ms > 0 ? q->since_ms : INT64_MIN);
     sqlite3_bind_int64(s, 2, q->until_ms > 0 ? q->until_ms : INT64_MAX);
+    sqlite3_bind_int(s, 3, q->only_key ? 1 : 0);
+    sqlite3_bind_int64(s, 4, q->key_id);
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
         req_row r;
         r.received_ms = sqlite3_column_int64(s, 0);

@@ -3,7 +3,8 @@
  * its hash is stored; a failed check is logged without the key), the
  * loopback rule (a client on 127.0.0.0/8 or ::1 may go without a key unless
  * --require-key), and each key's requests-per-minute limit as a token
- * bucket (429 with Retry-After past it). Service thread only. */
+ * bucket (429 with Retry-After past it). An admin key says so in
+ * em_web_auth.admin. Service thread only. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +49,7 @@ int web_auth(em_web *w, const web_conn *c, em_web_auth *a, em_web_error *e)
     snprintf(a->key_name, sizeof a->key_name, "%s", ki.name);
     a->default_class = ki.default_class == EM_USAGE_BACKGROUND ? EM_CLASS_BACKGROUND : EM_CLASS_INTERACTIVE;
     a->rate_limit_per_min = ki.rate_limit_per_min;
+    a->admin = ki.admin;   /* may read every key's usage (usage_api.c) */
     return 0;
 }
 

@@ -45,16 +45,23 @@ static int64_t epoch_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* The scheduler thread has events: wake the service loop (never touches the gen). */
+/* The scheduler thread has events: wake the service loop (never touches
+ * the gen). Not once em_web_destroy began: the context may be gone. */
 static void gen_notify(void *user)
 {
     em_web *w = user;
-    atomic_store(&w->wake, 1);
-    lws_cancel_service(w->ctx);
+    pthread_mutex_lock(&w->mu);
+    if (!w->closing) {
+        atomic_store(&w->wake, 1);
+        lws_cancel_service(w->ctx);
+    }
+    pthread_mutex_unlock(&w->mu);
 }
 
 static void ledger(em_web *w, const em_usage_record *r)
 {
+    if (r->status != EM_USAGE_ADMITTED)
+        web_metrics_count(w, r);   /* every request's final row: /metrics counts it here */
     if (w->o.storage)
         em_storage_submit(w->o.storage, r);
 }
@@ -131,6 +138,11 @@ int em_gen_start(em_web *w, const em_gen_params *p, em_gen **out, em_web_error *
     g->rec.key_id = p->auth ? p->auth->key_id : 0;
     g->rec.cls = p->cls == EM_CLASS_BACKGROUND ? EM_USAGE_BACKGROUND : EM_USAGE_INTERACTIVE;
     g->rec.received_ms = epoch_ms();
+    if (web_drain_refuse(w, e)) {   /* stopping: no new work (drain.c) */
+        refuse(g, EM_USAGE_REJECTED, e);
+        gen_free(g);
+        return -1;
+    }
 
     char *text = NULL;
     size_t text_len = 0;
@@ -227,6 +239,7 @@ int em_gen_start(em_web *w, const em_gen_params *p, em_gen **out, em_web_error *
     free(text);
     g->rec.status = EM_USAGE_ADMITTED;
     ledger(w, &g->rec);
+    atomic_fetch_add(&w->gens, 1);   /* a drain waits for it */
     *out = g;
     return 0;
 fail:
@@ -354,5 +367,6 @@ void em_gen_destroy(em_gen *g)
     if (failed)
         snprintf(r->error, sizeof r->error, "%s", g->error);
     ledger(g->w, r);
+    atomic_fetch_sub(&g->w->gens, 1);
     gen_free(g);
 }

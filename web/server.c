@@ -359,15 +359,8 @@ static void route(web_conn *c)
         web_respond_error(c, &e);
         return;
     }
-    if (web_openai_route(c) == 0)
+    if (web_openai_route(c) == 0 || web_metrics_route(c) == 0)   /* /metrics, /healthz, /api/usage */
         return;
-    if (c->method == EM_M_GET && strcmp(c->path, "/healthz") == 0) {
-        json_t *j = json_pack("{s:s, s:s, s:s, s:i}", "status", "ok", "model", c->w->model_id, "device",
-                              c->w->device, "context", (int)c->w->o.n_ctx);
-        web_respond_json(c, 200, j);
-        json_decref(j);
-        return;
-    }
     em_web_fail(&e, 404, "invalid_request_error", "not_found", NULL, "no route for %s %s",
                 c->method == EM_M_POST ? "POST" : c->method == EM_M_DELETE ? "DELETE" : "GET", c->path);
     web_respond_error(c, &e);
@@ -488,6 +481,7 @@ void em_web_opts_init(em_web_opts *o)
     o->max_ws_message = 1u << 20;
     o->max_conns_per_addr = 64;
     o->max_connections = 1024;
+    o->drain_s = 30;
     o->model_id = "ember";
     o->device = "";
     o->ping_s = 10;
@@ -515,7 +509,10 @@ int em_web_create(const em_web_opts *o, em_web **out, em_err *err)
     pthread_mutex_init(&w->mu, NULL);
     atomic_init(&w->stop, 0);
     atomic_init(&w->wake, 0);
-    if (!w->host || !w->model_id || !w->device) {
+    atomic_init(&w->gens, 0);
+    atomic_init(&w->draining, 0);
+    atomic_init(&w->drain_end_us, 0);
+    if (!w->host || !w->model_id || !w->device || web_metrics_create(w)) {
         rc = em_err_set(err, EM_ENOMEM, "serve: out of memory");
         goto fail;
     }
@@ -568,9 +565,12 @@ int em_web_port(const em_web *w)
 
 int em_web_run(em_web *w)
 {
-    while (!atomic_load(&w->stop))
+    while (!atomic_load(&w->stop)) {
         if (lws_service(w->ctx, 0) < 0)
             return EM_EIO;
+        if (web_drain_step(w))   /* drain.c: drained, or its time is up */
+            break;
+    }
     return 0;
 }
 
@@ -585,8 +585,17 @@ void em_web_destroy(em_web *w)
 {
     if (!w)
         return;
-    if (w->ctx)
+    if (w->ctx) {
+        pthread_mutex_lock(&w->mu);
+        w->closing = 1;                /* from here the requests' notify hooks stay quiet */
+        pthread_mutex_unlock(&w->mu);
         lws_context_destroy(w->ctx);   /* closes every connection: CLOSED_HTTP cancels their requests */
+        /* the scheduler calls a cancelled request's hook (with w) until it
+         * has retired it: wait for that before w goes */
+        if (w->o.sched)
+            em_sched_drain(w->o.sched);
+    }
+    web_metrics_destroy(w);            /* after: those requests' final rows are counted */
     pthread_mutex_destroy(&w->mu);
     free(w->fds);
     free(w->rates);

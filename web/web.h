@@ -45,11 +45,12 @@ typedef struct {
     uint32_t    max_conns_per_addr; /* connections from one client address */
     uint32_t    max_connections;    /* in all */
     double      ping_s;             /* an SSE stream silent this long gets ": ping" */
+    uint32_t    drain_s;            /* em_web_drain: how long running requests may take to finish */
     int         verbose;            /* one line per request on stderr */
 } em_web_opts;
 
 /* Defaults: 127.0.0.1:8080, 4 MiB bodies, 1 MiB WebSocket messages,
- * 64 connections per address, 1024 in all, pings after 10 s. */
+ * 64 connections per address, 1024 in all, pings after 10 s, 30 s to drain. */
 void em_web_opts_init(em_web_opts *o);
 
 /* Create the server and bind its port (EM_EIO naming host:port when the
@@ -65,6 +66,13 @@ int  em_web_run(em_web *w);
 
 /* Ask em_web_run to return (async-signal-safe: sets a flag, wakes the loop). */
 void em_web_stop(em_web *w);
+
+/* Drain (async-signal-safe, like em_web_stop): refuse new generation
+ * requests (503 server_draining with Retry-After; /healthz answers 503),
+ * let the running ones finish, and have em_web_run return once none is
+ * left or drain_s seconds have passed (em_web_destroy then cancels the
+ * rest). em_web_stop still stops at once. */
+void em_web_drain(em_web *w);
 
 /* Close every connection (cancelling their requests) and free. Accepts NULL. */
 void em_web_destroy(em_web *w);

@@ -124,6 +124,13 @@ struct em_web {
     /* counters for /metrics: under mu */
     pthread_mutex_t      mu;
     uint64_t             seq;           /* request ids */
+    int                  closing;       /* under mu: em_web_destroy began; notify hooks do nothing */
+    /* metrics.c, drain.c: the request counters (under mu) and draining */
+    struct web_metrics  *metrics;
+    atomic_int           gens;          /* generations started and not yet destroyed */
+    atomic_int           draining;      /* em_web_drain was called (a signal handler may set it) */
+    atomic_llong         drain_end_us;  /* the drain's deadline, monotonic microseconds; 0 before */
+    lws_sorted_usec_list_t drain_sul;   /* wakes the service loop while draining */
 };
 
 /* Count c's address against the limit; 0 ok, else e filled (429). */
@@ -195,5 +202,30 @@ int  web_openai_route(web_conn *c);
 void web_openai_pump(web_conn *c);
 /* The connection went away. */
 void web_openai_close(web_conn *c);
+
+/* ---- metrics.c: /metrics, /healthz and the counters behind them ------------ */
+
+int  web_metrics_create(em_web *w);      /* EM_ENOMEM */
+void web_metrics_destroy(em_web *w);     /* accepts a server without them */
+/* Count one request's final ledger row (any status but admitted); any thread.
+ * gen.c calls it wherever it writes one, so every front door is counted. */
+void web_metrics_count(em_web *w, const em_usage_record *r);
+/* Route GET /metrics, /healthz and /api/usage: 0 when it took the request,
+ * 1 when the path is not its. */
+int  web_metrics_route(web_conn *c);
+
+/* ---- usage_api.c: GET /api/usage ---------------------------------------------- */
+
+void web_usage_api(web_conn *c);
+
+/* ---- drain.c: stopping gently ----------------------------------------------------- */
+
+/* While draining: -1 with e filled (503 server_draining, Retry-After); else 0. */
+int      web_drain_refuse(em_web *w, em_web_error *e);
+/* Seconds a client should wait before retrying while draining (>= 1). */
+uint32_t web_drain_retry_s(em_web *w);
+/* The service loop, after each lws_service: 1 when em_web_run should return
+ * (drained, or the drain's time is up: em_web_destroy cancels the rest). */
+int      web_drain_step(em_web *w);
 
 #endif

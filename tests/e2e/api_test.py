@@ -186,17 +186,7 @@ try:
 
     # ---- a client that drops a stream: its request is cancelled -----------------------
     n_requests += 1
-    s = socket.create_connection(('127.0.0.1', srv.port), timeout=60)
-    req = json.dumps({'prompt': 'Once upon a time', 'max_tokens': 200, 'stream': True}).encode()
-    s.sendall(b'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n'
-              b'Authorization: Bearer ' + srv.keys['alice'].encode() + b'\r\nContent-Length: ' +
-              str(len(req)).encode() + b'\r\n\r\n' + req)
-    got = b''
-    while got.count(b'data: ') < 3:
-        more = s.recv(4096)
-        assert more, got
-        got += more
-    s.close()
+    srv.drop_stream({'prompt': 'Once upon a time', 'max_tokens': 200, 'stream': True}, key=srv.keys['alice'])
 
     # ---- connections per client address: the 65th from one address is refused --------
     held = []

@@ -2,11 +2,13 @@
 # 127.0.0.1 (a free port, a fresh SQLite file in a temporary folder), wait
 # until it prints the URL it listens on (bounded), make keys with
 # `ember keys add`, talk plain HTTP (http.client, so every byte of an error
-# path can be checked), read the ledger, and stop the server cleanly.
+# path can be checked), drop a stream midway, read the ledger, and stop the
+# server cleanly.
 import http.client
 import json
 import os
 import re
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -85,6 +87,22 @@ class Server:
     def post(self, path, body, **kw):
         st, h, out = self.request('POST', path, body, **kw)
         return st, h, json.loads(out) if out and h.get('content-type', '').startswith('application/json') else out
+
+    def drop_stream(self, body, key=None, events=3):
+        """POST body to /v1/completions over a raw socket, read `events` SSE events, then drop the
+        connection as a client that goes away does (its request is cancelled)."""
+        s = socket.create_connection(('127.0.0.1', self.port), timeout=60)
+        req = json.dumps(body).encode()
+        auth = b'Authorization: Bearer ' + key.encode() + b'\r\n' if key else b''
+        s.sendall(b'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n' + auth +
+                  b'Content-Length: ' + str(len(req)).encode() + b'\r\n\r\n' + req)
+        got = b''
+        while got.count(b'data: ') < events:
+            more = s.recv(4096)
+            assert more, got
+            got += more
+        s.close()
+        return got
 
     def ledger(self, sql='SELECT request_id, key_id, class, status, prompt_tokens, cached_tokens, '
                          'completion_tokens, finish_reason, error FROM requests ORDER BY received_ms, rowid'):

@@ -1,7 +1,7 @@
 #!/bin/sh
 # storage_cli.sh — `ember keys` and `ember usage` end to end, against ledgers
 # that storage_fixture (argument 1) fills with fixed requests: key creation
-# (shown once, never stored or listed), list, revoke and their errors; usage
+# (shown once, never stored or listed), admin keys, list, revoke and their errors; usage
 # as table, CSV and JSON; two --db ledgers merged; bad input and missing or
 # corrupt files (exit 2, message naming the file). Needs EMBER_BIN.
 set -u
@@ -51,14 +51,22 @@ key2=$(cat "$T/out")
 [ "$key" != "$key2" ] || fail "two keys are the same"
 
 expect_status 0 "$EMBER" keys list --db "$K"
-grep -q "^ 1  ci-bot  $prefix  background   30/min " "$T/out" || fail "list: ci-bot row: $(cat "$T/out")"
-grep -q "^ 2  second  .*interactive  none " "$T/out" || fail "list: second row"
-head -1 "$T/out" | grep -q "^id  name" || fail "list: header"
+grep -q "^ 1  ci-bot  $prefix  background   30/min      no     " "$T/out" || fail "list: ci-bot row: $(cat "$T/out")"
+grep -q "^ 2  second  .*interactive  none        no     " "$T/out" || fail "list: second row"
+head -1 "$T/out" | grep -q "^id  name .* rate_limit  admin  created  " || fail "list: header: $(head -1 "$T/out")"
 if grep -qF "$secret" "$T/out" "$T/err"; then fail "list shows a key"; fi
 for f in "$K" "$K-wal"; do
     [ -f "$f" ] || continue
     if grep -qaF "$secret" "$f"; then fail "the key is stored in $f"; fi
 done
+
+# An admin key: said so when made, listed as one.
+expect_status 0 "$EMBER" keys add root --admin --db "$K"
+grep -q "^admin key 3 \"root\"" "$T/err" || fail "keys add --admin said: $(cat "$T/err")"
+expect_status 0 "$EMBER" keys list --db "$K"
+grep -q "^ 3  root    em_......  interactive  none        yes    " "$T/out" || fail "list: root row: $(cat "$T/out")"
+[ "$(grep -c '  yes  ' "$T/out")" -eq 1 ] || fail "list: more than one admin key"
+expect_status 2 "$EMBER" keys add other --admin=yes --db "$K"
 
 expect_status 0 "$EMBER" keys revoke 1 --db "$K"
 [ "$(cat "$T/out")" = "revoked key 1" ] || fail "revoke said: $(cat "$T/out")"

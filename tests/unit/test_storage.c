@@ -1,9 +1,9 @@
 /* test_storage.c — unit tests of storage/: schema creation and migration from
  * every earlier version, refusal of newer and corrupt files, the writer's
  * upsert/batching/queue-full behaviour, API keys (hashing, constant-time
- * comparison, revocation, no key in the file), conversations (per key,
- * deletion, retention, the content switch) and usage reports. Real SQLite
- * files in a temporary directory. */
+ * comparison, revocation, admin keys, no key in the file), conversations
+ * (per key, deletion, retention, the content switch) and usage reports
+ * (all keys' or one key's). Real SQLite files in a temporary directory. */
 #include <jansson.h>
 #include <math.h>
 
@@ -124,6 +124,8 @@ static int test_migrations(void)
                             " AND ttft_ms = 12.5 AND cached_tokens = 0 AND preemptions = 0"
                             " AND tpot_p99_ms IS NULL AND status = 'completed'") == 1);
             CHECK(t_int(db, "SELECT count(*) FROM api_keys WHERE name = 'old'") == 1);
+            /* A key from before admin keys stays an ordinary one. */
+            CHECK(t_int(db, "SELECT admin FROM api_keys WHERE name = 'old'") == 0);
         }
         if (v >= 2)
             CHECK(t_int(db, "SELECT count(*) FROM requests WHERE request_id = 'old-2'"
@@ -424,6 +426,30 @@ static int test_keys(void)
     }
     free(list);
 
+    /* An admin key: stored, verified and listed as one; the others are not. */
+    char ka[EM_STORAGE_KEY_MAX];
+    em_key_info ainfo;
+    CHECK_RC(em_storage_key_add_admin(st, "root", EM_USAGE_INTERACTIVE, 0, ka, sizeof ka, &ainfo,
+                                      &err), 0);
+    CHECK(ainfo.admin == 1);
+    CHECK_RC(em_storage_key_verify(st, ka, &got, &err), 0);
+    CHECK(got.id == ainfo.id && got.admin == 1 && strcmp(got.name, "root") == 0);
+    CHECK_RC(em_storage_key_verify(st, key2, &got, &err), 0);
+    CHECK(got.admin == 0);
+    CHECK_RC(em_storage_key_list(st, &list, &n, &err), 0);
+    CHECK(n == 3);
+    for (size_t i = 0; i < n; i++)
+        CHECK(list[i].admin == (list[i].id == ainfo.id));
+    free(list);
+    CHECK_RC(em_storage_key_add_admin(st, "", EM_USAGE_INTERACTIVE, 0, ka, sizeof ka, NULL, NULL),
+             EM_EINVAL);
+    sqlite3 *kdb = t_db_open(path);
+    REQUIRE(kdb);
+    CHECK(t_int(kdb, "SELECT count(*) FROM api_keys WHERE admin = 1") == 1);
+    /* The column holds 0 or 1 only. */
+    CHECK(t_exec(kdb, "UPDATE api_keys SET admin = 2 WHERE name = 'root'") != SQLITE_OK);
+    sqlite3_close(kdb);
+
     /* Bad input. */
     char k3[EM_STORAGE_KEY_MAX];
     CHECK_RC(em_storage_key_add(st, "", EM_USAGE_INTERACTIVE, 0, k3, sizeof k3, NULL, NULL),
@@ -699,6 +725,43 @@ static int test_usage(void)
     CHECK(r && r->requests == 2);
     r = find_row(rep, "interactive");
     CHECK(r && r->requests == 6);
+    em_storage_usage_free(rep);
+
+    /* One key's requests: alice's (key 1), those without a key (0). */
+    em_storage_usage_query_init(&q);
+    q.only_key = 1;
+    q.key_id = 1;
+    q.group_by = EM_USAGE_BY_KEY;
+    CHECK_RC(em_storage_usage_query(one, 1, &q, &rep, &err), 0);
+    REQUIRE(rep);
+    CHECK(rep->total.requests == 2 && rep->total.prompt_tokens == 200);
+    CHECK(rep->n_rows == 1 && find_row(rep, "alice"));
+    CHECK_RC(em_storage_usage_json(rep, &js, &err), 0);
+    root = js ? json_loads(js, 0, &jerr) : NULL;
+    CHECK(root && json_integer_value(json_object_get(root, "key_id")) == 1);
+    json_decref(root);
+    free(js);
+    em_storage_usage_free(rep);
+    q.key_id = 0;
+    CHECK_RC(em_storage_usage_query(two, 2, &q, &rep, &err), 0);
+    REQUIRE(rep);
+    CHECK(rep->total.requests == 2 && rep->n_rows == 1 && find_row(rep, "-"));
+    em_storage_usage_free(rep);
+    q.key_id = 99;
+    CHECK_RC(em_storage_usage_query(one, 1, &q, &rep, &err), 0);
+    REQUIRE(rep);
+    CHECK(rep->total.requests == 0 && rep->n_rows == 0);
+    em_storage_usage_free(rep);
+    /* Every key's: no key_id in the JSON. */
+    em_storage_usage_query_init(&q);
+    CHECK_RC(em_storage_usage_query(one, 1, &q, &rep, &err), 0);
+    REQUIRE(rep);
+    CHECK(rep->total.requests == 4);
+    CHECK_RC(em_storage_usage_json(rep, &js, &err), 0);
+    root = js ? json_loads(js, 0, &jerr) : NULL;
+    CHECK(root && !json_object_get(root, "key_id"));
+    json_decref(root);
+    free(js);
     em_storage_usage_free(rep);
 
     /* Open window: from the first request to the last event. */

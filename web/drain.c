@@ -1,0 +1,77 @@
+/* drain.c — stopping `ember serve` gently. em_web_drain (the first
+ * SIGINT/SIGTERM, from the signal handler) only sets a flag and wakes the
+ * service loop. From then on new generation requests are refused with 503
+ * server_draining and a Retry-After (gen.c asks web_drain_refuse, so every
+ * front door refuses alike), /healthz answers 503, the requests already
+ * running go on, and the loop returns once none is left or drain_s seconds
+ * have passed; em_web_destroy then cancels what still runs (their ledger
+ * rows say cancelled). A second signal is em_web_stop: at once. */
+#include <stdio.h>
+#include <time.h>
+
+#include "web/web_int.h"
+
+#define WAKE_US (100 * 1000)   /* how often the loop looks at the drain meanwhile */
+
+static long long now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+void em_web_drain(em_web *w)
+{
+    atomic_store(&w->draining, 1);
+    if (w->ctx)
+        lws_cancel_service(w->ctx);
+}
+
+uint32_t web_drain_retry_s(em_web *w)
+{
+    long long end = atomic_load(&w->drain_end_us);
+    long long left = end ? end - now_us() : (long long)w->o.drain_s * 1000000;
+    long long s = (left + 999999) / 1000000;
+    return s < 1 ? 1 : (uint32_t)s;
+}
+
+int web_drain_refuse(em_web *w, em_web_error *e)
+{
+    if (!atomic_load(&w->draining))
+        return 0;
+    em_web_fail(e, 503, "server_error", "server_draining", NULL,
+                "the server is shutting down and takes no new requests; try again later");
+    e->retry_after_s = web_drain_retry_s(w);
+    return -1;
+}
+
+/* Nothing to do: a timer that fires makes lws_service return, and the loop
+ * calls web_drain_step again. */
+static void wake(lws_sorted_usec_list_t *sul)
+{
+    (void)sul;
+}
+
+int web_drain_step(em_web *w)
+{
+    if (!atomic_load(&w->draining))
+        return 0;
+    long long now = now_us(), end = atomic_load(&w->drain_end_us);
+    int running = atomic_load(&w->gens);
+    if (!end) {
+        end = now + (long long)w->o.drain_s * 1000000;
+        atomic_store(&w->drain_end_us, end);
+        fprintf(stderr, "ember: serve: draining: %d request(s) running, new ones refused; stopping when they "
+                "are done or in %u s (a second signal stops at once)\n", running, w->o.drain_s);
+    }
+    if (running == 0 || now >= end) {
+        if (running)
+            fprintf(stderr, "ember: serve: drain: %u s passed, cancelling %d request(s)\n", w->o.drain_s, running);
+        else
+            fprintf(stderr, "ember: serve: drained\n");
+        lws_sul_cancel(&w->drain_sul);
+        return 1;
+    }
+    lws_sul_schedule(w->ctx, 0, &w->drain_sul, wake, WAKE_US);
+    return 0;
+}
