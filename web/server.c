@@ -377,6 +377,8 @@ static void route(web_conn *c)
     }
     if (web_openai_route(c) == 0)
         return;
+    if (web_api_route(c) == 0)
+        return;
     if (c->method == EM_M_GET && strcmp(c->path, "/healthz") == 0) {
         json_t *j = json_pack("{s:s, s:s, s:s, s:i}", "status", "ok", "model", c->w->model_id, "device",
                               c->w->device, "context", (int)c->w->o.n_ctx);
@@ -438,6 +440,8 @@ static int callback_http(struct lws *wsi, enum lws_callback_reasons reason, void
             for (web_live *l = w->live; l; l = l->next)
                 lws_callback_on_writable(l->wsi);
         return 0;
+    case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
+        return -1;   /* a WebSocket without the ember.chat.v1 subprotocol */
     case LWS_CALLBACK_HTTP:
         if (begin(c, wsi, w, (const char *)in))
             return 0;
@@ -490,6 +494,9 @@ static int callback_http(struct lws *wsi, enum lws_callback_reasons reason, void
 
 static const struct lws_protocols protocols[] = {
     { "http", callback_http, sizeof(web_conn), 0, 0, NULL, 0 },
+    /* GET /ws: messages arrive in chunks of WEB_WS_CHUNK and are bounded by
+     * max_ws_message (close 1009 past it) in ws_chat.c */
+    { WEB_WS_PROTOCOL, web_ws_callback, sizeof(struct ws_chat *), WEB_WS_CHUNK, 0, NULL, WEB_WS_CHUNK },
     { NULL, NULL, 0, 0, 0, NULL, 0 },
 };
 

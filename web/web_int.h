@@ -235,4 +235,20 @@ void web_openai_pump(web_conn *c);
 /* The connection went away. */
 void web_openai_close(web_conn *c);
 
+/* ---- ws_chat.c: the WebSocket protocol ember.chat.v1 (docs/protocol.md) ------- */
+
+#define WEB_WS_PROTOCOL "ember.chat.v1"
+#define WEB_WS_CHUNK    (16 * 1024)   /* bytes per receive callback and per send */
+
+/* The protocol's lws callback: GET /ws only. Its per-session data is one
+ * pointer (struct ws_chat *), allocated when the socket opens and freed,
+ * its requests cancelled, when it closes. */
+int  web_ws_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len);
+
+/* ---- api.c: the conversations API --------------------------------------------- */
+
+/* Route /api/conversations[/ID] (GET list, GET one, DELETE one); returns 0
+ * when it took c's request, 1 when the path is not its. */
+int  web_api_route(web_conn *c);
+
 #endif
