@@ -106,21 +106,6 @@ static void start_user(pthread_t *th, user *u)
     }
 }
 
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double pct(double *v, uint32_t n, double q)
-{
-    if (!n)
-        return 0;
-    qsort(v, n, sizeof *v, cmp_d);
-    uint32_t k = (uint32_t)ceil(q * n);
-    return v[k ? k - 1 : 0];
-}
-
 typedef struct {
     uint32_t users, background;
     double   tokens_per_s;       /* all output tokens, both classes */
@@ -204,12 +189,12 @@ static int run_level(em_sched *s, const em_bench_load_opts *o, uint32_t users, u
     out->background = background;
     out->requests = nt;
     out->tokens_per_s = (double)(st1.tokens_generated - st0.tokens_generated) / (t1 - t0);
-    out->ttft_p50 = pct(ttft, nt, 0.5);
-    out->ttft_p99 = pct(ttft, nt, 0.99);
+    out->ttft_p50 = em_cli_percentile(ttft, nt, 0.5);
+    out->ttft_p99 = em_cli_percentile(ttft, nt, 0.99);
     /* TPOT: the median request's mean gap between tokens, and the p99 of
      * the requests' own p99 gaps (the tail a user feels) */
-    out->tpot_p50 = pct(tmean, nt, 0.5);
-    out->tpot_p99 = pct(tpot, nt, 0.99);
+    out->tpot_p50 = em_cli_percentile(tmean, nt, 0.5);
+    out->tpot_p99 = em_cli_percentile(tpot, nt, 0.99);
     out->cost_per_m = o->gpu_cost_per_hour < 0 ? -1
                       : out->tokens_per_s > 0 ? o->gpu_cost_per_hour / (out->tokens_per_s * 3600) * 1e6 : 0;
     uint64_t alloc = st1.kv_alloc_sum - st0.kv_alloc_sum, live = st1.kv_live_sum - st0.kv_live_sum;

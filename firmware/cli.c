@@ -350,6 +350,45 @@ double em_cli_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+int em_cli_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+double em_cli_percentile(double *v, size_t n, double q)
+{
+    if (!n)
+        return 0;
+    qsort(v, n, sizeof *v, em_cli_cmp_double);
+    size_t k = (size_t)ceil(q * (double)n);
+    return v[k ? (k > n ? n : k) - 1 : 0];
+}
+
+int em_cli_parse_list(const char *cmd, const char *flag, const char *s, uint32_t *v, uint32_t max,
+                      uint32_t *n, uint32_t hi)
+{
+    const char *all = s;
+    *n = 0;
+    if (!*s)
+        return em_cli_fail(2, "%s: %s: empty list", cmd, flag);
+    for (;;) {
+        char *end;
+        errno = 0;
+        long x = *s >= '0' && *s <= '9' ? strtol(s, &end, 10) : 0;
+        if (!(*s >= '0' && *s <= '9') || (*end && *end != ','))
+            return em_cli_fail(2, "%s: %s: '%s' is not a comma-separated list of numbers", cmd, flag, all);
+        if (errno || x < 1 || x > (long)hi)
+            return em_cli_fail(2, "%s: %s: %.*s is out of range [1, %u]", cmd, flag, (int)(end - s), s, hi);
+        if (*n == max)
+            return em_cli_fail(2, "%s: %s: more than %u values", cmd, flag, max);
+        v[(*n)++] = (uint32_t)x;
+        if (!*end)
+            return 0;
+        s = end + 1;
+    }
+}
+
 uint64_t em_cli_seed(long seed)
 {
     uint64_t v = (uint64_t)seed;

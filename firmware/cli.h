@@ -8,6 +8,7 @@
 #ifndef EM_CLI_H
 #define EM_CLI_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "core/err.h"
@@ -91,6 +92,19 @@ int em_cli_default_model(char *buf, size_t cap, em_err *err);
 
 /* Monotonic clock in seconds. */
 double em_cli_now(void);
+
+/* qsort comparator of doubles, ascending. */
+int em_cli_cmp_double(const void *a, const void *b);
+
+/* Nearest-rank percentile q (0 < q <= 1) of v[0..n): v sorted in place, then
+ * v[ceil(q * n) - 1] (the definition `ember bench --users` and the
+ * scheduler's per-request TPOT use); 0 when n is 0. */
+double em_cli_percentile(double *v, size_t n, double q);
+
+/* "1,4,16" -> at most max values in [1, hi] into v, *n of them; 0, or the
+ * exit status of the error line it printed ("<cmd>: <flag>: ..."). */
+int em_cli_parse_list(const char *cmd, const char *flag, const char *s, uint32_t *v, uint32_t max,
+                      uint32_t *n, uint32_t hi);
 
 /* The sampling flags `run` and `chat` share, as rows of an em_cli_opt table:
  * --temp, --top-k, --top-p, --min-p, --seed into the named variables

@@ -3,7 +3,6 @@
  * read bandwidth, FMA peak), so that every figure comes with its efficiency;
  * decode speed at several context lengths; and, with --users, the load
  * benchmark through the scheduler (firmware/bench_load.c). */
-#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -39,12 +38,6 @@ static const char usage[] =
     "  tokens/s, TTFT and TPOT percentiles, cost per 1M tokens at the given hourly price,\n"
     "  KV waste, and a --prefix-tokens prompt (default 1024) cold vs with its prefix cached.\n";
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* Measure the device's read bandwidth and FMA peak; *read / *fma keep the
  * larger of their value and the new one. */
 static int measure_ceilings(em_vk *vk, double *read, double *fma, em_err *err)
@@ -58,31 +51,6 @@ static int measure_ceilings(em_vk *vk, double *read, double *fma, em_err *err)
     return 0;
 }
 
-/* "1,4,16" -> at most max values in [1, 2^20]; 0, or the exit status of the
- * error it printed (naming flag). */
-static int parse_list(const char *flag, const char *s, uint32_t *v, uint32_t max, uint32_t *n)
-{
-    const char *all = s;
-    *n = 0;
-    if (!*s)
-        return em_cli_fail(2, "bench: %s: empty list", flag);
-    for (;;) {
-        char *end;
-        errno = 0;
-        long x = *s >= '0' && *s <= '9' ? strtol(s, &end, 10) : 0;
-        if (!(*s >= '0' && *s <= '9') || (*end && *end != ','))
-            return em_cli_fail(2, "bench: %s: '%s' is not a comma-separated list of numbers", flag, all);
-        if (errno || x < 1 || x > 1 << 20)
-            return em_cli_fail(2, "bench: %s: %.*s is out of range [1, %d]", flag, (int)(end - s), s, 1 << 20);
-        if (*n == max)
-            return em_cli_fail(2, "bench: %s: more than %u values", flag, max);
-        v[(*n)++] = (uint32_t)x;
-        if (!*end)
-            return 0;
-        s = end + 1;
-    }
-}
-
 /* --users: the scheduler over a forward pass sized for the levels. */
 static int bench_users(const char *model_path, em_model *m, const char *users, long background,
                        long n_prompt, long n_gen, long reqs, long prefix, double cost, double slo,
@@ -90,7 +58,7 @@ static int bench_users(const char *model_path, em_model *m, const char *users, l
 {
     em_err err = { 0 };
     em_bench_load_opts lo = { 0 };
-    int rc = parse_list("--users", users, lo.levels, 16, &lo.n_levels);
+    int rc = em_cli_parse_list("bench", "--users", users, lo.levels, 16, &lo.n_levels, 1 << 20);
     if (rc)
         return rc;
     const em_hparams *hp = em_model_hparams(m);
@@ -256,7 +224,7 @@ int em_cmd_bench(int argc, char **argv)
         n_gen = 128;
     uint32_t ctxs[8], n_ctxs = 0;
     if (contexts) {
-        if ((status = parse_list("--contexts", contexts, ctxs, 8, &n_ctxs)))
+        if ((status = em_cli_parse_list("bench", "--contexts", contexts, ctxs, 8, &n_ctxs, 1 << 20)))
             goto done;
     } else {
         static const uint32_t def[] = { 128, 1024, 4096 };
@@ -358,7 +326,7 @@ int em_cmd_bench(int argc, char **argv)
                 tok1 = em_argmax(logits, hp->n_vocab);
             }
             if (!rc) {
-                qsort(dt, 32, sizeof dt[0], cmp_double);
+                qsort(dt, 32, sizeof dt[0], em_cli_cmp_double);
                 ctx_tps[c] = 2 / (dt[15] + dt[16]);
             }
         }

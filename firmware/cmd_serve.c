@@ -23,7 +23,7 @@
 
 static const char usage[] =
     "usage: ember serve [--model PATH] [--host H] [--port P] [--db PATH] [--ctx N] [--kv-mb N]\n"
-    "                   [--parallel N] [--kv-type f16|q8_0] [--require-key] [--verbose]\n"
+    "                   [--parallel N] [--kv-type f16|q8_0] [--require-key] [--ping-s S] [--verbose]\n"
     "                   [--max-ws-message BYTES] [--no-store-content]\n"
     "  Serves the model over HTTP and WebSocket on one port: the OpenAI-compatible API\n"
     "  (/v1/chat/completions, /v1/completions, /v1/models), /healthz. Default\n"
@@ -31,7 +31,9 @@ static const char usage[] =
     "  machines always need an API key (`ember keys add NAME`); loopback clients too with\n"
     "  --require-key. --host 0.0.0.0 listens on every interface and needs a key in the\n"
     "  database. --parallel caps the sequences running at once (default: 16 on a CPU\n"
-    "  device, 64 on a GPU, fewer if the KV cache is small). SIGINT/SIGTERM stop it.\n"
+    "  device, 64 on a GPU, fewer if the KV cache is small). A streamed answer silent for\n"
+    "  --ping-s seconds (default 10: a long prompt) gets an SSE comment, so that proxies\n"
+    "  keep the connection. SIGINT/SIGTERM stop it.\n"
     "  GET /ws speaks the WebSocket chat protocol ember.chat.v1 (messages up to\n"
     "  --max-ws-message bytes, default 1 MiB); its chats are kept as conversations\n"
     "  (/api/conversations) unless --no-store-content.\n";
@@ -79,6 +81,7 @@ int em_cmd_serve(int argc, char **argv)
     long port = 8080, ctx = 0, kv_mb = 0, parallel = 0;
     long max_ws_message = 1 << 20;
     int require_key = 0, verbose = 0, no_store = 0;
+    double ping_s = 10;
     em_cli_opt opts[] = {
         { "--model", "-m", EM_OPT_STR, &model_path, 0, 0 },
         { "--host", NULL, EM_OPT_STR, &host, 0, 0 },
@@ -89,6 +92,7 @@ int em_cmd_serve(int argc, char **argv)
         { "--parallel", NULL, EM_OPT_INT, &parallel, 1, 1024 },
         { "--kv-type", NULL, EM_OPT_STR, &kv_name, 0, 0 },
         { "--require-key", NULL, EM_OPT_FLAG, &require_key, 0, 0 },
+        { "--ping-s", NULL, EM_OPT_FLOAT, &ping_s, 0.1, 3600 },
         { "--max-ws-message", NULL, EM_OPT_INT, &max_ws_message, 256, 1 << 30 },
         { "--no-store-content", NULL, EM_OPT_FLAG, &no_store, 0, 0 },
         { "--verbose", "-v", EM_OPT_FLAG, &verbose, 0, 0 },
@@ -205,6 +209,7 @@ int em_cmd_serve(int argc, char **argv)
     wo.require_key = require_key;
     wo.max_ws_message = (size_t)max_ws_message;
     wo.verbose = verbose;
+    wo.ping_s = ping_s;
     if ((rc = em_web_create(&wo, &w, &err))) {
         status = em_cli_fail_err(&err);
         goto done;

@@ -1,6 +1,6 @@
 /* ppl_report.c — the outputs of `ember perplexity --report`: the table on
  * the terminal, a CSV file, and an SVG chart of quality against file size
- * (two panels: perplexity and mean KL divergence from the base), drawn here
+ * (two em_svg_panels: perplexity and mean KL divergence from the base), drawn here
  * with plain SVG elements so that nothing leaves the box. */
 #include <errno.h>
 #include <math.h>
@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "firmware/ppl.h"
+#include "firmware/svg.h"
 
 static const char *base_name(const char *path)
 {
@@ -83,97 +84,21 @@ int em_ppl_report_csv(const char *path, const em_ppl_row *rows, int n, em_err *e
 
 /* ---- SVG ------------------------------------------------------------------ */
 
-static void xml_text(FILE *f, const char *s)
-{
-    for (; *s; s++) {
-        switch (*s) {
-        case '&': fputs("&amp;", f); break;
-        case '<': fputs("&lt;", f); break;
-        case '>': fputs("&gt;", f); break;
-        case '"': fputs("&quot;", f); break;
-        default: fputc(*s, f); break;
-        }
-    }
-}
-
-/* A "nice" tick step (1, 2 or 5 times a power of ten) for about 5 ticks over span. */
-static double nice_step(double span)
-{
-    if (!(span > 0))
-        return 1;
-    double raw = span / 5, p = pow(10, floor(log10(raw))), m = raw / p;
-    return (m < 1.5 ? 1 : m < 3.5 ? 2 : m < 7.5 ? 5 : 10) * p;
-}
-
-typedef struct {
-    double x0, y0, w, h;          /* plot area in pixels */
-    double lo_x, hi_x, lo_y, hi_y;
-} panel;
-
-static double px(const panel *p, double x) { return p->x0 + (x - p->lo_x) / (p->hi_x - p->lo_x) * p->w; }
-static double py(const panel *p, double y) { return p->y0 + p->h - (y - p->lo_y) / (p->hi_y - p->lo_y) * p->h; }
-
-/* Axis range [lo, hi] widened to whole steps, with a little room. */
-static void axis_range(double lo, double hi, int from_zero, double *out_lo, double *out_hi)
-{
-    if (from_zero)
-        lo = 0;
-    if (hi - lo < 1e-12 * (fabs(hi) + 1)) {
-        double pad = hi != 0 ? fabs(hi) * 0.05 : 1;
-        lo -= pad;
-        hi += pad;
-        if (from_zero)
-            lo = 0;
-    }
-    double pad = (hi - lo) * 0.08;
-    double step = nice_step(hi - lo + 2 * pad);
-    *out_lo = from_zero ? 0 : floor((lo - pad) / step) * step;
-    *out_hi = ceil((hi + pad) / step) * step;
-}
-
-static void draw_axes(FILE *f, const panel *p, const char *title, const char *ylabel)
-{
-    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"14\" font-weight=\"bold\">", p->x0, p->y0 - 12);
-    xml_text(f, title);
-    fputs("</text>\n", f);
-    double sx = nice_step(p->hi_x - p->lo_x), sy = nice_step(p->hi_y - p->lo_y);
-    for (double x = ceil(p->lo_x / sx) * sx; x <= p->hi_x + sx * 1e-6; x += sx) {
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e3e3e3\"/>\n",
-                px(p, x), p->y0, px(p, x), p->y0 + p->h);
-        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"middle\">%g</text>\n",
-                px(p, x), p->y0 + p->h + 15, fabs(x) < sx * 1e-6 ? 0.0 : x);
-    }
-    for (double y = ceil(p->lo_y / sy) * sy; y <= p->hi_y + sy * 1e-6; y += sy) {
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e3e3e3\"/>\n",
-                p->x0, py(p, y), p->x0 + p->w, py(p, y));
-        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"end\">%.4g</text>\n",
-                p->x0 - 6, py(p, y) + 4, fabs(y) < sy * 1e-6 ? 0.0 : y);
-    }
-    fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#888\"/>\n",
-            p->x0, p->y0, p->w, p->h);
-    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" text-anchor=\"middle\">file size (MiB)</text>\n",
-            p->x0 + p->w / 2, p->y0 + p->h + 34);
-    fprintf(f, "<text transform=\"translate(%.1f,%.1f) rotate(-90)\" font-size=\"12\" text-anchor=\"middle\">",
-            p->x0 - 52, p->y0 + p->h / 2);
-    xml_text(f, ylabel);
-    fputs("</text>\n", f);
-}
-
 /* Points (size, value) joined in order of size; the base in another colour. */
-static void draw_series(FILE *f, const panel *p, const em_ppl_row *rows, const int *order, int n, int kl)
+static void draw_series(FILE *f, const em_svg_panel *p, const em_ppl_row *rows, const int *order, int n, int kl)
 {
     fputs("<polyline fill=\"none\" stroke=\"#4a7ab7\" stroke-width=\"1.5\" points=\"", f);
     for (int j = 0; j < n; j++) {
         const em_ppl_row *r = &rows[order[j]];
         double v = kl ? (order[j] ? r->r.kl_mean : 0) : r->r.ppl;
-        fprintf(f, "%.1f,%.1f ", px(p, (double)r->size / (1 << 20)), py(p, v));
+        fprintf(f, "%.1f,%.1f ", em_svg_x(p, (double)r->size / (1 << 20)), em_svg_y(p, v));
     }
     fputs("\"/>\n", f);
     double lx[64], ly[64];                    /* labels placed so far */
     for (int j = 0; j < n; j++) {
         const em_ppl_row *r = &rows[order[j]];
         double v = kl ? (order[j] ? r->r.kl_mean : 0) : r->r.ppl;
-        double x = px(p, (double)r->size / (1 << 20)), y = py(p, v);
+        double x = em_svg_x(p, (double)r->size / (1 << 20)), y = em_svg_y(p, v);
         double ty = y - 6;
         for (int again = 1; again;) {           /* move a label up until it overlaps no other */
             again = 0;
@@ -188,11 +113,11 @@ static void draw_series(FILE *f, const panel *p, const em_ppl_row *rows, const i
         ly[j] = ty;
         if (!kl && r->r.ppl_se > 0)       /* the perplexity's standard error as a bar */
             fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#999\"/>\n", x,
-                    py(p, v - r->r.ppl_se), x, py(p, v + r->r.ppl_se));
+                    em_svg_y(p, v - r->r.ppl_se), x, em_svg_y(p, v + r->r.ppl_se));
         fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"%s\"/>\n", x, y,
                 order[j] == 0 ? "#c0392b" : "#4a7ab7");
         fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\">", x + 6, ty);
-        xml_text(f, r->type);
+        em_svg_text(f, r->type);
         fputs("</text>\n", f);
     }
 }
@@ -220,25 +145,21 @@ int em_ppl_report_svg(const char *path, const em_ppl_row *rows, int n, const cha
         if (i)
             kmax = fmax(kmax, rows[i].r.kl_mean);
     }
-    panel a = { 80, 60, 340, 250, 0, 0, 0, 0 }, b = { 540, 60, 340, 250, 0, 0, 0, 0 };
-    axis_range(smin, smax, 1, &a.lo_x, &a.hi_x);
-    axis_range(pmin, pmax, 0, &a.lo_y, &a.hi_y);
+    em_svg_panel a = { 80, 60, 340, 250, 0, 0, 0, 0 }, b = { 540, 60, 340, 250, 0, 0, 0, 0 };
+    em_svg_axis_range(smin, smax, 1, &a.lo_x, &a.hi_x);
+    em_svg_axis_range(pmin, pmax, 0, &a.lo_y, &a.hi_y);
     b.lo_x = a.lo_x;
     b.hi_x = a.hi_x;
-    axis_range(0, kmax > 0 ? kmax : 1e-3, 1, &b.lo_y, &b.hi_y);
+    em_svg_axis_range(0, kmax > 0 ? kmax : 1e-3, 1, &b.lo_y, &b.hi_y);
 
     FILE *f = fopen(path, "w");
     if (!f)
         return em_err_set(err, errno == ENOENT ? EM_ENOENT : EM_EIO, "%s: %s", path, strerror(errno));
-    fputs("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-          "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"920\" height=\"380\" viewBox=\"0 0 920 380\" "
-          "font-family=\"sans-serif\">\n<rect width=\"920\" height=\"380\" fill=\"white\"/>\n", f);
-    fputs("<text x=\"460\" y=\"24\" font-size=\"15\" text-anchor=\"middle\">", f);
-    xml_text(f, title);
-    fputs("</text>\n", f);
-    draw_axes(f, &a, "Perplexity (lower is better)", "perplexity");
+    em_svg_begin(f, 920, 380, title);
+    em_svg_axes(f, &a, "Perplexity (lower is better)", "file size (MiB)", "perplexity", NULL, 0, 0);
     draw_series(f, &a, rows, order, n, 0);
-    draw_axes(f, &b, "KL from the base (lower is better)", "mean KL divergence (nats)");
+    em_svg_axes(f, &b, "KL from the base (lower is better)", "file size (MiB)",
+                "mean KL divergence (nats)", NULL, 0, 0);
     draw_series(f, &b, rows, order, n, 1);
     fputs("<text x=\"460\" y=\"372\" font-size=\"11\" text-anchor=\"middle\" fill=\"#555\">red: the base model; "
           "bars: perplexity standard error</text>\n</svg>\n", f);

@@ -28,6 +28,13 @@ struct em_gen {
     uint32_t         seen[EM_GEN_MAX_N];   /* TOKEN events taken: the count of a cancelled choice */
     char             error[256];
     uint32_t         prompt_tokens;
+    /* choices after the first wait for its prompt to be in the KV cache,
+     * so that they take its full blocks from the prefix cache */
+    uint32_t         n_submitted;
+    em_req_params    rp;
+    int32_t         *ids;
+    char            *stop[EM_MAX_STOP];
+    uint64_t         seed;
     em_usage_record  rec;          /* the ledger row */
 };
 
@@ -78,6 +85,35 @@ void em_gen_refused(em_web *w, const char *request_id, const em_web_auth *auth, 
                    ? EM_USAGE_REJECTED : EM_USAGE_FAILED;
     snprintf(r.error, sizeof r.error, "%d %s", e->status, e->message);
     ledger(w, &r);
+}
+
+static void gen_free(em_gen *g)
+{
+    for (int i = 0; i < EM_MAX_STOP; i++)
+        free(g->stop[i]);
+    free(g->ids);
+    free(g);
+}
+
+/* The other choices, once the first one's prompt is in the KV cache (its
+ * first token came, or it ended). A full queue fails only those choices. */
+static void submit_rest(em_gen *g)
+{
+    if (g->n_submitted >= g->n || !(g->seen[0] || g->done[0]))
+        return;
+    for (uint32_t i = g->n_submitted; i < g->n; i++) {
+        em_err err = { 0 };
+        g->rp.sample.seed = g->seed + i;   /* each choice its own draws */
+        if (em_sched_submit(g->w->o.sched, &g->rp, &g->req[i], NULL, &err)) {
+            g->done[i] = 1;
+            g->finish[i] = EM_FINISH_ERROR;
+            if (!g->error[0])
+                snprintf(g->error, sizeof g->error, "choice %u: %s", i, err.msg);
+        }
+    }
+    g->n_submitted = g->n;
+    free(g->ids);
+    g->ids = NULL;
 }
 
 int em_gen_start(em_web *w, const em_gen_params *p, em_gen **out, em_web_error *e)
@@ -155,33 +191,37 @@ int em_gen_start(em_web *w, const em_gen_params *p, em_gen **out, em_web_error *
                          .max_tokens = (uint32_t)want, .ignore_eog = p->ignore_eos, .notify = gen_notify,
                          .user = w };
     for (int i = 0; i < EM_MAX_STOP; i++)
-        rp.stop[i] = p->stop[i];
-    for (uint32_t i = 0; i < g->n; i++) {
-        uint32_t retry_ms = 0;
-        rp.sample.seed = p->sample.seed + i;   /* each choice its own draws */
-        rc = em_sched_submit(w->o.sched, &rp, &g->req[i], &retry_ms, &err);
-        if (rc) {
-            for (uint32_t k = 0; k < i; k++) {
-                em_request_release(g->req[k]);
-                g->req[k] = NULL;
-            }
-            if (rc == EM_EBUSY) {
-                em_web_fail(e, 503, "server_error", "server_busy", NULL,
-                            "the %s queue is full; try again later", em_class_name(p->cls));
-                e->retry_after_s = retry_ms ? (retry_ms + 999) / 1000 : 1;
-                free(ids);
-                free(text);
-                refuse(g, EM_USAGE_REJECTED, e);
-                free(g);
-                return -1;
-            }
-            if (rc == EM_ERANGE || rc == EM_EINVAL)
-                em_web_fail(e, 400, "invalid_request_error", rc == EM_ERANGE ? "context_length_exceeded" : NULL,
-                            p->param_name, "%s", err.msg);
-            else
-                em_web_fail(e, 500, "server_error", NULL, NULL, "%s", err.msg);
+        if (p->stop[i] && !(rp.stop[i] = g->stop[i] = strdup(p->stop[i]))) {
+            em_web_fail(e, 500, "server_error", NULL, NULL, "out of memory");
             goto fail;
         }
+    uint32_t retry_ms = 0;
+    rc = em_sched_submit(w->o.sched, &rp, &g->req[0], &retry_ms, &err);
+    if (rc == EM_EBUSY) {
+        em_web_fail(e, 503, "server_error", "server_busy", NULL, "the %s queue is full; try again later",
+                    em_class_name(p->cls));
+        e->retry_after_s = retry_ms ? (retry_ms + 999) / 1000 : 1;
+        free(ids);
+        free(text);
+        refuse(g, EM_USAGE_REJECTED, e);
+        gen_free(g);
+        return -1;
+    }
+    if (rc) {
+        if (rc == EM_ERANGE || rc == EM_EINVAL)
+            em_web_fail(e, 400, "invalid_request_error", rc == EM_ERANGE ? "context_length_exceeded" : NULL,
+                        p->param_name, "%s", err.msg);
+        else
+            em_web_fail(e, 500, "server_error", NULL, NULL, "%s", err.msg);
+        goto fail;
+    }
+    g->n_submitted = 1;
+    g->rp = rp;
+    g->seed = p->sample.seed;
+    if (g->n > 1) {   /* kept for the other choices */
+        g->ids = ids;
+        g->rp.prompt = ids;
+        ids = NULL;
     }
     free(ids);
     free(text);
@@ -193,7 +233,7 @@ fail:
     free(ids);
     free(text);
     refuse(g, EM_USAGE_FAILED, e);
-    free(g);
+    gen_free(g);
     return -1;
 }
 
@@ -202,7 +242,9 @@ int em_gen_pump(em_gen *g, em_buf *delta)
     int all = 1;
     for (uint32_t i = 0; i < g->n; i++) {
         em_event ev;
-        while (!g->done[i] && em_request_next(g->req[i], &ev, 0)) {
+        if (i == 1)
+            submit_rest(g);
+        while (!g->done[i] && g->req[i] && em_request_next(g->req[i], &ev, 0)) {
             if (ev.text_len)
                 em_buf_add(&delta[i], ev.text, ev.text_len);
             if (ev.kind == EM_EV_TOKEN)
@@ -281,7 +323,7 @@ void em_gen_destroy(em_gen *g)
     int cancelled = 0, failed = 0, preempted = 0;
     for (uint32_t i = 0; i < g->n; i++) {   /* count what was generated and not yet taken */
         em_event ev;
-        while (!g->done[i] && em_request_next(g->req[i], &ev, 0)) {
+        while (!g->done[i] && g->req[i] && em_request_next(g->req[i], &ev, 0)) {
             g->seen[i] += ev.kind == EM_EV_TOKEN;
             em_event_clear(&ev);
         }
@@ -323,5 +365,5 @@ void em_gen_destroy(em_gen *g)
     if (failed)
         snprintf(r->error, sizeof r->error, "%s", g->error);
     ledger(g->w, r);
-    free(g);
+    gen_free(g);
 }

@@ -19,7 +19,6 @@
 #include "web/web_int.h"
 
 #define WRITE_CHUNK (16 * 1024)   /* bytes per lws_write */
-#define PING_S      10.0          /* a stream silent this long gets ": ping" */
 
 /* ---- buffers --------------------------------------------------------------- */
 
@@ -162,7 +161,7 @@ void web_stream_begin(web_conn *c, int status, const char *ctype)
     em_buf_reset(&c->out);
     c->out_off = 0;
     c->t_last_write = now_s();
-    lws_set_timer_usecs(c->wsi, (lws_usec_t)(PING_S * 1e6));
+    lws_set_timer_usecs(c->wsi, (lws_usec_t)(c->w->o.ping_s * 1e6));
     lws_callback_on_writable(c->wsi);
 }
 
@@ -316,7 +315,7 @@ static int conn_write(web_conn *c)
         if (lws_write(c->wsi, tmp, 0, LWS_WRITE_HTTP_FINAL) < 0)
             return -1;
         c->final_sent = 1;
-    } else if (c->streaming && !c->complete && now_s() - c->t_last_write >= PING_S) {
+    } else if (c->streaming && !c->complete && now_s() - c->t_last_write >= c->w->o.ping_s) {
         /* a long prefill: an SSE comment keeps proxies from timing the stream out */
         web_stream_write(c, ": ping\n\n", 8);
         return 0;
@@ -469,7 +468,7 @@ static int callback_http(struct lws *wsi, enum lws_callback_reasons reason, void
     case LWS_CALLBACK_TIMER:   /* a stream's ping timer */
         if (c && c->w && c->streaming && !c->complete) {
             lws_callback_on_writable(wsi);
-            lws_set_timer_usecs(wsi, (lws_usec_t)(PING_S * 1e6));
+            lws_set_timer_usecs(wsi, (lws_usec_t)(w->o.ping_s * 1e6));
         }
         return 0;
     case LWS_CALLBACK_HTTP_WRITEABLE:
@@ -513,6 +512,7 @@ void em_web_opts_init(em_web_opts *o)
     o->max_connections = 1024;
     o->model_id = "ember";
     o->device = "";
+    o->ping_s = 10;
 }
 
 static void log_emit(int level, const char *line)
@@ -529,6 +529,8 @@ int em_web_create(const em_web_opts *o, em_web **out, em_err *err)
     if (!w)
         return em_err_set(err, EM_ENOMEM, "serve: out of memory");
     w->o = *o;
+    if (!(w->o.ping_s > 0))
+        w->o.ping_s = 10;
     w->host = strdup(o->host ? o->host : "127.0.0.1");
     w->model_id = strdup(o->model_id ? o->model_id : "ember");
     w->device = strdup(o->device ? o->device : "");

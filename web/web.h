@@ -44,11 +44,12 @@ typedef struct {
     size_t      max_ws_message;     /* WebSocket message bytes (close 1009 past it) */
     uint32_t    max_conns_per_addr; /* connections from one client address */
     uint32_t    max_connections;    /* in all */
+    double      ping_s;             /* an SSE stream silent this long gets ": ping" */
     int         verbose;            /* one line per request on stderr */
 } em_web_opts;
 
 /* Defaults: 127.0.0.1:8080, 4 MiB bodies, 1 MiB WebSocket messages,
- * 64 connections per address, 1024 in all. */
+ * 64 connections per address, 1024 in all, pings after 10 s. */
 void em_web_opts_init(em_web_opts *o);
 
 /* Create the server and bind its port (EM_EIO naming host:port when the

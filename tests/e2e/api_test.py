@@ -12,6 +12,8 @@
 #  - keys: --require-key (401 without, with a bad or revoked key), a
 #    background key cannot ask for interactive (403), a key's rate limit
 #    (429 with Retry-After);
+#  - connections per client address: the 65th is refused (429), and let
+#    in again once the others close;
 #  - the ledger: one row per request, completed / failed / rejected /
 #    cancelled (a client that drops a stream), with key, class and tokens.
 # Uses the tiny stories260K model (no chat template: the ChatML fallback).
@@ -150,6 +152,12 @@ try:
     st, h, c3 = gen('/v1/completions', {'prompt': 'Once upon a time', 'max_tokens': 8, 'n': 3, 'seed': 5})
     assert st == 200 and [c['index'] for c in c3['choices']] == [0, 1, 2], c3
     assert c3['usage']['completion_tokens'] == 24, c3['usage']
+    # the choices after the first take its prompt's full KV blocks from the prefix cache
+    long_prompt = 'Once upon a time there was a little girl who lived in a small house near the big forest ' * 2
+    st, h, c5 = gen('/v1/completions', {'prompt': long_prompt, 'max_tokens': 4, 'n': 3, 'seed': 1})
+    assert st == 200 and len(c5['choices']) == 3, c5
+    pt = c5['usage']['prompt_tokens']
+    assert pt >= 40 and c5['usage']['prompt_tokens_details']['cached_tokens'] >= (pt - 1) // 16 * 16, c5['usage']
     # chat through the ChatML fallback
     st, h, c4 = gen('/v1/chat/completions', {'messages': [{'role': 'system', 'content': 'Be brief.'},
                                                           {'role': 'user', 'content': [{'type': 'text',
@@ -190,22 +198,55 @@ try:
         got += more
     s.close()
 
+    # ---- connections per client address: the 65th from one address is refused --------
+    held = []
+    req = json.dumps({'prompt': 'Once upon a time', 'max_tokens': 240, 'stream': True, 'ignore_eos': True,
+                      'priority': 'background'}).encode()
+    head = (b'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n'
+            b'Authorization: Bearer ' + srv.keys['alice'].encode() + b'\r\nContent-Length: ' +
+            str(len(req)).encode() + b'\r\n\r\n' + req)
+    for i in range(64):
+        k = socket.create_connection(('127.0.0.1', srv.port), timeout=120)
+        k.sendall(head)
+        got = b''
+        while b'\r\n\r\n' not in got:
+            more = k.recv(4096)
+            assert more, got
+            got += more
+        assert got.startswith(b'HTTP/1.1 200'), (i, got[:200])
+        held.append(k)
+    n_requests += 64
+    st, h, body = srv.request('GET', '/v1/models', headers=A)
+    err_of(st, json.loads(body), 429, code='too_many_connections')
+    for k in held:
+        k.close()   # 64 cancelled streams
+    for _ in range(100):   # bounded: until the address's count is back down
+        st, h, body = srv.request('GET', '/v1/models', headers=A)
+        if st == 200:
+            break
+        time.sleep(0.1)
+    assert st == 200, body
+
     # ---- the ledger: one row per generation request ------------------------------------
     rows = srv.ledger_settled(n_requests)
     assert len(rows) == n_requests, (len(rows), n_requests, rows[-5:])
     by = {}
     for r in rows:
         by[r['status']] = by.get(r['status'], 0) + 1
-    assert by.get('cancelled') == 1, by
+    # the dropped stream, and the 64 held ones (closed long before their 240
+    # tokens; a device fast enough to finish some would leave them completed)
+    held_rows = [r for r in rows if r['class'] == 'background' and r['prompt_tokens'] == rows[-1]['prompt_tokens']
+                 and r['status'] in ('cancelled', 'completed') and r['completion_tokens'] != 2]
+    assert len(held_rows) == 64 and by.get('cancelled', 0) >= 2, (by, len(held_rows))
     assert by.get('rejected') == 4, by            # 2 x 401, 403, 429
     keys = {r['key_id'] for r in rows if r['status'] == 'completed'}
     assert len(keys) == 3 and 0 not in keys, keys   # alice, batch, slow
-    bg = [r for r in rows if r['class'] == 'background']
+    bg = [r for r in rows if r['class'] == 'background' and r not in held_rows]
     assert len(bg) == 2 and {r['status'] for r in bg} == {'completed', 'rejected'}, bg
     done = [r for r in rows if r['request_id'] == c1['id']]
     assert done and done[0]['completion_tokens'] == 24 and done[0]['prompt_tokens'] == u['prompt_tokens'], done
     assert done[0]['finish_reason'] == 'length'
-    cancelled = [r for r in rows if r['status'] == 'cancelled'][0]
+    cancelled = [r for r in rows if r['status'] == 'cancelled' and r['class'] == 'interactive'][0]
     assert cancelled['completion_tokens'] >= 3 and cancelled['finish_reason'] == 'cancelled', cancelled
     failed = [r for r in rows if r['status'] == 'failed']
     assert all(r['error'].startswith(('400', '404')) for r in failed), failed

@@ -21,7 +21,7 @@ except ImportError:
     skip('the openai SDK is not installed (scripts/venv.sh puts it in .venv)')
 
 model = chat_model()
-srv = Server(model, keys=[('sdk', ())])
+srv = Server(model, '--ping-s', '1', keys=[('sdk', ())])
 try:
     client = openai.OpenAI(base_url=srv.base + '/v1', api_key=srv.keys['sdk'], max_retries=0, timeout=600)
     name = client.models.list().data[0].id
@@ -75,6 +75,42 @@ try:
         raise AssertionError('presence_penalty was accepted')
     except openai.BadRequestError as e:
         assert e.body['code'] == 'unsupported_parameter', e.body
+    # non-ASCII streamed: every chunk valid UTF-8 (no character split across
+    # chunks, no U+FFFD), the concatenation equal to the plain answer
+    fr = [{'role': 'user', 'content': 'Écris une phrase en français avec des accents: été, café, à.'}]
+    plain = client.chat.completions.create(model=name, messages=fr, max_tokens=40, temperature=0)
+    parts = [c.choices[0].delta.content or '' for c in
+             client.chat.completions.create(model=name, messages=fr, max_tokens=40, temperature=0, stream=True)
+             if c.choices]
+    assert ''.join(parts) == plain.choices[0].message.content, (parts, plain.choices[0].message.content)
+    assert '\ufffd' not in ''.join(parts) and any(ord(ch) > 127 for ch in ''.join(parts)), parts
+
+    # a long prompt: while its prefill runs the stream sends ": ping" comments
+    # (every --ping-s 1 of silence); the SDK skips them, read the raw bytes
+    import http.client
+    import json
+    import time
+    long_msgs = [{'role': 'user', 'content': 'Summarise: ' + 'The quick brown fox jumps over the lazy dog. ' * 50}]
+    conn = http.client.HTTPConnection('127.0.0.1', srv.port, timeout=600)
+    conn.request('POST', '/v1/chat/completions', json.dumps({'model': name, 'messages': long_msgs, 'max_tokens': 4,
+                                                             'stream': True, 'temperature': 0}),
+                 {'Content-Type': 'application/json', 'Authorization': 'Bearer ' + srv.keys['sdk']})
+    resp = conn.getresponse()
+    t0 = time.monotonic()
+    pings, first_content_s, buf = 0, None, b''
+    while True:
+        line = resp.readline()
+        if not line:
+            break
+        if line.startswith(b': ping'):
+            pings += 1 if first_content_s is None else 0
+        if line.startswith(b'data: {') and b'"content":"' in line and b'"content":""' not in line and first_content_s is None:
+            first_content_s = time.monotonic() - t0
+    conn.close()
+    assert first_content_s is not None
+    # a silence of 2 s or more before the first token must have carried a ping
+    assert pings >= 1 or first_content_s < 2.0, (pings, first_content_s)
+    print('long prompt: first token after %.1f s, %d pings before it' % (first_content_s, pings))
     print('openai-sdk: "%s" (%d tokens, %d cached on the repeat)' % (answer, r.usage.completion_tokens, cached))
 finally:
     rc, err = srv.stop()
