@@ -285,8 +285,13 @@ const char *em_gen_error(const em_gen *g)
 
 void em_gen_cancel(em_gen *g)
 {
-    for (uint32_t i = 0; i < g->n; i++)
+    for (uint32_t i = 0; i < g->n_submitted; i++)
         em_request_cancel(g->req[i]);
+    for (uint32_t i = g->n_submitted; i < g->n; i++) {   /* choices not submitted yet never will be */
+        g->done[i] = 1;
+        g->finish[i] = EM_FINISH_CANCELLED;
+    }
+    g->n_submitted = g->n;
 }
 
 uint32_t em_gen_queue_position(const em_gen *g)
