@@ -26,7 +26,7 @@
 static const char usage[] =
     "usage: ember serve [--model PATH] [--host H] [--port P] [--db PATH] [--ctx N] [--kv-mb N]\n"
     "                   [--parallel N] [--kv-type f16|q8_0] [--require-key] [--ping-s S]\n"
-    "                   [--drain-s N] [--verbose]\n"
+    "                   [--drain-s N] [--max-ws-message BYTES] [--no-store-content] [--verbose]\n"
     "  Serves the model over HTTP and WebSocket on one port: the OpenAI-compatible API\n"
     "  (/v1/chat/completions, /v1/completions, /v1/models), /healthz, /metrics\n"
     "  (Prometheus) and /api/usage (docs/api.md). Default 127.0.0.1:8080 and\n"
@@ -38,7 +38,10 @@ static const char usage[] =
     "  --ping-s seconds (default 10: a long prompt) gets an SSE comment, so that proxies\n"
     "  keep the connection. The first SIGINT/SIGTERM drains: new requests get 503,\n"
     "  running ones finish (at most --drain-s seconds, default 30; then they are\n"
-    "  cancelled), then it exits 0. A second one stops at once.\n";
+    "  cancelled), then it exits 0. A second one stops at once.\n"
+    "  GET /ws speaks the WebSocket chat protocol ember.chat.v1 (messages up to\n"
+    "  --max-ws-message bytes, default 1 MiB); its chats are kept as conversations\n"
+    "  (/api/conversations) unless --no-store-content.\n";
 
 static em_web *volatile the_web;
 static volatile sig_atomic_t signals_seen;
@@ -86,7 +89,8 @@ int em_cmd_serve(int argc, char **argv)
 {
     const char *model_path = NULL, *host = "127.0.0.1", *db = "ember.db", *kv_name = "f16";
     long port = 8080, ctx = 0, kv_mb = 0, parallel = 0, drain_s = 30;
-    int require_key = 0, verbose = 0;
+    long max_ws_message = 1 << 20;
+    int require_key = 0, verbose = 0, no_store = 0;
     double ping_s = 10;
     em_cli_opt opts[] = {
         { "--model", "-m", EM_OPT_STR, &model_path, 0, 0 },
@@ -100,6 +104,8 @@ int em_cmd_serve(int argc, char **argv)
         { "--require-key", NULL, EM_OPT_FLAG, &require_key, 0, 0 },
         { "--ping-s", NULL, EM_OPT_FLOAT, &ping_s, 0.1, 3600 },
         { "--drain-s", NULL, EM_OPT_INT, &drain_s, 0, 3600 },
+        { "--max-ws-message", NULL, EM_OPT_INT, &max_ws_message, 256, 1 << 30 },
+        { "--no-store-content", NULL, EM_OPT_FLAG, &no_store, 0, 0 },
         { "--verbose", "-v", EM_OPT_FLAG, &verbose, 0, 0 },
         { NULL, NULL, 0, NULL, 0, 0 },
     };
@@ -133,6 +139,7 @@ int em_cmd_serve(int argc, char **argv)
     em_storage_opts so;
     em_storage_opts_init(&so);
     so.path = db;
+    so.store_content = !no_store;
     if ((rc = em_storage_open(&so, &st, &err))) {
         status = em_cli_fail_err(&err);
         goto done;
@@ -212,6 +219,7 @@ int em_cmd_serve(int argc, char **argv)
     wo.parallel = seqs;
     wo.require_key = require_key;
     wo.drain_s = (uint32_t)drain_s;
+    wo.max_ws_message = (size_t)max_ws_message;
     wo.verbose = verbose;
     wo.ping_s = ping_s;
     if ((rc = em_web_create(&wo, &w, &err))) {

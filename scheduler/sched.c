@@ -704,6 +704,19 @@ void em_sched_get_stats(em_sched *s, em_sched_stats *st)
     pthread_mutex_unlock(&s->mu);
 }
 
+uint32_t em_sched_queue_position(em_sched *s, const em_request *r)
+{
+    uint32_t k = 0, pos = 0;
+    pthread_mutex_lock(&s->mu);
+    for (const em_request *q = s->waitq[r->cls]; q && !pos; q = q->next) {   /* cls is fixed at submit */
+        k++;
+        if (q == r)
+            pos = k;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return pos;
+}
+
 void em_sched_drain(em_sched *s)
 {
     pthread_mutex_lock(&s->mu);

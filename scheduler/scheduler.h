@@ -197,6 +197,12 @@ typedef struct {
 
 void em_sched_get_stats(em_sched *s, em_sched_stats *st);
 
+/* Where r (a request of s, still referenced) waits: 1 + the requests queued
+ * ahead of it in its class's queue, in the order they are admitted (aging
+ * aside); 0 while it runs and once it has finished (a preempted request
+ * waits again, with a position again). */
+uint32_t em_sched_queue_position(em_sched *s, const em_request *r);
+
 /* Block until no request is queued or running (tests, benchmarks). */
 void em_sched_drain(em_sched *s);
 

@@ -1,5 +1,6 @@
-/* auth.c — who is asking, and how often: the API key of an
- * "Authorization: Bearer" header checked against the storage layer (only
+/* auth.c — who is asking, and how often: an API key (from an
+ * "Authorization: Bearer" header, or a WebSocket auth message) checked
+ * against the storage layer (only
  * its hash is stored; a failed check is logged without the key), the
  * loopback rule (a client on 127.0.0.0/8 or ::1 may go without a key unless
  * --require-key), and each key's requests-per-minute limit as a token
@@ -14,32 +15,23 @@
 #include "core/grow.h"
 #include "web/web_int.h"
 
-int web_auth(em_web *w, const web_conn *c, em_web_auth *a, em_web_error *e)
+int web_auth_key(em_web *w, const char *key, int loopback, const char *how, em_web_auth *a, em_web_error *e)
 {
     memset(a, 0, sizeof *a);
     a->default_class = EM_CLASS_INTERACTIVE;
-    const char *h = c->authz;
-    while (*h == ' ')
-        h++;
-    if (!*h) {
-        if (c->loopback && !w->o.require_key)
+    if (!key) {
+        if (loopback && !w->o.require_key)
             return 0;
         return em_web_fail(e, 401, "invalid_request_error", "missing_api_key", NULL,
-                           "You didn't provide an API key. Send it as \"Authorization: Bearer KEY\" "
-                           "(make one on the server with `ember keys add NAME`).");
+                           "You didn't provide an API key. Send it %s "
+                           "(make one on the server with `ember keys add NAME`).", how);
     }
-    if (strncasecmp(h, "Bearer ", 7) != 0)
-        return em_web_fail(e, 401, "invalid_request_error", "invalid_api_key", NULL,
-                           "The Authorization header must be \"Bearer KEY\".");
-    h += 7;
-    while (*h == ' ')
-        h++;
     if (!w->o.storage)
         return em_web_fail(e, 401, "invalid_request_error", "invalid_api_key", NULL,
                            "This server keeps no API keys.");
     em_key_info ki;
     em_err err = { 0 };
-    int rc = em_storage_key_verify(w->o.storage, h, &ki, &err);
+    int rc = em_storage_key_verify(w->o.storage, key, &ki, &err);
     if (rc == EM_ENOENT || rc == EM_ESTATE || rc == EM_EINVAL)
         return em_web_fail(e, 401, "invalid_request_error", "invalid_api_key", NULL,
                            rc == EM_ESTATE ? "This API key has been revoked." : "Incorrect API key provided.");
@@ -51,6 +43,26 @@ int web_auth(em_web *w, const web_conn *c, em_web_auth *a, em_web_error *e)
     a->rate_limit_per_min = ki.rate_limit_per_min;
     a->admin = ki.admin;   /* may read every key's usage (usage_api.c) */
     return 0;
+}
+
+int web_auth(em_web *w, const web_conn *c, em_web_auth *a, em_web_error *e)
+{
+    static const char how[] = "as \"Authorization: Bearer KEY\"";
+    const char *h = c->authz;
+    while (*h == ' ')
+        h++;
+    if (!*h)
+        return web_auth_key(w, NULL, c->loopback, how, a, e);
+    if (strncasecmp(h, "Bearer ", 7) != 0) {
+        memset(a, 0, sizeof *a);
+        a->default_class = EM_CLASS_INTERACTIVE;
+        return em_web_fail(e, 401, "invalid_request_error", "invalid_api_key", NULL,
+                           "The Authorization header must be \"Bearer KEY\".");
+    }
+    h += 7;
+    while (*h == ' ')
+        h++;
+    return web_auth_key(w, h, c->loopback, how, a, e);
 }
 
 static double now_s(void)

@@ -296,6 +296,22 @@ const char *em_gen_error(const em_gen *g)
     return g->error[0] ? g->error : NULL;
 }
 
+void em_gen_cancel(em_gen *g)
+{
+    for (uint32_t i = 0; i < g->n_submitted; i++)
+        em_request_cancel(g->req[i]);
+    for (uint32_t i = g->n_submitted; i < g->n; i++) {   /* choices not submitted yet never will be */
+        g->done[i] = 1;
+        g->finish[i] = EM_FINISH_CANCELLED;
+    }
+    g->n_submitted = g->n;
+}
+
+uint32_t em_gen_queue_position(const em_gen *g)
+{
+    return g->done[0] ? 0 : em_sched_queue_position(g->w->o.sched, g->req[0]);
+}
+
 void em_gen_usage(const em_gen *g, uint32_t *prompt, uint32_t *cached, uint32_t *completion)
 {
     uint32_t comp = 0, cach = 0;

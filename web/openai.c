@@ -4,9 +4,10 @@
  * chunk, an optional usage chunk, then [DONE]), GET /v1/models and
  * /v1/models/ID. It parses and checks the request body (every parameter's
  * type and range; the parameters the decoding issue has yet to implement
- * are refused with a 400, never silently ignored), hands the request to the
- * one generation path (gen.c), and frames what comes back. Errors are
- * OpenAI's shape and statuses. */
+ * are refused with a 400, never silently ignored; the sampling ones in
+ * web_gen_params, which the WebSocket protocol shares), hands the request
+ * to the one generation path (gen.c), and frames what comes back. Errors
+ * are OpenAI's shape and statuses. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -145,9 +146,75 @@ static int refuse_unbuilt(json_t *req, em_web_error *e)
     return 0;
 }
 
+int web_gen_params(json_t *obj, const em_web_auth *auth, em_gen_params *gp, em_web_error *e)
+{
+    gp->sample = em_sample_defaults();
+    gp->sample.temp = 1.0f;
+    gp->sample.top_p = 1.0f;
+    gp->sample.top_k = 0;
+    gp->sample.min_p = 0;
+    gp->max_tokens = -1;
+    double temp = 1, top_p = 1, min_p = 0;
+    long long max_tokens = -1, top_k = 0, seed = -1;
+    int ignore_eos = 0;
+    if (want_number(obj, "temperature", 0, 2, &temp, e) || want_number(obj, "top_p", 0, 1, &top_p, e) ||
+        want_number(obj, "min_p", 0, 1, &min_p, e) || want_int(obj, "top_k", 0, 1 << 20, &top_k, e) ||
+        want_int(obj, "max_tokens", 1, 1 << 24, &max_tokens, e) ||
+        want_int(obj, "seed", -(1LL << 62), 1LL << 62, &seed, e) || want_bool(obj, "ignore_eos", &ignore_eos, e))
+        return -1;
+    if (top_p <= 0)
+        return em_web_fail(e, 400, "invalid_request_error", NULL, "top_p", "'top_p' must be above 0");
+    gp->sample.temp = (float)temp;
+    gp->sample.top_p = (float)top_p;
+    gp->sample.min_p = (float)min_p;
+    gp->sample.top_k = (int32_t)top_k;
+    if (seed >= 0 || seed < -1)
+        gp->sample.seed = (uint64_t)seed;
+    else if (getentropy(&gp->sample.seed, sizeof gp->sample.seed) != 0)
+        gp->sample.seed = (uint64_t)time(NULL);
+    gp->max_tokens = max_tokens;
+    gp->ignore_eos = ignore_eos;
+    /* stop: a string or up to 4 strings */
+    json_t *stop = json_object_get(obj, "stop");
+    if (json_is_string(stop)) {
+        if (json_string_length(stop))
+            gp->stop[0] = json_string_value(stop);
+    } else if (json_is_array(stop)) {
+        if (json_array_size(stop) > EM_MAX_STOP)
+            return em_web_fail(e, 400, "invalid_request_error", NULL, "stop", "'stop' holds at most %d strings",
+                               EM_MAX_STOP);
+        size_t i;
+        json_t *s;
+        json_array_foreach(stop, i, s) {
+            if (!json_is_string(s) || !json_string_length(s))
+                return em_web_fail(e, 400, "invalid_request_error", NULL, "stop",
+                                   "'stop' must hold non-empty strings");
+            gp->stop[i] = json_string_value(s);
+        }
+    } else if (stop && !json_is_null(stop)) {
+        return em_web_fail(e, 400, "invalid_request_error", NULL, "stop",
+                           "'stop' must be a string or an array of strings");
+    }
+    /* priority: the key's class unless the request names one; a
+     * background-only key cannot ask for interactive */
+    gp->cls = auth->default_class;
+    json_t *pr = json_object_get(obj, "priority");
+    if (pr && !json_is_null(pr)) {
+        em_class cls;
+        if (!json_is_string(pr) || em_class_parse(json_string_value(pr), &cls))
+            return em_web_fail(e, 400, "invalid_request_error", NULL, "priority",
+                               "'priority' must be \"interactive\" or \"background\"");
+        if (cls == EM_CLASS_INTERACTIVE && auth->default_class == EM_CLASS_BACKGROUND)
+            return em_web_fail(e, 403, "permission_error", "priority_not_allowed", "priority",
+                               "this API key may only use the background class");
+        gp->cls = cls;
+    }
+    return 0;
+}
+
 /* messages -> a new array of {role, content} with content a string (text
  * parts joined); roles the templates know. */
-static json_t *messages_check(json_t *msgs, em_web_error *e)
+json_t *web_messages_check(json_t *msgs, em_web_error *e)
 {
     if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
         em_web_fail(e, 400, "invalid_request_error", NULL, "messages",
@@ -349,7 +416,7 @@ void web_openai_pump(web_conn *c)
 
 /* ---- requests ----------------------------------------------------------------- */
 
-static void new_id(em_web *w, const char *prefix, char *out, size_t cap)
+void web_new_id(em_web *w, const char *prefix, char *out, size_t cap)
 {
     static const char digits[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
     unsigned char r[16];
@@ -375,7 +442,7 @@ static void completions(web_conn *c, int chat)
     em_web_auth auth;
     int started = 0;   /* em_gen_start wrote the ledger row itself */
     char id[64];
-    new_id(w, chat ? "chatcmpl-" : "cmpl-", id, sizeof id);
+    web_new_id(w, chat ? "chatcmpl-" : "cmpl-", id, sizeof id);
     em_gen_params gp = { .n = 1, .max_tokens = -1, .auth = &auth, .client_addr = c->addr, .request_id = id };
     if (web_auth(w, c, &auth, &e) || web_rate_check(w, &auth, &e))
         goto fail;
@@ -403,26 +470,13 @@ static void completions(web_conn *c, int chat)
     }
     if (refuse_unbuilt(req, &e))
         goto fail;
-    gp.sample = em_sample_defaults();
-    gp.sample.temp = 1.0f;
-    gp.sample.top_p = 1.0f;
-    gp.sample.top_k = 0;
-    gp.sample.min_p = 0;
-    double temp = 1, top_p = 1, min_p = 0;
-    long long max_tokens = -1, mct = -1, n = 1, top_k = 0, seed = -1;
-    int stream = 0, include_usage = 0, ignore_eos = 0;
-    if (want_number(req, "temperature", 0, 2, &temp, &e) || want_number(req, "top_p", 0, 1, &top_p, &e) ||
-        want_number(req, "min_p", 0, 1, &min_p, &e) || want_int(req, "top_k", 0, 1 << 20, &top_k, &e) ||
-        want_int(req, "max_tokens", 1, 1 << 24, &max_tokens, &e) ||
-        want_int(req, "max_completion_tokens", 1, 1 << 24, &mct, &e) ||
-        want_int(req, "n", 1, EM_GEN_MAX_N, &n, &e) ||
-        want_int(req, "seed", -(1LL << 62), 1LL << 62, &seed, &e) || want_bool(req, "stream", &stream, &e) ||
-        want_bool(req, "ignore_eos", &ignore_eos, &e))
+    if (web_gen_params(req, &auth, &gp, &e))
         goto fail;
-    if (top_p <= 0) {
-        em_web_fail(&e, 400, "invalid_request_error", NULL, "top_p", "'top_p' must be above 0");
+    long long mct = -1, n = 1;
+    int stream = 0, include_usage = 0;
+    if (want_int(req, "max_completion_tokens", 1, 1 << 24, &mct, &e) ||
+        want_int(req, "n", 1, EM_GEN_MAX_N, &n, &e) || want_bool(req, "stream", &stream, &e))
         goto fail;
-    }
     json_t *so = json_object_get(req, "stream_options");
     if (so && !json_is_null(so)) {
         if (!json_is_object(so) || want_bool(so, "include_usage", &include_usage, &e)) {
@@ -437,65 +491,16 @@ static void completions(web_conn *c, int chat)
             goto fail;
         }
     }
-    gp.sample.temp = (float)temp;
-    gp.sample.top_p = (float)top_p;
-    gp.sample.min_p = (float)min_p;
-    gp.sample.top_k = (int32_t)top_k;
-    if (seed >= 0 || seed < -1)
-        gp.sample.seed = (uint64_t)seed;
-    else if (getentropy(&gp.sample.seed, sizeof gp.sample.seed) != 0)
-        gp.sample.seed = (uint64_t)time(NULL);
-    gp.max_tokens = mct > 0 ? mct : max_tokens;
+    if (mct > 0)
+        gp.max_tokens = mct;
     gp.n = (uint32_t)n;
-    gp.ignore_eos = ignore_eos;
-    /* stop: a string or up to 4 strings */
-    json_t *stop = json_object_get(req, "stop");
-    if (json_is_string(stop)) {
-        if (json_string_length(stop))
-            gp.stop[0] = json_string_value(stop);
-    } else if (json_is_array(stop)) {
-        if (json_array_size(stop) > EM_MAX_STOP) {
-            em_web_fail(&e, 400, "invalid_request_error", NULL, "stop", "'stop' holds at most %d strings", EM_MAX_STOP);
-            goto fail;
-        }
-        size_t i;
-        json_t *s;
-        json_array_foreach(stop, i, s) {
-            if (!json_is_string(s) || !json_string_length(s)) {
-                em_web_fail(&e, 400, "invalid_request_error", NULL, "stop", "'stop' must hold non-empty strings");
-                goto fail;
-            }
-            gp.stop[i] = json_string_value(s);
-        }
-    } else if (stop && !json_is_null(stop)) {
-        em_web_fail(&e, 400, "invalid_request_error", NULL, "stop", "'stop' must be a string or an array of strings");
-        goto fail;
-    }
-    /* priority: the key's class unless the request names one; a
-     * background-only key cannot ask for interactive */
-    gp.cls = auth.default_class;
-    json_t *pr = json_object_get(req, "priority");
-    if (pr && !json_is_null(pr)) {
-        em_class cls;
-        if (!json_is_string(pr) || em_class_parse(json_string_value(pr), &cls)) {
-            em_web_fail(&e, 400, "invalid_request_error", NULL, "priority",
-                        "'priority' must be \"interactive\" or \"background\"");
-            goto fail;
-        }
-        if (cls == EM_CLASS_INTERACTIVE && auth.default_class == EM_CLASS_BACKGROUND) {
-            em_web_fail(&e, 403, "permission_error", "priority_not_allowed", "priority",
-                        "this API key may only use the background class");
-            goto fail;
-        }
-        gp.cls = cls;
-    }
     json_t *user = json_object_get(req, "user");
     if (user && !json_is_null(user) && !json_is_string(user)) {
         em_web_fail(&e, 400, "invalid_request_error", NULL, "user", "'user' must be a string");
         goto fail;
     }
     if (chat) {
-        if (!(msgs = messages_check(json_object_get(req, "messages"), &e)))
+        if (!(msgs = web_messages_check(json_object_get(req, "messages"), &e)))
             goto fail;
         gp.messages = msgs;
         gp.param_name = "messages";

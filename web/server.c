@@ -189,26 +189,41 @@ size_t web_backlog(const web_conn *c)
     return c->out.n - c->out_off;
 }
 
+void web_live_link(em_web *w, web_live *l)
+{
+    if (l->linked)
+        return;
+    l->prev = NULL;
+    l->next = w->live;
+    if (w->live)
+        w->live->prev = l;
+    w->live = l;
+    l->linked = 1;
+}
+
+void web_live_unlink(em_web *w, web_live *l)
+{
+    if (!l->linked)
+        return;
+    if (l->prev)
+        l->prev->next = l->next;
+    else
+        w->live = l->next;
+    if (l->next)
+        l->next->prev = l->prev;
+    l->prev = l->next = NULL;
+    l->linked = 0;
+}
+
 void web_live_add(web_conn *c)
 {
-    em_web *w = c->w;
-    c->live_prev = NULL;
-    c->live_next = w->live;
-    if (w->live)
-        w->live->live_prev = c;
-    w->live = c;
+    c->live.wsi = c->wsi;
+    web_live_link(c->w, &c->live);
 }
 
 void web_live_remove(web_conn *c)
 {
-    em_web *w = c->w;
-    if (c->live_prev)
-        c->live_prev->live_next = c->live_next;
-    else if (w->live == c)
-        w->live = c->live_next;
-    if (c->live_next)
-        c->live_next->live_prev = c->live_prev;
-    c->live_prev = c->live_next = NULL;
+    web_live_unlink(c->w, &c->live);
 }
 
 /* What a transaction holds: its generation, its buffers. */
@@ -343,7 +358,7 @@ void web_addr_release(em_web *w, int fd)
         }
 }
 
-static int is_loopback(const char *a)
+int web_is_loopback(const char *a)
 {
     return strncmp(a, "127.", 4) == 0 || strcmp(a, "::1") == 0 || strncmp(a, "::ffff:127.", 11) == 0;
 }
@@ -360,6 +375,8 @@ static void route(web_conn *c)
         return;
     }
     if (web_openai_route(c) == 0 || web_metrics_route(c) == 0)   /* /metrics, /healthz, /api/usage */
+        return;
+    if (web_api_route(c) == 0)   /* /api/conversations */
         return;
     em_web_fail(&e, 404, "invalid_request_error", "not_found", NULL, "no route for %s %s",
                 c->method == EM_M_POST ? "POST" : c->method == EM_M_DELETE ? "DELETE" : "GET", c->path);
@@ -388,7 +405,7 @@ static int begin(web_conn *c, struct lws *wsi, em_web *w, const char *uri)
     else
         c->method = EM_M_OTHER;
     lws_get_peer_simple(wsi, c->addr, sizeof c->addr);
-    c->loopback = is_loopback(c->addr);
+    c->loopback = web_is_loopback(c->addr);
     if (lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_AUTHORIZATION) < (int)sizeof c->authz)
         lws_hdr_copy(wsi, c->authz, sizeof c->authz, WSI_TOKEN_HTTP_AUTHORIZATION);
     char cl[32] = "";
@@ -412,9 +429,11 @@ static int callback_http(struct lws *wsi, enum lws_callback_reasons reason, void
     switch (reason) {
     case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
         if (atomic_exchange(&w->wake, 0))
-            for (web_conn *l = w->live; l; l = l->live_next)
+            for (web_live *l = w->live; l; l = l->next)
                 lws_callback_on_writable(l->wsi);
         return 0;
+    case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
+        return -1;   /* a WebSocket without the ember.chat.v1 subprotocol */
     case LWS_CALLBACK_HTTP:
         if (begin(c, wsi, w, (const char *)in))
             return 0;
@@ -467,6 +486,9 @@ static int callback_http(struct lws *wsi, enum lws_callback_reasons reason, void
 
 static const struct lws_protocols protocols[] = {
     { "http", callback_http, sizeof(web_conn), 0, 0, NULL, 0 },
+    /* GET /ws: messages arrive in chunks of WEB_WS_CHUNK and are bounded by
+     * max_ws_message (close 1009 past it) in ws_chat.c */
+    { WEB_WS_PROTOCOL, web_ws_callback, sizeof(struct ws_chat *), WEB_WS_CHUNK, 0, NULL, WEB_WS_CHUNK },
     { NULL, NULL, 0, 0, 0, NULL, 0 },
 };
 

@@ -57,6 +57,21 @@ typedef struct {
     int      admin;
 } em_web_auth;
 
+/* ---- the wake-up list ------------------------------------------------------ */
+
+/* A connection the scheduler's wake-up reaches: an HTTP one with a
+ * generation running, a WebSocket with requests live. On each wake-up every
+ * linked wsi is asked for a writable callback, where it pulls its events. */
+typedef struct web_live {
+    struct lws      *wsi;
+    struct web_live *prev, *next;
+    int              linked;
+} web_live;
+
+/* Link l (l->wsi set) into w's list / take it out; both idempotent. */
+void web_live_link(em_web *w, web_live *l);
+void web_live_unlink(em_web *w, web_live *l);
+
 /* ---- one HTTP connection ------------------------------------------------- */
 
 struct api_req;
@@ -87,7 +102,7 @@ typedef struct web_conn {
     double      t_last_write;
     /* the generation it serves (OpenAI endpoints) */
     struct api_req *api;
-    struct web_conn *live_prev, *live_next;   /* in w->live while api is set */
+    web_live    live;              /* in w->live while api is set */
 } web_conn;
 
 /* Queue a whole response (body copied) and ask for a writable callback. */
@@ -114,7 +129,7 @@ struct em_web {
     int                  port;
     atomic_int           stop;
     atomic_int           wake;          /* the scheduler has events for someone */
-    web_conn            *live;          /* connections with a generation running */
+    web_live            *live;          /* connections with generations running (HTTP and WebSocket) */
     /* connections per client address (lws thread only) */
     struct { int fd; char addr[64]; } *fds;
     size_t               n_fds, cap_fds;
@@ -133,6 +148,9 @@ struct em_web {
     lws_sorted_usec_list_t drain_sul;   /* wakes the service loop while draining */
 };
 
+/* 127.0.0.0/8, ::1 or ::ffff:127.x.x.x */
+int  web_is_loopback(const char *addr);
+
 /* Count c's address against the limit; 0 ok, else e filled (429). */
 int  web_addr_acquire(em_web *w, int fd, const char *addr, em_web_error *e);
 void web_addr_release(em_web *w, int fd);
@@ -142,6 +160,9 @@ void web_addr_release(em_web *w, int fd);
 /* Who is asking: the Authorization header's key, or the loopback rule.
  * 0 with *a filled; -1 with e filled (401). */
 int web_auth(em_web *w, const web_conn *c, em_web_auth *a, em_web_error *e);
+/* The same rules for a key given as a string (NULL: none given); how says
+ * how to send one, for the missing-key message ("as \"Authorization: ...\""). */
+int web_auth_key(em_web *w, const char *key, int loopback, const char *how, em_web_auth *a, em_web_error *e);
 /* The key's rate limit: 0 to go on, -1 with e filled (429, Retry-After). */
 int web_rate_check(em_web *w, const em_web_auth *a, em_web_error *e);
 
@@ -182,6 +203,12 @@ void em_gen_refused(em_web *w, const char *request_id, const em_web_auth *auth, 
  * once every choice is done. */
 int  em_gen_pump(em_gen *g, em_buf *delta);
 
+/* Ask every choice to stop: a DONE (cancelled) follows through em_gen_pump. */
+void        em_gen_cancel(em_gen *g);
+/* The first choice's place in its class's queue (em_sched_queue_position):
+ * 0 once it runs or is done. */
+uint32_t    em_gen_queue_position(const em_gen *g);
+
 uint32_t    em_gen_n(const em_gen *g);
 int         em_gen_choice_done(const em_gen *g, uint32_t i);
 const char *em_gen_finish_reason(const em_gen *g, uint32_t i);   /* "stop", "length", ... */
@@ -198,6 +225,18 @@ void em_gen_destroy(em_gen *g);
 /* Route c's request (method, path, body) if it is one of /v1/...; returns 0
  * when it took it, 1 when the path is not its. */
 int  web_openai_route(web_conn *c);
+/* The generation parameters both front doors take, named as in the OpenAI
+ * API: temperature, top_p, top_k, min_p, seed, max_tokens, stop,
+ * ignore_eos, priority (the key's class unless named; a background-only key
+ * cannot ask for interactive). Fills gp's sample, max_tokens, stop (pointing
+ * into obj: keep obj alive while gp is used), ignore_eos and cls; leaves the
+ * rest. 0, or -1 with e filled (400, 403). */
+int  web_gen_params(json_t *obj, const em_web_auth *auth, em_gen_params *gp, em_web_error *e);
+/* messages -> a new array of {role, content} with content a string (text
+ * parts joined), roles the templates know; NULL with e filled (400). */
+json_t *web_messages_check(json_t *msgs, em_web_error *e);
+/* A request id: prefix + 16 random characters (cap bytes, NUL included). */
+void web_new_id(em_web *w, const char *prefix, char *out, size_t cap);
 /* A writable callback for a connection with c->api: move events to the wire. */
 void web_openai_pump(web_conn *c);
 /* The connection went away. */
@@ -227,5 +266,21 @@ uint32_t web_drain_retry_s(em_web *w);
 /* The service loop, after each lws_service: 1 when em_web_run should return
  * (drained, or the drain's time is up: em_web_destroy cancels the rest). */
 int      web_drain_step(em_web *w);
+
+/* ---- ws_chat.c: the WebSocket protocol ember.chat.v1 (docs/protocol.md) ------- */
+
+#define WEB_WS_PROTOCOL "ember.chat.v1"
+#define WEB_WS_CHUNK    (16 * 1024)   /* bytes per receive callback and per send */
+
+/* The protocol's lws callback: GET /ws only. Its per-session data is one
+ * pointer (struct ws_chat *), allocated when the socket opens and freed,
+ * its requests cancelled, when it closes. */
+int  web_ws_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len);
+
+/* ---- api.c: the conversations API --------------------------------------------- */
+
+/* Route /api/conversations[/ID] (GET list, GET one, DELETE one); returns 0
+ * when it took c's request, 1 when the path is not its. */
+int  web_api_route(web_conn *c);
 
 #endif

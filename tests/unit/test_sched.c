@@ -7,8 +7,8 @@
  * copy on write or a lost recompute after preemption all change the output,
  * which must equal the same request computed alone. Directed tests cover
  * priority order, aging, preemption and resume, cancellation, the queue
- * bound, requests that cannot fit and stop strings; a randomized test runs
- * hundreds of scenarios and checks that every request finishes exactly once,
+ * bound, queue positions, requests that cannot fit and stop strings; a
+ * randomized test runs hundreds of scenarios and checks that every request finishes exactly once,
  * correctly, and that no KV block leaks. */
 #include <pthread.h>
 #include <stdint.h>
@@ -480,6 +480,45 @@ static void test_cancel_and_limits(em_tokenizer *tok)
     fake_free(f);
 }
 
+/* Queue positions: 1-based within each class's queue, 0 once running or done. */
+static void test_queue_position(em_tokenizer *tok)
+{
+    em_sched_backend be;
+    fake *f = fake_new(256, 8, 512, 32, &be);
+    gate(f, 1);
+    em_sched *s = mk(&be, 32, 60000, 0, tok);
+    static job first, ia[3], bg;
+    fill_prompt(&first, 8, 40, 0);
+    first.max_tokens = 2;
+    CHECK(submit(s, &first, EM_CLASS_INTERACTIVE, NULL) == 0);
+    for (int i = 0; i < 200 && em_sched_queue_position(s, first.r) != 0; i++)
+        usleep(1000);   /* taken into the gated step */
+    CHECK(em_sched_queue_position(s, first.r) == 0);
+    for (int i = 0; i < 3; i++) {
+        fill_prompt(&ia[i], 10, (uint32_t)(41 + i), 0);
+        ia[i].max_tokens = 3;
+        CHECK(submit(s, &ia[i], EM_CLASS_INTERACTIVE, NULL) == 0);
+    }
+    fill_prompt(&bg, 10, 44, 0);
+    bg.max_tokens = 3;
+    CHECK(submit(s, &bg, EM_CLASS_BACKGROUND, NULL) == 0);
+    for (int i = 0; i < 3; i++)
+        CHECKF(em_sched_queue_position(s, ia[i].r) == (uint32_t)i + 1, "interactive %d at %u", i,
+               em_sched_queue_position(s, ia[i].r));
+    CHECK(em_sched_queue_position(s, bg.r) == 1);   /* its own class's queue */
+    gate(f, 0);
+    job *all[] = { &first, &ia[0], &ia[1], &ia[2], &bg };
+    for (int i = 0; i < 5; i++) {
+        while (!pump(all[i], 1000))
+            ;
+        CHECK(em_sched_queue_position(s, all[i]->r) == 0);
+        finish_job(all[i]);
+    }
+    em_sched_drain(s);
+    em_sched_destroy(s);
+    fake_free(f);
+}
+
 static void test_stop_string(em_tokenizer *tok)
 {
     em_sched_backend be;
@@ -630,6 +669,7 @@ int main(void)
     test_priority_and_aging(tok);
     test_preemption(tok);
     test_cancel_and_limits(tok);
+    test_queue_position(tok);
     test_stop_string(tok);
     test_background_step_bound(tok);
     test_random(tok);

@@ -1,0 +1,702 @@
+/* ws_chat.c — the WebSocket chat protocol ember.chat.v1 on GET /ws
+ * (docs/protocol.md): one JSON text frame per message. It authenticates the
+ * socket (an auth message, under web_auth's rules), parses chat requests
+ * (the whole conversation, or one new message appended to a stored one;
+ * parameters checked by the same function as the HTTP API), hands each to
+ * the one generation path (gen.c), and frames what comes back: queued (with
+ * the queue position, sent again as it changes), token (all the text that
+ * arrived since the last frame: a slow reader gets fewer, larger frames),
+ * done (usage, timings, the conversation it was stored in) or error. Each
+ * finished exchange is stored as a conversation of the socket's key.
+ *
+ * Only the service thread runs here. Frames wait in a per-socket queue and
+ * go out in LWS_CALLBACK_SERVER_WRITEABLE, at most WEB_WS_CHUNK bytes per
+ * write; events are pulled from the scheduler only when that queue is
+ * empty, and reading from a client whose queue grows past WS_BACKLOG_MAX
+ * stops until it drains, so no buffer grows without bound. A socket that
+ * closes cancels all its requests (their KV blocks go back at once). */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "web/web_int.h"
+
+#define WS_MAX_REQUESTS  8             /* requests in flight per socket */
+#define WS_BACKLOG_MAX   (256 * 1024)  /* queued output bytes before reading stops */
+#define WS_MAX_AUTH_FAIL 3             /* failed auth messages before the socket is closed */
+#define WS_ID_MAX        256           /* bytes of a string id */
+#define WS_TITLE_MAX     60            /* bytes of a conversation title */
+
+typedef struct ws_frame {
+    struct ws_frame *next;
+    size_t           len, off;         /* bytes of text, bytes sent */
+    unsigned char    buf[];            /* LWS_PRE + len */
+} ws_frame;
+
+typedef struct {
+    json_t     *id;                    /* the client's id, echoed */
+    char        request_id[64];        /* the ledger's */
+    em_gen     *gen;
+    em_buf      delta;                 /* text not framed yet */
+    em_buf      answer;                /* the whole answer, stored at the end */
+    uint32_t    position;              /* the queue position last sent */
+    int64_t     key_id;                /* the conversation's owner */
+    int64_t     conv_id;               /* 0: a new conversation, created when stored */
+    json_t     *to_store;              /* {role, content} to store before the answer */
+} ws_req;
+
+typedef struct ws_chat {
+    em_web     *w;
+    struct lws *wsi;
+    char        addr[64];
+    int         loopback;
+    int         authed;                /* may chat */
+    int         auth_fails;
+    em_web_auth auth;
+    em_buf      rx;                    /* the message being received */
+    size_t      rx_n;                  /* its bytes so far (binary ones are not kept) */
+    int         rx_open, rx_binary;
+    ws_frame   *q_head, *q_tail;
+    size_t      q_bytes;
+    int         rx_paused;
+    int         close_code;            /* close once the queue is out (0: no) */
+    ws_req     *req[WS_MAX_REQUESTS];
+    uint32_t    n_req;
+    web_live    live;                  /* in w->live while n_req > 0 */
+} ws_chat;
+
+/* ---- frames out ------------------------------------------------------------- */
+
+/* Queue j (taken) as one text frame and ask for a writable callback. */
+static void ws_send(ws_chat *c, json_t *j)
+{
+    char *s = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6)) : NULL;
+    json_decref(j);
+    if (!s)
+        return;   /* out of memory: the frame is lost, the socket goes on */
+    size_t n = strlen(s);
+    ws_frame *f = malloc(sizeof *f + LWS_PRE + n);
+    if (f) {
+        f->next = NULL;
+        f->len = n;
+        f->off = 0;
+        memcpy(f->buf + LWS_PRE, s, n);
+        if (c->q_tail)
+            c->q_tail->next = f;
+        else
+            c->q_head = f;
+        c->q_tail = f;
+        c->q_bytes += n;
+        if (c->q_bytes > WS_BACKLOG_MAX && !c->rx_paused) {
+            c->rx_paused = 1;   /* a client that sends and never reads */
+            lws_rx_flow_control(c->wsi, 0);
+        }
+    }
+    free(s);
+    lws_callback_on_writable(c->wsi);
+}
+
+static json_t *id_or_null(const json_t *id)
+{
+    return id ? json_deep_copy(id) : json_null();
+}
+
+static void ws_error(ws_chat *c, const json_t *id, const char *code, const char *param, uint32_t retry_after_s,
+                     const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+
+static void ws_error(ws_chat *c, const json_t *id, const char *code, const char *param, uint32_t retry_after_s,
+                     const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    em_err_escape(msg, sizeof msg);
+    json_t *j = json_pack("{s:s, s:o, s:s, s:s}", "type", "error", "id", id_or_null(id), "code", code, "message",
+                          msg);
+    if (j && param && *param)
+        json_object_set_new(j, "param", json_string(param));
+    if (j && retry_after_s)
+        json_object_set_new(j, "retry_after_s", json_integer(retry_after_s));
+    ws_send(c, j);
+}
+
+/* An HTTP-shaped error as an error frame: its code, or one named for its status. */
+static void ws_error_web(ws_chat *c, const json_t *id, const em_web_error *e)
+{
+    const char *code = e->code;
+    if (!code)
+        code = e->status == 400 ? "invalid_request"
+             : e->status == 401 ? "unauthorized"
+             : e->status == 403 ? "forbidden"
+             : e->status == 404 ? "not_found"
+             : e->status == 429 ? "rate_limited"
+             : e->status == 503 ? "busy"
+                                : "server_error";
+    ws_error(c, id, code, e->param, e->retry_after_s, "%s", e->message);
+}
+
+static void ws_ready(ws_chat *c)
+{
+    em_web *w = c->w;
+    json_t *j = json_pack("{s:s, s:s, s:I, s:{s:I, s:I}, s:o}", "type", "ready", "model", w->model_id, "context",
+                          (json_int_t)w->o.n_ctx, "limits", "max_message_bytes", (json_int_t)w->o.max_ws_message,
+                          "max_requests", (json_int_t)WS_MAX_REQUESTS, "key",
+                          c->auth.key_id ? json_string(c->auth.key_name) : json_null());
+    ws_send(c, j);
+}
+
+/* One writable callback: the head frame's next piece. -1 closes the socket. */
+static int ws_write(ws_chat *c)
+{
+    ws_frame *f = c->q_head;
+    size_t n = f->len - f->off;
+    if (n > WEB_WS_CHUNK)
+        n = WEB_WS_CHUNK;
+    int last = f->off + n == f->len;
+    int proto = f->off == 0 ? LWS_WRITE_TEXT : LWS_WRITE_CONTINUATION;
+    if (!last)
+        proto |= LWS_WRITE_NO_FIN;
+    /* lws writes its header into the LWS_PRE bytes before the data: for a
+     * later piece those hold text already sent */
+    if (lws_write(c->wsi, f->buf + LWS_PRE + f->off, n, (enum lws_write_protocol)proto) < (int)n)
+        return -1;
+    f->off += n;
+    if (last) {
+        c->q_head = f->next;
+        if (!c->q_head)
+            c->q_tail = NULL;
+        c->q_bytes -= f->len;
+        free(f);
+        if (c->rx_paused && c->q_bytes < WS_BACKLOG_MAX / 2) {
+            c->rx_paused = 0;
+            lws_rx_flow_control(c->wsi, 1);
+        }
+    }
+    return 0;
+}
+
+/* ---- requests --------------------------------------------------------------- */
+
+static void req_free(ws_req *r)
+{
+    if (!r)
+        return;
+    em_gen_destroy(r->gen);   /* cancels what still runs; writes the final ledger row */
+    json_decref(r->id);
+    json_decref(r->to_store);
+    em_buf_free(&r->delta);
+    em_buf_free(&r->answer);
+    free(r);
+}
+
+static void req_remove(ws_chat *c, uint32_t i)
+{
+    req_free(c->req[i]);
+    c->req[i] = c->req[--c->n_req];
+    c->req[c->n_req] = NULL;
+    if (!c->n_req)
+        web_live_unlink(c->w, &c->live);
+}
+
+static int find_req(const ws_chat *c, const json_t *id)
+{
+    for (uint32_t i = 0; i < c->n_req; i++)
+        if (json_equal(c->req[i]->id, id))
+            return (int)i;
+    return -1;
+}
+
+/* The title of a new conversation: its first user message, on one line,
+ * cut at a character boundary to at most WS_TITLE_MAX bytes. */
+static void make_title(const json_t *msgs, char *out, size_t cap)
+{
+    out[0] = 0;
+    size_t i;
+    json_t *m;
+    json_array_foreach(msgs, i, m) {
+        if (strcmp(json_string_value(json_object_get(m, "role")), "user") != 0)
+            continue;
+        const char *t = json_string_value(json_object_get(m, "content"));
+        size_t n = strlen(t), k = 0;
+        while (n && (*t == ' ' || *t == '\n' || *t == '\r' || *t == '\t')) {
+            t++;
+            n--;
+        }
+        if (n > WS_TITLE_MAX) {
+            n = WS_TITLE_MAX;
+            while (n && ((unsigned char)t[n] & 0xC0) == 0x80)   /* not inside a character */
+                n--;
+        }
+        for (; k < n && k + 1 < cap; k++)
+            out[k] = t[k] == '\n' || t[k] == '\r' || t[k] == '\t' ? ' ' : t[k];
+        while (k && out[k - 1] == ' ')
+            k--;
+        out[k] = 0;
+        return;
+    }
+}
+
+/* Store r's exchange: a new conversation (titled) or the one named, the
+ * messages to_store, then the answer with its token count. The
+ * conversation's id, or 0 when nothing was stored (storing switched off,
+ * no answer, a failure, which is logged). */
+static int64_t store_exchange(ws_chat *c, ws_req *r, uint32_t completion_tokens)
+{
+    em_storage *st = c->w->o.storage;
+    if (!st || !r->to_store || !r->answer.n)
+        return 0;
+    em_err err = { 0 };
+    int64_t conv = r->conv_id;
+    int rc = 0;
+    if (!conv) {
+        char title[WS_TITLE_MAX + 1];
+        make_title(r->to_store, title, sizeof title);
+        rc = em_storage_conv_create(st, r->key_id, title[0] ? title : NULL, &conv, &err);
+    }
+    size_t i;
+    json_t *m;
+    json_array_foreach(r->to_store, i, m) {
+        if (rc)
+            break;
+        rc = em_storage_message_add(st, r->key_id, conv, json_string_value(json_object_get(m, "role")),
+                                    json_string_value(json_object_get(m, "content")), 0, NULL, &err);
+    }
+    if (!rc)
+        rc = em_storage_message_add(st, r->key_id, conv, "assistant", r->answer.s, completion_tokens, NULL, &err);
+    if (rc == EM_ESTATE)
+        return 0;   /* store_content = 0: nothing is kept */
+    if (rc) {
+        fprintf(stderr, "ember: serve: %s: storing conversation %lld: %s\n", c->addr, (long long)conv, err.msg);
+        return conv == r->conv_id ? 0 : conv;
+    }
+    return conv;
+}
+
+/* x to the thousandth, or null when it is not known */
+static json_t *rounded_or_null(double x, int known)
+{
+    return known ? json_real(round(x * 1000) / 1000) : json_null();
+}
+
+/* r is done: its error, or done with usage, timings and the conversation. */
+static void req_done(ws_chat *c, ws_req *r)
+{
+    const char *err = em_gen_error(r->gen);
+    if (err) {
+        ws_error(c, r->id, "generation_failed", NULL, 0, "generation failed: %s", err);
+        return;
+    }
+    uint32_t prompt, cached, comp;
+    em_gen_usage(r->gen, &prompt, &cached, &comp);
+    double queue_ms, ttft_ms, tok_s;
+    em_gen_timings(r->gen, &queue_ms, &ttft_ms, &tok_s);
+    int64_t conv = store_exchange(c, r, comp);
+    json_t *j = json_pack("{s:s, s:O, s:o, s:s, s:{s:I, s:I, s:I}, s:{s:o, s:o, s:o}}", "type", "done", "id", r->id,
+                          "conversation_id", conv ? json_integer(conv) : json_null(), "finish_reason",
+                          em_gen_finish_reason(r->gen, 0), "usage", "prompt_tokens", (json_int_t)prompt,
+                          "completion_tokens", (json_int_t)comp, "cached_tokens", (json_int_t)cached, "timings",
+                          "queue_ms", rounded_or_null(queue_ms, 1), "ttft_ms", rounded_or_null(ttft_ms, comp > 0),
+                          "tokens_per_s", rounded_or_null(tok_s, comp > 1));
+    ws_send(c, j);
+}
+
+/* Move every request's new events into frames: a position that changed,
+ * all new text in one token frame, then done. */
+static void ws_pump(ws_chat *c)
+{
+    for (uint32_t i = 0; i < c->n_req;) {
+        ws_req *r = c->req[i];
+        size_t had = r->delta.n;
+        int all = em_gen_pump(r->gen, &r->delta);
+        if (r->delta.n > had)
+            em_buf_add(&r->answer, r->delta.s + had, r->delta.n - had);
+        uint32_t pos = all ? 0 : em_gen_queue_position(r->gen);
+        if (!all && pos != r->position) {
+            r->position = pos;
+            ws_send(c, json_pack("{s:s, s:O, s:I}", "type", "queued", "id", r->id, "position", (json_int_t)pos));
+        }
+        if (r->delta.n) {
+            json_t *text = json_stringn(r->delta.s, r->delta.n);
+            ws_send(c, json_pack("{s:s, s:O, s:o}", "type", "token", "id", r->id, "text",
+                                 text ? text : json_string("\xef\xbf\xbd")));
+            em_buf_reset(&r->delta);
+        }
+        if (all) {
+            req_done(c, r);
+            req_remove(c, i);   /* the last one moves to i */
+            continue;
+        }
+        i++;
+    }
+}
+
+/* ---- messages in ------------------------------------------------------------- */
+
+static int valid_id(const json_t *id)
+{
+    return (json_is_string(id) && json_string_length(id) > 0 && json_string_length(id) <= WS_ID_MAX) ||
+           json_is_number(id);
+}
+
+static void ws_auth(ws_chat *c, json_t *m, const json_t *id)
+{
+    em_web_auth a;
+    em_web_error e = { 0 };
+    json_t *key = json_object_get(m, "key");
+    if (key && !json_is_string(key) && !json_is_null(key)) {
+        ws_error(c, id, "invalid_request", "key", 0, "'key' must be a string");
+        return;
+    }
+    if (web_auth_key(c->w, json_string_value(key), c->loopback, "in {\"type\": \"auth\", \"key\": KEY}", &a, &e)) {
+        fprintf(stderr, "ember: serve: %s: WebSocket auth: %d %s\n", c->addr, e.status, e.message);
+        ws_error_web(c, id, &e);
+        if (++c->auth_fails >= WS_MAX_AUTH_FAIL)
+            c->close_code = LWS_CLOSE_STATUS_POLICY_VIOLATION;
+        return;
+    }
+    c->auth = a;
+    c->authed = 1;
+    ws_ready(c);
+}
+
+/* The conversation to render for a chat message: messages as given, or
+ * the stored history of conversation_id plus message. Sets r's conv_id and
+ * what to store; NULL with e filled. */
+static json_t *chat_messages(ws_chat *c, json_t *m, ws_req *r, em_web_error *e)
+{
+    em_web *w = c->w;
+    json_t *msgs = json_object_get(m, "messages"), *one = json_object_get(m, "message");
+    json_t *cid = json_object_get(m, "conversation_id"), *out = NULL, *hist = NULL;
+    em_message *stored = NULL;
+    size_t n_stored = 0;
+    if (cid && !json_is_null(cid)) {
+        if (!json_is_integer(cid) || json_integer_value(cid) <= 0) {
+            em_web_fail(e, 400, "invalid_request_error", NULL, "conversation_id",
+                        "'conversation_id' must be a positive integer");
+            goto done;
+        }
+        r->conv_id = json_integer_value(cid);
+    }
+    if (!msgs == !one) {
+        em_web_fail(e, 400, "invalid_request_error", NULL, "messages",
+                    "a chat carries either 'messages' (the whole conversation) or 'message' (one new user "
+                    "message for conversation_id)");
+        goto done;
+    }
+    if (one && (!json_is_string(one) || !r->conv_id)) {
+        em_web_fail(e, 400, "invalid_request_error", NULL, "message",
+                    json_is_string(one) ? "'message' continues a stored conversation: it needs 'conversation_id'"
+                                        : "'message' must be a string");
+        goto done;
+    }
+    if (r->conv_id) {
+        em_err err = { 0 };
+        int rc = w->o.storage ? em_storage_message_list(w->o.storage, r->key_id, r->conv_id, &stored, &n_stored, &err)
+                              : EM_ENOENT;
+        if (rc == EM_ENOENT) {
+            em_web_fail(e, 404, "invalid_request_error", "not_found", "conversation_id",
+                        "conversation %lld does not exist", (long long)r->conv_id);
+            goto done;
+        }
+        if (rc) {
+            em_web_fail(e, 503, "server_error", NULL, NULL, "loading the conversation failed: %s", err.msg);
+            goto done;
+        }
+    }
+    if (one) {
+        hist = json_array();
+        for (size_t i = 0; i < n_stored; i++)
+            json_array_append_new(hist, json_pack("{s:s, s:s}", "role", stored[i].role, "content", stored[i].content));
+        json_array_append_new(hist, json_pack("{s:s, s:O}", "role", "user", "content", one));
+        msgs = hist;
+    }
+    if (!(out = web_messages_check(msgs, e)))
+        goto done;
+    if (!r->conv_id) {
+        r->to_store = json_incref(out);   /* a new conversation: all of it */
+    } else {
+        /* the new message (the last one): the history is stored already */
+        r->to_store = json_array();
+        json_array_append(r->to_store, json_array_get(out, json_array_size(out) - 1));
+    }
+done:
+    em_storage_messages_free(stored, n_stored);
+    json_decref(hist);
+    return out;
+}
+
+static const char *const chat_fields[] = { "type", "id", "conversation_id", "messages", "message", "params" };
+static const char *const chat_params[] = { "max_tokens", "temperature", "top_p", "top_k", "min_p",
+                                           "seed", "stop", "priority", "ignore_eos" };
+
+static int known(const char *k, const char *const *names, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(k, names[i]) == 0)
+            return 1;
+    return 0;
+}
+
+static void ws_chat_start(ws_chat *c, json_t *m, const json_t *id)
+{
+    em_web *w = c->w;
+    em_web_error e = { 0 };
+    ws_req *r = NULL;
+    json_t *msgs = NULL, *params = json_object_get(m, "params"), *empty = json_object();
+    int started = 0;   /* em_gen_start writes the ledger row itself */
+    char rid[64];
+    web_new_id(w, "chatws-", rid, sizeof rid);
+    em_gen_params gp = { .n = 1, .max_tokens = -1, .auth = &c->auth, .client_addr = c->addr, .request_id = rid,
+                         .param_name = "messages" };
+    if (!valid_id(id)) {   /* not a request the client could refer to: no ledger row */
+        ws_error(c, NULL, id ? "invalid_id" : "missing_id", "id", 0,
+                 "a chat needs an 'id': a string of 1 to %d bytes or a number", WS_ID_MAX);
+        goto done;
+    }
+    if (find_req(c, id) >= 0) {
+        ws_error(c, id, "duplicate_id", "id", 0, "a request with this id is still running");
+        goto done;
+    }
+    gp.cls = c->auth.default_class;
+    if (!c->authed) {
+        em_web_fail(&e, 401, "invalid_request_error", "unauthorized", NULL,
+                    "authenticate first: send {\"type\": \"auth\", \"key\": KEY}");
+        goto done;
+    }
+    if (c->n_req >= WS_MAX_REQUESTS) {
+        em_web_fail(&e, 429, "rate_limit_error", "too_many_requests", NULL,
+                    "at most %d requests run at once on one socket", WS_MAX_REQUESTS);
+        goto done;
+    }
+    if (web_rate_check(w, &c->auth, &e))
+        goto done;
+    const char *k;
+    json_t *v;
+    json_object_foreach(m, k, v) {
+        if (!known(k, chat_fields, sizeof chat_fields / sizeof chat_fields[0])) {
+            em_web_fail(&e, 400, "invalid_request_error", "unknown_field", k, "a chat has no field '%s'", k);
+            goto done;
+        }
+    }
+    if (params && !json_is_null(params) && !json_is_object(params)) {
+        em_web_fail(&e, 400, "invalid_request_error", NULL, "params", "'params' must be an object");
+        goto done;
+    }
+    if (!json_is_object(params))
+        params = empty;
+    json_object_foreach(params, k, v) {
+        if (!known(k, chat_params, sizeof chat_params / sizeof chat_params[0])) {
+            em_web_fail(&e, 400, "invalid_request_error", "unsupported_parameter", k,
+                        "'%s' is not a parameter of ember.chat.v1", k);
+            goto done;
+        }
+    }
+    if (web_gen_params(params, &c->auth, &gp, &e))
+        goto done;
+    r = calloc(1, sizeof *r);
+    if (!r) {
+        em_web_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
+        goto done;
+    }
+    r->key_id = c->auth.key_id;
+    if (!(msgs = chat_messages(c, m, r, &e)))
+        goto done;
+    gp.messages = msgs;
+    r->id = json_deep_copy(id);
+    snprintf(r->request_id, sizeof r->request_id, "%s", rid);
+    started = 1;
+    if (em_gen_start(w, &gp, &r->gen, &e))
+        goto done;
+    c->req[c->n_req++] = r;
+    c->live.wsi = c->wsi;
+    web_live_link(w, &c->live);
+    r->position = em_gen_queue_position(r->gen);
+    ws_send(c, json_pack("{s:s, s:O, s:I, s:s}", "type", "queued", "id", r->id, "position", (json_int_t)r->position,
+                         "request_id", r->request_id));   /* the ledger row's id */
+    if (w->o.verbose)
+        fprintf(stderr, "ember: serve: %s WebSocket chat %s\n", c->addr, rid);
+    r = NULL;
+done:
+    if (e.status) {   /* refused: a ledger row, as over HTTP, and the error */
+        if (!started)
+            em_gen_refused(w, rid, e.status == 401 ? NULL : &c->auth, c->addr, gp.cls, &e);
+        ws_error_web(c, id, &e);
+    }
+    req_free(r);
+    json_decref(msgs);
+    json_decref(empty);
+}
+
+static void ws_cancel(ws_chat *c, const json_t *id)
+{
+    if (!valid_id(id)) {
+        ws_error(c, NULL, id ? "invalid_id" : "missing_id", "id", 0, "a cancel needs the 'id' of a chat");
+        return;
+    }
+    int i = find_req(c, id);
+    if (i < 0) {
+        ws_error(c, id, "unknown_id", "id", 0, "no request with this id is running on this socket");
+        return;
+    }
+    em_gen_cancel(c->req[i]->gen);   /* done (cancelled) follows */
+}
+
+/* One whole text message. */
+static void ws_message(ws_chat *c, const char *s, size_t n)
+{
+    json_error_t je;
+    json_t *m = json_loadb(s, n, JSON_REJECT_DUPLICATES, &je);
+    if (!m || !json_is_object(m)) {
+        if (m)
+            ws_error(c, NULL, "invalid_json", NULL, 0, "a message must be a JSON object");
+        else
+            ws_error(c, NULL, "invalid_json", NULL, 0, "the message is not JSON: %s (line %d, column %d)", je.text,
+                     je.line, je.column);
+        json_decref(m);
+        return;
+    }
+    const char *type = json_string_value(json_object_get(m, "type"));
+    json_t *id = json_object_get(m, "id");
+    const json_t *echo = valid_id(id) ? id : NULL;
+    if (!type)
+        ws_error(c, echo, "invalid_message", "type", 0, "a message needs a 'type' string");
+    else if (strcmp(type, "auth") == 0)
+        ws_auth(c, m, echo);
+    else if (strcmp(type, "chat") == 0)
+        ws_chat_start(c, m, id);
+    else if (strcmp(type, "cancel") == 0 && !c->authed)
+        ws_error(c, echo, "unauthorized", NULL, 0, "authenticate first: send {\"type\": \"auth\", \"key\": KEY}");
+    else if (strcmp(type, "cancel") == 0)
+        ws_cancel(c, id);
+    else
+        ws_error(c, echo, "unknown_type", "type", 0, "unknown message type '%.64s' (auth, chat, cancel)", type);
+    json_decref(m);
+}
+
+/* A piece of a message. -1 closes the socket (1009 past the limit). */
+static int ws_receive(ws_chat *c, const void *in, size_t len)
+{
+    size_t max = c->w->o.max_ws_message;
+    if (c->close_code)
+        return 0;   /* closing: what it sends is not read */
+    if (!c->rx_open) {
+        c->rx_open = 1;
+        c->rx_binary = lws_frame_is_binary(c->wsi);
+        c->rx_n = 0;
+        em_buf_reset(&c->rx);
+    }
+    c->rx_n += len;
+    if (c->rx_n + lws_remaining_packet_payload(c->wsi) > max) {
+        static const char why[] = "message too large";
+        fprintf(stderr, "ember: serve: %s: WebSocket message over %zu bytes: closed (1009)\n", c->addr, max);
+        lws_close_reason(c->wsi, LWS_CLOSE_STATUS_MESSAGE_TOO_LARGE, (unsigned char *)why, sizeof why - 1);
+        return -1;
+    }
+    if (!c->rx_binary && em_buf_add(&c->rx, in, len)) {
+        lws_close_reason(c->wsi, LWS_CLOSE_STATUS_UNEXPECTED_CONDITION, NULL, 0);
+        return -1;
+    }
+    if (!lws_is_final_fragment(c->wsi))
+        return 0;
+    c->rx_open = 0;
+    if (c->rx_binary)
+        ws_error(c, NULL, "binary_frame", NULL, 0, "ember.chat.v1 takes JSON text frames only");
+    else
+        ws_message(c, c->rx.s ? c->rx.s : "", c->rx.n);
+    return 0;
+}
+
+/* ---- the socket ------------------------------------------------------------- */
+
+static void ws_free(ws_chat *c)
+{
+    while (c->n_req)
+        req_remove(c, c->n_req - 1);   /* a client gone: its requests are cancelled */
+    web_live_unlink(c->w, &c->live);
+    for (ws_frame *f = c->q_head, *next; f; f = next) {
+        next = f->next;
+        free(f);
+    }
+    em_buf_free(&c->rx);
+    free(c);
+}
+
+/* Only GET /ws speaks the protocol. */
+static int ws_filter(struct lws *wsi)
+{
+    char path[64] = "";
+    if (lws_hdr_copy(wsi, path, sizeof path, WSI_TOKEN_GET_URI) < 0 || strcmp(path, "/ws") != 0)
+        return -1;
+    return 0;
+}
+
+/* A new socket: counted against its address (past the limit: an error and
+ * close 1008), then ready, or auth_required when it must say who it is. */
+static int ws_open(em_web *w, struct lws *wsi, ws_chat **slot)
+{
+    ws_chat *c = calloc(1, sizeof *c);
+    if (!c)
+        return -1;
+    c->w = w;
+    c->wsi = wsi;
+    *slot = c;
+    lws_get_peer_simple(wsi, c->addr, sizeof c->addr);
+    c->loopback = web_is_loopback(c->addr);
+    em_web_error e = { 0 };
+    if (web_addr_acquire(w, lws_get_socket_fd(wsi), c->addr, &e)) {
+        fprintf(stderr, "ember: serve: %s: WebSocket refused: %s\n", c->addr, e.message);
+        ws_error_web(c, NULL, &e);
+        c->close_code = LWS_CLOSE_STATUS_POLICY_VIOLATION;
+        return 0;
+    }
+    /* a client beyond loopback (and any with --require-key) says who it is first */
+    c->authed = web_auth_key(w, NULL, c->loopback, "", &c->auth, &e) == 0;
+    if (c->authed)
+        ws_ready(c);
+    else
+        ws_send(c, json_pack("{s:s}", "type", "auth_required"));
+    return 0;
+}
+
+int web_ws_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len)
+{
+    ws_chat **slot = user, *c = slot ? *slot : NULL;
+    em_web *w = lws_context_user(lws_get_context(wsi));
+    switch (reason) {
+    case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
+        return ws_filter(wsi);
+    case LWS_CALLBACK_ESTABLISHED:
+        return ws_open(w, wsi, slot);
+    case LWS_CALLBACK_RECEIVE:
+        return c ? ws_receive(c, in, len) : -1;
+    case LWS_CALLBACK_SERVER_WRITEABLE:
+        if (!c)
+            return -1;
+        if (!c->q_head && !c->close_code)
+            ws_pump(c);
+        if (c->q_head) {
+            if (ws_write(c))
+                return -1;
+            lws_callback_on_writable(wsi);   /* the next piece, or one more pump */
+        } else if (c->close_code) {
+            lws_close_reason(wsi, (enum lws_close_status)c->close_code, NULL, 0);
+            return -1;
+        }
+        return 0;
+    case LWS_CALLBACK_CLOSED:   /* the socket is still open here: its count goes */
+        web_addr_release(w, lws_get_socket_fd(wsi));
+        /* fall through */
+    case LWS_CALLBACK_WSI_DESTROY:
+        if (c) {
+            ws_free(c);
+            *slot = NULL;
+        }
+        return 0;
+    default:
+        return 0;
+    }
+}
