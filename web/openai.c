@@ -288,7 +288,7 @@ static json_t *usage_json(const api_req *a)
 {
     uint32_t prompt, cached, comp;
     em_gen_usage(a->gen, &prompt, &cached, &comp);
-    return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", (json_int_t)prompt, "completion_tokens",
+    return json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens", (json_int_t)prompt, "completion_tokens",
                      (json_int_t)comp, "total_tokens", (json_int_t)(prompt + comp), "prompt_tokens_details",
                      "cached_tokens", (json_int_t)cached);
 }
@@ -324,10 +324,10 @@ static void stream_choice(web_conn *c, api_req *a, uint32_t i, int done)
             json_object_set_new(delta, "content", json_stringn(a->delta[i].s, a->delta[i].n));
         else if (json_object_get(delta, "role"))
             json_object_set_new(delta, "content", json_string(""));
-        ch = json_pack("{s:i, s:o, s:n, s:o}", "index", (json_int_t)i, "delta", delta, "logprobs",
+        ch = json_pack("{s:I, s:o, s:n, s:o}", "index", (json_int_t)i, "delta", delta, "logprobs",
                        "finish_reason", fr);
     } else {
-        ch = json_pack("{s:s%, s:i, s:n, s:o}", "text", a->delta[i].s ? a->delta[i].s : "", a->delta[i].n,
+        ch = json_pack("{s:s%, s:I, s:n, s:o}", "text", a->delta[i].s ? a->delta[i].s : "", a->delta[i].n,
                        "index", (json_int_t)i, "logprobs", "finish_reason", fr);
     }
     json_t *j = envelope(a, c, a->chat ? "chat.completion.chunk" : "text_completion");
@@ -353,9 +353,9 @@ static void respond_whole(web_conn *c, api_req *a)
         json_t *fr = json_string(em_gen_finish_reason(a->gen, i));
         const char *t = a->text[i].s ? a->text[i].s : "";
         json_t *ch = a->chat
-            ? json_pack("{s:i, s:{s:s, s:s%, s:n}, s:n, s:o}", "index", (json_int_t)i, "message", "role",
+            ? json_pack("{s:I, s:{s:s, s:s%, s:n}, s:n, s:o}", "index", (json_int_t)i, "message", "role",
                         "assistant", "content", t, a->text[i].n, "refusal", "logprobs", "finish_reason", fr)
-            : json_pack("{s:s%, s:i, s:n, s:o}", "text", t, a->text[i].n, "index", (json_int_t)i, "logprobs",
+            : json_pack("{s:s%, s:I, s:n, s:o}", "text", t, a->text[i].n, "index", (json_int_t)i, "logprobs",
                         "finish_reason", fr);
         json_array_append_new(choices, ch);
     }

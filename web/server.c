@@ -442,6 +442,10 @@ static int callback_http(struct lws *wsi, enum lws_callback_reasons reason, void
                 route(c);   /* 413 at once, and close: the body is not read */
                 snprintf(c->headers, sizeof c->headers, "connection: close\r\n");
             }
+            /* no body to come (no Content-Length, not chunked): lws will not
+             * report a body's completion, so answer now */
+            if (!c->content_length && !lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING))
+                route(c);
             return 0;   /* the body follows */
         }
         route(c);

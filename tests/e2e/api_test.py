@@ -79,6 +79,18 @@ try:
     n_requests += 1
     st, h, body = srv.request('POST', '/v1/completions', raw=b'[1, 2]', headers=A)
     err_of(st, json.loads(body), 400)
+    # a POST without a body and without Content-Length is answered, not left waiting
+    n_requests += 1
+    k = socket.create_connection(('127.0.0.1', srv.port), timeout=60)
+    k.sendall(b'POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ' +
+              srv.keys['alice'].encode() + b'\r\n\r\n')
+    got = b''
+    while b'\r\n\r\n' not in got:
+        more = k.recv(4096)
+        assert more, got
+        got += more
+    k.close()
+    assert got.startswith(b'HTTP/1.1 400'), got[:100]
     for bad, param in (({'prompt': 'x', 'max_tokens': 'ten'}, 'max_tokens'),
                        ({'prompt': 'x', 'temperature': 3}, 'temperature'),
                        ({'prompt': 'x', 'top_p': 0}, 'top_p'),
