@@ -26,7 +26,8 @@
 static const char usage[] =
     "usage: ember serve [--model PATH] [--host H] [--port P] [--db PATH] [--ctx N] [--kv-mb N]\n"
     "                   [--parallel N] [--kv-type f16|q8_0] [--require-key] [--ping-s S]\n"
-    "                   [--drain-s N] [--max-ws-message BYTES] [--no-store-content] [--verbose]\n"
+    "                   [--drain-s N] [--max-queued N] [--max-ws-message BYTES] [--no-store-content]\n"
+    "                   [--verbose]\n"
     "  Serves the model over HTTP and WebSocket on one port: the OpenAI-compatible API\n"
     "  (/v1/chat/completions, /v1/completions, /v1/models), /healthz, /metrics\n"
     "  (Prometheus) and /api/usage (docs/api.md). Default 127.0.0.1:8080 and\n"
@@ -34,7 +35,9 @@ static const char usage[] =
     "  machines always need an API key (`ember keys add NAME`); loopback clients too with\n"
     "  --require-key. --host 0.0.0.0 listens on every interface and needs a key in the\n"
     "  database. --parallel caps the sequences running at once (default: 16 on a CPU\n"
-    "  device, 64 on a GPU, fewer if the KV cache is small). A streamed answer silent for\n"
+    "  device, 64 on a GPU, fewer if the KV cache is small); --max-queued how many\n"
+    "  requests of each class may wait for one (default 256 interactive, 1024\n"
+    "  background; past it: 503 with Retry-After). A streamed answer silent for\n"
     "  --ping-s seconds (default 10: a long prompt) gets an SSE comment, so that proxies\n"
     "  keep the connection. The first SIGINT/SIGTERM drains: new requests get 503,\n"
     "  running ones finish (at most --drain-s seconds, default 30; then they are\n"
@@ -89,7 +92,7 @@ int em_cmd_serve(int argc, char **argv)
 {
     const char *model_path = NULL, *host = "127.0.0.1", *db = "ember.db", *kv_name = "f16";
     long port = 8080, ctx = 0, kv_mb = 0, parallel = 0, drain_s = 30;
-    long max_ws_message = 1 << 20;
+    long max_ws_message = 1 << 20, max_queued = 0;
     int require_key = 0, verbose = 0, no_store = 0;
     double ping_s = 10;
     em_cli_opt opts[] = {
@@ -105,6 +108,7 @@ int em_cmd_serve(int argc, char **argv)
         { "--ping-s", NULL, EM_OPT_FLOAT, &ping_s, 0.1, 3600 },
         { "--drain-s", NULL, EM_OPT_INT, &drain_s, 0, 3600 },
         { "--max-ws-message", NULL, EM_OPT_INT, &max_ws_message, 256, 1 << 30 },
+        { "--max-queued", NULL, EM_OPT_INT, &max_queued, 1, 1 << 20 },
         { "--no-store-content", NULL, EM_OPT_FLAG, &no_store, 0, 0 },
         { "--verbose", "-v", EM_OPT_FLAG, &verbose, 0, 0 },
         { NULL, NULL, 0, NULL, 0, 0 },
@@ -191,6 +195,8 @@ int em_cmd_serve(int argc, char **argv)
     em_sched_opts sco;
     em_sched_opts_init(&sco);
     sco.step_tokens = T;
+    if (max_queued > 0)   /* past it a request is answered 503 with Retry-After */
+        sco.max_waiting[EM_CLASS_INTERACTIVE] = sco.max_waiting[EM_CLASS_BACKGROUND] = (uint32_t)max_queued;
     if ((rc = em_sched_create(&sco, &be, tok, &s, &err))) {
         status = em_cli_fail_err(&err);
         goto done;
