@@ -76,6 +76,8 @@ def kv_pool_back_to_idle(srv):
 
 async def happy_path(srv):
     ws, ready = await connect(srv)
+    device = ready.pop('device', None)
+    assert isinstance(device, str) and device, ready     # e.g. "llvmpipe (LLVM 15.0.6, 256 bits) (cpu)"
     assert ready == {'type': 'ready', 'model': 'stories260K', 'context': 2048,
                      'limits': {'max_message_bytes': MAX_MSG, 'max_requests': 8}, 'key': None}, ready
     p = {'max_tokens': 24, 'temperature': 0}
