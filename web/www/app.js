@@ -27,6 +27,7 @@ const S = {
   timings: new Map(),     // message id -> done's timings (this browser's answers)
   cutoff: new Set(),      // ids of answers cut off by a lost connection
   branching: false,       // the server stores branches (parent_id, current_leaf_id)
+  visited: new Map(),     // message id -> the leaf last shown under it: a switch back lands there
   files: [],              // attachments waiting to be sent: {name, text}
   notice: null,
   pastes: 0,
@@ -386,6 +387,7 @@ function render({ keepScroll = false } = {}) {
   const here = p && p.state !== 'finishing' && isHere(p);
   let path = t ? t.path() : v.local;
   if (here && t && (p.mode === 'edit' || p.mode === 'regenerate')) path = p.cutAt ? t.path(p.cutAt) : [];
+  if (t) for (const n of t.path()) S.visited.set(n.id, t.leaf);
   for (const n of path) chat.appendChild(drawMessage(n));
   if (here) {
     if (p.mode !== 'regenerate') chat.appendChild(message({ role: 'user', content: p.userText }));
@@ -522,7 +524,7 @@ function startEdit(n, article) {
     return;
   }
   editor(article, n.content, (text) => {
-    start('edit', { text, parentId: n.parent_id === undefined ? null : n.parent_id });
+    start('edit', { text, parentId: n.parent_id || 0 });   // 0: a new first message
   }, () => {});
 }
 
@@ -530,7 +532,8 @@ async function switchBranch(id, step) {
   const t = S.view.tree;
   const sib = t && t.sibling(id, step);
   if (!sib) return;
-  const leaf = t.latestLeaf(sib);
+  let leaf = S.visited.get(sib);
+  if (!leaf || !t.path(leaf).some((n) => n.id === sib)) leaf = t.latestLeaf(sib);
   t.leaf = leaf;
   render({ keepScroll: true });
   const art = chat.querySelector('article[data-id="' + sib + '"]');
@@ -538,12 +541,13 @@ async function switchBranch(id, step) {
     const b = art.querySelector(step < 0 ? '.sib .prev' : '.sib .next');
     (b && !b.disabled ? b : art.querySelector('.sib .pos') || art).focus?.();
   }
-  try {
-    await api('PATCH', '/api/conversations/' + t.id, { current_leaf_id: leaf });
-  } catch (e) {
+  // one PATCH after another: the last switch is the one the server keeps
+  patches = patches.then(() => api('PATCH', '/api/conversations/' + t.id, { current_leaf_id: leaf })).catch((e) => {
     if (!apiAuth(e)) notify('The branch shown could not be saved: ' + e.message, 'error');
-  }
+  });
+  return patches;
 }
+let patches = Promise.resolve();
 
 // ---- streaming ----
 

@@ -28,8 +28,7 @@ export class Tree {
       if (!this.kids.has(k)) this.kids.set(k, []);
       this.kids.get(k).push(n.id);
     }
-    for (const list of this.kids.values())
-      list.sort((a, b) => (this.byId.get(a).created_ms - this.byId.get(b).created_ms) || a - b);
+    for (const list of this.kids.values()) list.sort((a, b) => a - b);   // ids are creation order
     const leaf = conv.current_leaf_id;
     this.leaf = leaf && this.byId.has(leaf) ? leaf : this.latestLeaf(0);
   }
@@ -67,9 +66,7 @@ export class Tree {
       const x = stack.pop();
       const ch = this.children(x);
       if (ch.length) { stack.push(...ch); continue; }
-      const n = this.byId.get(x);
-      const b = best && this.byId.get(best);
-      if (!b || n.created_ms > b.created_ms || (n.created_ms === b.created_ms && n.id > b.id)) best = x;
+      if (best === null || x > best) best = x;
     }
     return best;
   }
