@@ -78,7 +78,7 @@ def assert_no_pwn(b):
     """No script from text ran, and no element of it exists."""
     assert b.js('return typeof window.__pwned') == 'undefined', 'a script from untrusted text ran'
     bad = b.js("""return [...document.querySelectorAll(
-        '#chat img, #chat script, #chat iframe, #convs img, #convs script, #title *, #chat [onerror], ' +
+        '#chat .msg img, #chat script, #chat iframe, #convs img, #convs script, #title *, #chat [onerror], ' +
         '#chat a[href^="javascript"], #convs [onerror]')].map(e => e.outerHTML)""")
     assert not bad, 'elements from untrusted text: %s' % bad[:5]
 

@@ -193,8 +193,8 @@ function onReady(m) {
   if (kd.open) kd.close();
   setModelLine();
   showStatus();
-  refreshList();
-  if (first || keyChanged) openFromUrl(false);
+  const listed = refreshList();
+  if (first || keyChanged) listed.then((whole) => openFromUrl(false, whole));
   else if (S.view.id && !busy()) openConv(S.view.id, { push: false, quiet: true, keepScroll: true });
 }
 
@@ -264,18 +264,19 @@ async function refreshList() {
   const seq = ++listSeq;
   try {
     const j = await api('GET', '/api/conversations' + (q ? '?q=' + encodeURIComponent(q) : ''));
-    if (seq !== listSeq) return;
+    if (seq !== listSeq) return false;
     S.convs = (j && j.data) || [];
   } catch (e) {
-    if (seq !== listSeq) return;
-    if (apiAuth(e)) return;
+    if (seq !== listSeq) return false;
+    if (apiAuth(e)) return false;
     S.convs = [];
     $('convs-empty').textContent = 'The conversation list could not be read: ' + e.message;
     $('convs-empty').hidden = false;
     $('convs').replaceChildren();
-    return;
+    return false;
   }
   drawList();
+  return !q;
 }
 
 function drawList() {
@@ -301,10 +302,19 @@ function urlId() {
   return c && /^\d{1,18}$/.test(c) ? Number(c) : null;
 }
 
-function openFromUrl(push) {
+/** Open what the URL names. whole: S.convs is the key's whole list (no search), so an id
+ * missing from it is known to be gone without asking. */
+function openFromUrl(push, whole = false) {
   const id = urlId();
-  if (id) openConv(id, { push });
+  if (id && whole && !S.convs.some((c) => c.id === id)) gone(id);
+  else if (id) openConv(id, { push });
   else newChat({ push });
+}
+
+function gone(id) {
+  notify('That conversation does not exist here (it was deleted, or it belongs to another key).', 'error');
+  if (urlId() === id) history.replaceState(null, '', '/');
+  if (S.view.id === id || !S.view.id) newChat({ push: false });
 }
 
 window.addEventListener('popstate', () => openFromUrl(false));
@@ -331,9 +341,7 @@ async function openConv(id, { push = true, quiet = false, keepScroll = false } =
     if (seq !== openSeq) return false;
     if (apiAuth(e)) return false;
     if (e.status === 404) {
-      notify('That conversation does not exist here (it was deleted, or it belongs to another key).', 'error');
-      if (urlId() === id) history.replaceState(null, '', '/');
-      if (S.view.id === id || !S.view.id) newChat({ push: false });
+      gone(id);
       refreshList();
     } else if (!quiet) {
       notify('The conversation could not be opened: ' + e.message, 'error');
