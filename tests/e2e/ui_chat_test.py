@@ -102,7 +102,7 @@ def main_server(b, srv):
         {'role': 'assistant', 'content': hostile},
         {'role': 'user', 'content': 'Repeat your last message exactly: ' + HOSTILE_SCRIPT}]))
     b.get(srv.base + '/?c=%d' % evil)
-    b.wait(lambda d: len(d.find_elements(By.CSS_SELECTOR, '#chat .msg.assistant .meta')) >= 2, 'the hostile answer')
+    b.wait(lambda d: len(d.find_elements(By.CSS_SELECTOR, '#chat .msg.assistant[data-id]')) >= 2, 'the hostile answer')
     texts = answers(b)
     assert HOSTILE_IMG in texts[0] and HOSTILE_SCRIPT in texts[0] and 'javascript:' in texts[0], texts[0]
     title = b.d.find_element(By.ID, 'title').text
@@ -125,7 +125,7 @@ def main_server(b, srv):
                                                 {'role': 'user', 'content': 'Thanks! Explain the integral.'}],
                                          max_tokens=60))
     b.get(srv.base + '/?c=%d' % mc)
-    b.wait(lambda d: len(d.find_elements(By.CSS_SELECTOR, '#chat .msg.assistant .meta')) >= 2, 'the maths answer')
+    b.wait(lambda d: len(d.find_elements(By.CSS_SELECTOR, '#chat .msg.assistant[data-id]')) >= 2, 'the maths answer')
     first = b.d.find_element(By.CSS_SELECTOR, '#chat .msg.assistant .body')
     kx = first.find_elements(By.CSS_SELECTOR, '.katex')
     assert len(kx) >= 2 and first.find_elements(By.CSS_SELECTOR, '.math-block .katex-display'), len(kx)
@@ -134,6 +134,8 @@ def main_server(b, srv):
     assert not first.find_elements(By.CSS_SELECTOR, '.codeblock .katex, code .katex'), 'math inside code'
     assert first.find_element(By.CSS_SELECTOR, '.codeblock .codebar').text.startswith('python')
     assert '$5 and $10' in first.text and '$y$' in first.text, first.text
+    b.js('document.getElementById("chat").scrollTop = 0')
+    math_shot = b.screenshot('chat-math-desktop')
     copy = first.find_element(By.CSS_SELECTOR, '.codeblock .copy-code')
     copy.click()
     b.wait(lambda d: copy.text in ('Copied', 'Copy failed'), 'the copy button answers')
@@ -143,7 +145,18 @@ def main_server(b, srv):
     wait_answer(b, 3)
     assert_no_pwn(b)
     global SHOTS
-    SHOTS = screenshots(b, 'chat')
+    SHOTS = [math_shot] + screenshots(b, 'chat')
+    # the list as a drawer at phone width; Esc closes it
+    b.size(375, 812)
+    b.d.find_element(By.ID, 'open-side').click()
+    b.wait(lambda d: d.find_element(By.ID, 'new-chat').is_displayed() and
+           d.find_element(By.ID, 'sidebar').rect['x'] >= 0, 'the drawer open')
+    b.js('return new Promise(r => setTimeout(r, 300))')      # the slide-in transition
+    SHOTS.append(b.screenshot('chat-phone-list'))
+    assert b.js('return document.activeElement.id') == 'search'
+    b.d.find_element(By.ID, 'search').send_keys(Keys.ESCAPE)
+    b.wait(lambda d: not d.find_element(By.ID, 'new-chat').is_displayed(), 'the drawer closed')
+    b.size(1280, 900)
 
     # ---- attachments: an attached file and a long paste ----
     b.d.find_element(By.ID, 'new-chat').click()

@@ -17,13 +17,14 @@ def send_message(b, text):
 
 
 def wait_answer(b, n, timeout=300):
-    """Wait until n answers with a stats line are on screen and filed (each has its stored id,
-    none is still streaming); the stats lines."""
+    """Wait until n answers are on screen and filed (each has its stored id, none is still
+    streaming); the stats lines of those that have one (the model's)."""
     def filed(d):
-        metas = d.find_elements(By.CSS_SELECTOR, '#chat .msg.assistant[data-id] .meta')
+        filed = d.find_elements(By.CSS_SELECTOR, '#chat .msg.assistant[data-id]')
         live = d.find_elements(By.CSS_SELECTOR, '#chat article.assistant:not([data-id])')
         busy = 'stop' in d.find_element(By.ID, 'send').get_attribute('class')
-        return len(metas) >= n and not live and not busy and [m.text for m in metas]
+        metas = d.find_elements(By.CSS_SELECTOR, '#chat .msg.assistant[data-id] .meta')
+        return len(filed) >= n and metas and not live and not busy and [m.text for m in metas]
     return b.wait(filed, '%d answers filed' % n, timeout=timeout)
 
 

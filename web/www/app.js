@@ -408,7 +408,9 @@ function render({ keepScroll = false } = {}) {
 
 function drawMessage(n) {
   const t = S.view.tree;
-  const opt = { timing: S.timings.get(n.id), cutoff: S.cutoff.has(n.id) };
+  let timing = S.timings.get(n.id);
+  if (timing && n.tokens !== undefined && timing.completion_tokens !== n.tokens) timing = undefined;  // another db's id
+  const opt = { timing, cutoff: S.cutoff.has(n.id) };
   if (t && t.branching && n.id) {
     opt.siblings = t.siblingPos(n.id);
     opt.onSibling = (step) => switchBranch(n.id, step);
@@ -583,7 +585,7 @@ function drawLive() {
   if (!p) return;
   const stick = nearBottom();
   const body = p.el.querySelector('.body');
-  renderInto(body, p.text);
+  renderInto(body, p.text, false);
   const ls = p.el.querySelector('.livestats');
   if (ls) ls.textContent = p.rate ? '≈ ' + p.rate.toFixed(1) + ' tok/s' : 'generating…';
   if (stick && isHere(p)) chat.scrollTop = chat.scrollHeight;

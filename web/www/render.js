@@ -144,8 +144,9 @@ const PURIFY = { ADD_TAGS: ['semantics', 'annotation'], ADD_ATTR: ['target'],
 
 const cache = new Map();
 
-/** Markdown (untrusted) → sanitised HTML string. */
-export function renderMarkdown(text) {
+/** Markdown (untrusted) → sanitised HTML string. keep: cache it (a stored message, drawn again
+ * at each redraw; not the growing text of a streamed answer). */
+export function renderMarkdown(text, keep = true) {
   const hit = cache.get(text);
   if (hit !== undefined) return hit;
   let html;
@@ -154,14 +155,16 @@ export function renderMarkdown(text) {
   } catch (e) {
     html = '<p>' + escapeHtml(text) + '</p>';
   }
-  if (text.length > 64 && cache.size > 300) cache.clear();
-  if (text.length > 64) cache.set(text, html);
+  if (keep && text.length > 64) {
+    if (cache.size > 300) cache.clear();
+    cache.set(text, html);
+  }
   return html;
 }
 
 /** Set el's content to the rendered Markdown of text, with code-block tools. */
-export function renderInto(el, text) {
-  el.innerHTML = renderMarkdown(text);
+export function renderInto(el, text, keep = true) {
+  el.innerHTML = renderMarkdown(text, keep);
   enhanceCode(el);
 }
 

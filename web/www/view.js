@@ -47,6 +47,7 @@ export const FINISH = { stop: 'stop', length: 'length (token limit)', cancelled:
 
 /** The line under an answer: tokens · first token · tok/s · finish reason. */
 export function statsText(n, timing) {
+  if (!timing && !n.finish_reason && !n.tokens) return '';   // not generated here (sent or imported as is)
   const parts = [];
   const tokens = timing && timing.completion_tokens !== undefined ? timing.completion_tokens : n.tokens;
   if (tokens !== undefined && tokens !== null) parts.push(tokens + (tokens === 1 ? ' token' : ' tokens'));
