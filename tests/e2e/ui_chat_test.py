@@ -13,8 +13,9 @@
 #    as fenced blocks headed by the file name;
 #  - every control has an accessible name; screenshots at 1280 and 375 px,
 #    light and dark (EMBER_ARTIFACTS);
-#  - the connection lost mid-answer (the server killed): the answer is marked
-#    cut off, the page says so and reconnects (backoff) to the new server;
+#  - the connection lost mid-answer (the socket dropped; the server killed):
+#    the answer is marked cut off (the stored one too), the page says so and
+#    reconnects (backoff), to the new server;
 # and, with --require-key (stories260K), the key prompt: a wrong key refused
 # with a clear message, the right one accepted and kept, a revoked one refused.
 # No request leaves 127.0.0.1; the console logs no error (but the failed
@@ -194,10 +195,32 @@ def main_server(b, srv):
     return cid
 
 
+# the test's handle on the page's sockets (added by the browser before any script of the page)
+SOCKETS = """(() => { const W = window.WebSocket; window.__sockets = [];
+  window.WebSocket = function (...a) { const s = new W(...a); window.__sockets.push(s); return s; };
+  window.WebSocket.prototype = W.prototype;
+  Object.assign(window.WebSocket, { CONNECTING: 0, OPEN: 1, CLOSING: 2, CLOSED: 3 }); })();"""
+
+
 def connection_lost(b, srv, model):
-    """Kill the server mid-answer: the answer is marked cut off and the page reconnects to the
-    next server on the same port. Returns the new server."""
+    """The socket drops mid-answer (the server lives on and keeps what was generated): the
+    answer is marked cut off, stored as such. Then the server is killed mid-answer: the answer
+    is marked cut off and the page reconnects to the next server on the same port. Returns the
+    new server."""
     save_settings(b, max_tokens='900', temperature='0.8')
+    b.d.find_element(By.ID, 'new-chat').click()
+    send_message(b, 'Tell me a long story about a clockmaker.')
+    until_text_grows(b, '.msg.assistant.live .body', observations=3)
+    b.js('window.__sockets[window.__sockets.length - 1].close()')
+    b.wait(lambda d: d.find_elements(By.CSS_SELECTOR, '#chat .msg.assistant.cutoff .cut-note'), 'the cut-off mark')
+    # reconnected (1 s): the stored answer (cancelled when the socket went) carries the mark
+    b.wait(lambda d: d.find_elements(By.CSS_SELECTOR, '#chat .msg.assistant.cutoff[data-id]'), 'the stored cut-off')
+    cid = int(b.d.current_url.split('?c=')[1])
+    aid = int(b.d.find_element(By.CSS_SELECTOR, '#chat .msg.assistant.cutoff').get_attribute('data-id'))
+    stored = {m['id']: m for m in get_conv(srv, cid)['messages']}[aid]
+    assert stored.get('finish_reason', 'cancelled') == 'cancelled' and stored['tokens'] > 0, stored
+    assert 'context' in b.d.find_element(By.ID, 'model').text
+
     b.d.find_element(By.ID, 'new-chat').click()
     send_message(b, 'Tell me a very long story about a lighthouse keeper.')
     until_text_grows(b, '.msg.assistant.live .body', observations=3)
@@ -275,6 +298,7 @@ srv = Server(model)
 b = None
 try:
     b = Browser()
+    b.d.execute_cdp_cmd('Page.addScriptToEvaluateOnNewDocument', {'source': SOCKETS})
     main_server(b, srv)
     n = b.assert_local_only(srv.port)
     b.assert_no_console_errors()

@@ -149,7 +149,7 @@ function onFrame(m) {
       S.lost = false;
       setModelLine();
       if (key.get()) sock.send({ type: 'auth', key: key.get() });
-      else askKey();
+      else if (!$('keydlg').open) askKey();
       showStatus();
       break;
     case 'ready':
@@ -206,7 +206,6 @@ function setModelLine() {
     model.title = '';
     return;
   }
-  model.textContent = r.model;
   const parts = [r.model];
   if (r.device) parts.push(r.device);
   parts.push('context ' + r.context);
@@ -357,12 +356,12 @@ async function openConv(id, { push = true, quiet = false, keepScroll = false } =
   // answers this browser saw cut off: the stored one carries at least the text that arrived
   const p = S.pending;
   if (p && (p.state === 'cutoff' || p.state === 'lost') && p.convId === id) {
+    let hit = 0;
     for (const n of tree.byId.values())
-      if (n.role === 'assistant' && p.text && n.content.startsWith(p.text) && n.created_ms >= p.sentAt - 60000) {
-        S.cutoff.add(n.id);
-        S.pending = null;
-      }
-    if (S.pending && p.state === 'lost') S.pending = null;
+      if (n.id > p.lastId && n.role === 'assistant' && p.text && n.content.startsWith(p.text) &&
+          n.finish_reason !== 'stop' && n.finish_reason !== 'length' && n.id > hit) hit = n.id;
+    if (hit) S.cutoff.add(hit);
+    if (hit || p.state === 'lost') S.pending = null;
   }
   if (p && p.timingFor === 'leaf' && p.convId === id) {
     const leaf = tree.get(tree.leaf);
@@ -499,7 +498,8 @@ function start(mode, { text = '', parentId = null, typed = '', files = [] } = {}
   }
   const p = params();
   if (Object.keys(p).length) msg.params = p;
-  S.pending = { reqId, mode, token: v.token, convId: v.id, cutAt: parentId, userText: text, typed, files,
+  const lastId = v.tree ? Math.max(0, ...v.tree.byId.keys()) : 0;   // what is stored for it will be newer
+  S.pending = { reqId, mode, token: v.token, convId: v.id, cutAt: parentId, userText: text, typed, files, lastId,
     text: '', el: liveArticle(), state: 'queued', position: null, frames: 0, firstAt: 0, sentAt: Date.now(),
     rate: 0, drawn: false };
   sock.send(msg);
