@@ -341,9 +341,16 @@ static int import_message(const json_t *m, size_t i, size_t j, int64_t now, em_m
         return bad(in, "must be a string", "conversations[%zu].messages[%zu].content", i, j);
     out->role = json_string_value(json_object_get(m, "role"));
     out->content = json_string_value(json_object_get(m, "content"));
-    if (opt_str(m, "finish_reason", &out->finish_reason))
-        return bad(in, "must be null or \"stop\", \"length\", \"cancelled\"",
+    if (strcmp(out->role, "system") && strcmp(out->role, "user") && strcmp(out->role, "assistant"))
+        return bad(in, "must be \"system\", \"user\" or \"assistant\"", "conversations[%zu].messages[%zu].role", i,
+                   j);
+    const char *fr;
+    if (opt_str(m, "finish_reason", &fr) ||
+        (fr && (strcmp(out->role, "assistant") ||
+                (strcmp(fr, "stop") && strcmp(fr, "length") && strcmp(fr, "cancelled")))))
+        return bad(in, "must be null, or for an assistant message \"stop\", \"length\" or \"cancelled\"",
                    "conversations[%zu].messages[%zu].finish_reason", i, j);
+    out->finish_reason = fr;
     if (opt_int(m, "tokens", 0, &out->tokens))
         return bad(in, "must be an integer >= 0", "conversations[%zu].messages[%zu].tokens", i, j);
     if (opt_int(m, "created_ms", now, &out->created_ms))
