@@ -140,12 +140,16 @@ static int search_arg(web_conn *c, char *q, size_t cap)
     for (int i = 0, seen = 0;; i++) {
         char frag[Q_MAX + 8];
         int flen = lws_hdr_fragment_length(c->wsi, WSI_TOKEN_HTTP_URI_ARGS, i);
-        if (flen >= (int)sizeof frag)
-            return refuse(c, 400, NULL, "q", "the search is longer than 512 bytes") - 1;
+        if (flen >= (int)sizeof frag) {
+            refuse(c, 400, NULL, "q", "the search is longer than 512 bytes");
+            return -1;
+        }
         if (lws_hdr_copy_fragment(c->wsi, frag, sizeof frag, WSI_TOKEN_HTTP_URI_ARGS, i) < 0)
             return 0;   /* no more */
-        if (strncmp(frag, "q=", 2) != 0 || seen++)
-            return refuse(c, 400, NULL, "q", "the one query parameter here is q=TEXT, once") - 1;
+        if (strncmp(frag, "q=", 2) != 0 || seen++) {
+            refuse(c, 400, NULL, "q", "the one query parameter here is q=TEXT, once");
+            return -1;
+        }
         snprintf(q, cap, "%s", frag + 2);
     }
 }
@@ -282,6 +286,7 @@ typedef struct {
     size_t         n;
     char           param[64];   /* where the shape is wrong */
     char           why[192];
+    int            oom;
 } import_in;
 
 static int bad(import_in *in, const char *why, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -379,8 +384,10 @@ static int import_parse(const json_t *doc, import_in *in)
     in->n = json_array_size(convs);
     in->convs = calloc(in->n ? in->n : 1, sizeof *in->convs);
     in->msgs = calloc(total ? total : 1, sizeof *in->msgs);
-    if (!in->convs || !in->msgs)
-        return bad(in, "out of memory", "conversations");
+    if (!in->convs || !in->msgs) {
+        in->oom = 1;
+        return -1;
+    }
     int64_t now = em_storage_now_ms();
     size_t at = 0;
     json_array_foreach(convs, i, cv) {
@@ -413,16 +420,17 @@ static int import(web_conn *c, const em_web_auth *a)
     json_t *doc = body_object(c);
     if (!doc)
         return 0;
-    if (import_parse(doc, &in)) {
+    int parsed = import_parse(doc, &in);
+    if (parsed && !in.oom) {
         char msg[300];
         snprintf(msg, sizeof msg, "%s: %s", in.param, in.why);
         refuse(c, 400, NULL, in.param, msg);
         goto done;
     }
-    if (!(ids = calloc(in.n ? in.n : 1, sizeof *ids))) {
-        err.code = EM_ENOMEM;
-        snprintf(err.msg, sizeof err.msg, "out of memory");
-        store_failed(c, &err);
+    if (parsed || !(ids = calloc(in.n ? in.n : 1, sizeof *ids))) {
+        em_web_error e = { 0 };
+        em_web_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
+        web_respond_error(c, &e);
         goto done;
     }
     int rc = em_storage_conv_import(c->w->o.storage, a->key_id, in.convs, in.n, ids, &err);
