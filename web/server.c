@@ -384,6 +384,8 @@ static void route(web_conn *c)
         return;
     if (web_api_route(c) == 0)   /* /api/conversations */
         return;
+    if (web_assets_route(c) == 0)   /* /, /dashboard, /static/... */
+        return;
     em_web_fail(&e, 404, "invalid_request_error", "not_found", NULL, "no route for %s %s",
                 web_method_name(c->method), c->path);
     web_respond_error(c, &e);
@@ -416,6 +418,8 @@ static int begin(web_conn *c, struct lws *wsi, em_web *w, const char *uri)
     c->loopback = web_is_loopback(c->addr);
     if (lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_AUTHORIZATION) < (int)sizeof c->authz)
         lws_hdr_copy(wsi, c->authz, sizeof c->authz, WSI_TOKEN_HTTP_AUTHORIZATION);
+    if (lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_IF_NONE_MATCH) < (int)sizeof c->if_none_match)
+        lws_hdr_copy(wsi, c->if_none_match, sizeof c->if_none_match, WSI_TOKEN_HTTP_IF_NONE_MATCH);
     char cl[32] = "";
     if (lws_hdr_copy(wsi, cl, sizeof cl, WSI_TOKEN_HTTP_CONTENT_LENGTH) > 0)
         c->content_length = strtoull(cl, NULL, 10);

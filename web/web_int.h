@@ -88,6 +88,7 @@ typedef struct web_conn {
     char        addr[64];          /* the peer's address */
     int         loopback;
     char        authz[512];        /* the Authorization header as received */
+    char        if_none_match[80]; /* the If-None-Match header (assets.c) */
     double      t_received;        /* monotonic seconds */
     /* the request body */
     em_buf      body;
@@ -284,5 +285,11 @@ int  web_ws_callback(struct lws *wsi, enum lws_callback_reasons reason, void *us
 /* Route /api/conversations[/ID] (GET list, GET one, DELETE one); returns 0
  * when it took c's request, 1 when the path is not its. */
 int  web_api_route(web_conn *c);
+
+/* ---- assets.c: the embedded browser UI -------------------------------------- */
+
+/* Route GET /, /dashboard and /static/...: 0 when it took the request, 1
+ * when the path is not its. */
+int web_assets_route(web_conn *c);
 
 #endif
