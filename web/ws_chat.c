@@ -701,10 +701,30 @@ static int ws_receive(ws_chat *c, const void *in, size_t len)
 
 /* ---- the socket ------------------------------------------------------------- */
 
+/* A client gone mid-answer: r is cancelled as it is freed, and what it had
+ * generated (delivered or not) is stored as a stopped answer would be, with
+ * finish_reason cancelled (or its own, when it ended just now), so a dropped
+ * connection loses neither the user's message nor the text so far. */
+static void store_cut_off(ws_chat *c, ws_req *r)
+{
+    size_t had = r->delta.n;
+    int all = em_gen_pump(r->gen, &r->delta);
+    if (r->delta.n > had)
+        em_buf_add(&r->answer, r->delta.s + had, r->delta.n - had);
+    if (em_gen_error(r->gen))
+        return;
+    uint32_t prompt, cached, comp;
+    em_gen_usage(r->gen, &prompt, &cached, &comp);
+    int64_t user_id, answer_id;
+    store_exchange(c, r, comp, all ? em_gen_finish_reason(r->gen, 0) : "cancelled", &user_id, &answer_id);
+}
+
 static void ws_free(ws_chat *c)
 {
-    while (c->n_req)
-        req_remove(c, c->n_req - 1);   /* a client gone: its requests are cancelled */
+    while (c->n_req) {   /* a client gone: its requests are cancelled, their text so far kept */
+        store_cut_off(c, c->req[c->n_req - 1]);
+        req_remove(c, c->n_req - 1);
+    }
     web_live_unlink(c->w, &c->live);
     for (ws_frame *f = c->q_head, *next; f; f = next) {
         next = f->next;

@@ -273,15 +273,34 @@ async def cancels(srv):
     assert d['type'] == 'done' and d['finish_reason'] == 'cancelled', d
     assert 1 <= d['usage']['completion_tokens'] < 1900, d
     await ws.close()
+    st, before = get_json(srv, '/api/conversations')
+    assert st == 200, before
+    newest = max([c['id'] for c in before['data']] + [0])
     ws, _ = await connect(srv)
     await send(ws, **chat_msg('gone', messages=M, **LONG))
     q = await recv(ws)
     rid_gone = q['request_id']
+    got = ''
     for _ in range(1000):
-        if (await recv(ws))['type'] == 'token':
+        f = await recv(ws)
+        if f['type'] == 'token':
+            got += f['text']
             break
     ws.transport.abort()    # no closing handshake: the connection just drops
     await asyncio.wait_for(ws.wait_closed(), T)   # (the socket is closed on the loop's next turn)
+    # the exchange is stored as a stopped one: the user's message and the text so far, cancelled
+    for _ in range(200):
+        st, after = get_json(srv, '/api/conversations')
+        new = [c for c in after['data'] if c['id'] > newest]
+        if new:
+            break
+        await asyncio.sleep(0.05)
+    assert len(new) == 1, after
+    st, conv = get_json(srv, '/api/conversations/%d' % new[0]['id'])
+    assert [(m['role'], m['content']) for m in conv['messages'][:1]] == [('user', M[0]['content'])], conv
+    ans = conv['messages'][1]
+    assert ans['role'] == 'assistant' and ans['finish_reason'] == 'cancelled', ans
+    assert ans['content'].startswith(got) and 1 <= ans['tokens'] < 1900, (got, ans)
     return rid_c, rid_gone
 
 

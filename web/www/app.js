@@ -196,6 +196,24 @@ function onReady(m) {
   const listed = refreshList();
   if (first || keyChanged) listed.then((whole) => openFromUrl(false, whole));
   else if (S.view.id && !busy()) openConv(S.view.id, { push: false, quiet: true, keepScroll: true });
+  else if (!S.view.id && S.pending && S.pending.mode === 'new' && S.pending.state === 'cutoff') findCutOff(S.pending, 1);
+}
+
+/** A new chat cut off before its done frame: the server stores what it generated when it sees the
+ * socket go, so find that conversation (newer than any listed when it was sent, titled by its first
+ * message) and open it with the answer marked. Asks up to 5 times, a second apart. */
+async function findCutOff(p, attempt) {
+  await refreshList();
+  if (S.pending !== p || !isHere(p) || S.view.id) return;
+  const c = S.convs.find((x) => x.id > p.maxConv && x.title && p.userText.startsWith(x.title));
+  if (c) {
+    p.convId = c.id;
+    S.view.id = c.id;
+    history.replaceState(null, '', '/?c=' + c.id);
+    openConv(c.id, { push: false, quiet: true });
+  } else if (attempt < 5) {
+    setTimeout(() => findCutOff(p, attempt + 1), 1000);
+  }
 }
 
 function setModelLine() {
@@ -499,7 +517,8 @@ function start(mode, { text = '', parentId = null, typed = '', files = [] } = {}
   const p = params();
   if (Object.keys(p).length) msg.params = p;
   const lastId = v.tree ? Math.max(0, ...v.tree.byId.keys()) : 0;   // what is stored for it will be newer
-  S.pending = { reqId, mode, token: v.token, convId: v.id, cutAt: parentId, userText: text, typed, files, lastId,
+  const maxConv = Math.max(0, ...S.convs.map((c) => c.id));           // so will a new chat's conversation
+  S.pending = { reqId, mode, token: v.token, convId: v.id, cutAt: parentId, userText: text, typed, files, lastId, maxConv,
     text: '', el: liveArticle(), state: 'queued', position: null, frames: 0, firstAt: 0, sentAt: Date.now(),
     rate: 0, drawn: false };
   sock.send(msg);
