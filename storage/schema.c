@@ -9,6 +9,21 @@
 #include <string.h>
 #include <sys/stat.h>
 
+/* The device's busy time per UTC hour: ember serve adds to an hour's row
+ * about every minute (em_storage_util_add); GET /api/utilization and the
+ * dashboard's utilization and cost read it. Self-contained (it touches no
+ * other table and creates only what is missing), so its step may be
+ * renumbered when migrations merge. */
+#define MIGRATE_UTILIZATION                                                                      \
+    "CREATE TABLE IF NOT EXISTS utilization ("                                                     \
+    "  hour_ms          INTEGER PRIMARY KEY,"                                                      \
+    "  up_ms            INTEGER NOT NULL DEFAULT 0 CHECK (up_ms >= 0),"                            \
+    "  busy_ms          REAL    NOT NULL DEFAULT 0 CHECK (busy_ms >= 0),"                          \
+    "  generated_tokens INTEGER NOT NULL DEFAULT 0 CHECK (generated_tokens >= 0),"                 \
+    "  prefilled_tokens INTEGER NOT NULL DEFAULT 0 CHECK (prefilled_tokens >= 0),"                 \
+    "  steps            INTEGER NOT NULL DEFAULT 0 CHECK (steps >= 0)"                             \
+    ");"
+
 /* migrations[v] takes a database from version v to v + 1. Each runs in one
  * transaction together with its user_version bump. Never edit a released
  * step: add a new one (docs/storage.md, "Migration policy"). */
@@ -115,6 +130,15 @@ static const char *const migrations[EM_STORAGE_SCHEMA_VERSION] = {
      * ordinary ones. */
     "ALTER TABLE api_keys ADD COLUMN admin INTEGER NOT NULL DEFAULT 0 CHECK (admin IN (0, 1));"
     "PRAGMA user_version = 4;",
+
+    /* 4 -> 5: reserved for message branches, written in parallel on branch
+     * `branches`; the merge puts that step here. On this branch it only
+     * moves the version on. */
+    "PRAGMA user_version = 5;",
+
+    /* 5 -> 6: utilization (MIGRATE_UTILIZATION above). */
+    MIGRATE_UTILIZATION
+    "PRAGMA user_version = 6;",
 };
 
 int em_sto_code(int sqlite_rc)

@@ -34,6 +34,7 @@ enum {
     /* ops connection: maintenance */
     EM_STMT_RETENTION,
     EM_STMT_MARK_INTERRUPTED,
+    EM_STMT_UTIL_ADD,
     EM_STMT_OPS_BEGIN,
     EM_STMT_OPS_COMMIT,
     EM_STMT_OPS_ROLLBACK,
@@ -132,6 +133,16 @@ void em_sto_set_degraded(em_storage *st, const char *reason);   /* takes st->loc
 int  em_sto_ops_begin(em_storage *st, em_err *err);
 /* Release ops_lock; rc is the SQLite code of the last failure (0 = none). */
 void em_sto_ops_end(em_storage *st, int sqlite_rc);
+
+/* ---- usage.c ---- */
+/* The UTC day (len_ms one day: "2024-05-01") or hour (one hour:
+ * "2024-05-01T10:00Z") that ms falls in: its label (cap >= 18) and start. */
+void em_sto_bucket_label(int64_t ms, int64_t len_ms, char *buf, size_t cap, int64_t *start_ms);
+
+/* ---- export.c ---- */
+/* v rounded to 1/scale as a JSON real; null when NAN or infinite (new reference). */
+struct json_t;
+struct json_t *em_sto_json_num(double v, double scale);
 
 /* ---- keys.c ---- */
 /* Constant-time comparison of two 32-byte hashes (sodium_memcmp). */
