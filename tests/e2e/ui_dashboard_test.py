@@ -368,6 +368,11 @@ try:
     phone = full_page('dashboard-phone', 375)
     wide = b.js('return document.documentElement.scrollWidth')
     assert wide <= 375, 'the page is %d px wide at 375' % wide
+    b.size(1280, 900)
+    b.d.find_element(By.CSS_SELECTOR, '.presets button[data-days="7"]').click()   # the default view: 7 days
+    b.wait(lambda d: rows('table-volume') and len(rows('table-volume')[1][0][0]) == 10, 'the 7-day view by day')
+    week = full_page('dashboard-desktop-7days', 1280)
+    show(TODAY, TODAY)
     b.d.execute_cdp_cmd('Emulation.setEmulatedMedia', {'features': [{'name': 'prefers-color-scheme', 'value': 'dark'}]})
     time.sleep(0.5)
     dark = full_page('dashboard-phone-dark', 375)
@@ -375,7 +380,7 @@ try:
     n_req = b.assert_local_only(srv.port)
     b.assert_no_console_errors()
     print('ui-dashboard: %d requests, all to 127.0.0.1:%d; %s' % (n_req, srv.port,
-          ', '.join((desk, desk_busy, phone, dark, desk_dark))))
+          ', '.join((desk, desk_busy, week, phone, dark, desk_dark))))
 finally:
     for s in socks:
         s.close()
