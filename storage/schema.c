@@ -131,9 +131,43 @@ static const char *const migrations[EM_STORAGE_SCHEMA_VERSION] = {
     "ALTER TABLE api_keys ADD COLUMN admin INTEGER NOT NULL DEFAULT 0 CHECK (admin IN (0, 1));"
     "PRAGMA user_version = 4;",
 
-    /* 4 -> 5: reserved for message branches, written in parallel on branch
-     * `branches`; the merge puts that step here. On this branch it only
-     * moves the version on. */
+    /* 4 -> 5: messages form a tree per conversation (edits and regenerated
+     * answers are siblings). messages is rebuilt for its table constraints:
+     * a parent in the same conversation (a composite foreign key), created
+     * before its child (parent_id < id: no cycles), finish_reason on
+     * assistant messages only. Existing rows become a chain, each message
+     * under the one before it, and the last is the current leaf. Nothing
+     * refers to messages yet, so dropping the old table touches nothing. */
+    "CREATE TABLE messages_v5 ("
+    "  id              INTEGER PRIMARY KEY,"
+    "  conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,"
+    "  parent_id       INTEGER,"
+    "  role            TEXT    NOT NULL CHECK (role IN ('system', 'user', 'assistant')),"
+    "  content         TEXT    NOT NULL,"
+    "  tokens          INTEGER NOT NULL DEFAULT 0,"
+    "  finish_reason   TEXT    CHECK (finish_reason IS NULL OR (role = 'assistant' AND"
+    "                  finish_reason IN ('stop', 'length', 'cancelled'))),"
+    "  created_ms      INTEGER NOT NULL,"
+    "  CHECK (parent_id IS NULL OR parent_id < id),"
+    "  FOREIGN KEY (conversation_id, parent_id) REFERENCES messages_v5(conversation_id, id)"
+    "    ON DELETE CASCADE"
+    ");"
+    "CREATE UNIQUE INDEX messages_tree ON messages_v5(conversation_id, id);"
+    "CREATE INDEX messages_children ON messages_v5(conversation_id, parent_id);"
+    "INSERT INTO messages_v5 (id, conversation_id, parent_id, role, content, tokens, created_ms)"
+    " SELECT id, conversation_id, (SELECT max(p.id) FROM messages p"
+    "  WHERE p.conversation_id = m.conversation_id AND p.id < m.id),"
+    "  role, content, tokens, created_ms FROM messages m ORDER BY id;"
+    "DROP TABLE messages;"
+    "ALTER TABLE messages_v5 RENAME TO messages;"
+    "ALTER TABLE conversations ADD COLUMN current_leaf_id INTEGER"
+    "  REFERENCES messages(id) ON DELETE SET NULL;"
+    "UPDATE conversations SET current_leaf_id ="
+    " (SELECT max(m.id) FROM messages m WHERE m.conversation_id = conversations.id);"
+    "CREATE TRIGGER conversations_leaf BEFORE UPDATE OF current_leaf_id ON conversations"
+    " WHEN NEW.current_leaf_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM messages m"
+    "  WHERE m.id = NEW.current_leaf_id AND m.conversation_id = NEW.id)"
+    " BEGIN SELECT RAISE(ABORT, 'current_leaf_id is not a message of this conversation'); END;"
     "PRAGMA user_version = 5;",
 
     /* 5 -> 6: utilization (MIGRATE_UTILIZATION above). */

@@ -222,41 +222,138 @@ int em_storage_key_verify(em_storage *st, const char *key, em_key_info *out, em_
 
 /* ---- conversations ----------------------------------------------------------------- */
 /* Per key: key_id 0 means "no key" (a UI served without authentication).
- * A conversation is visible to and deletable by its own key only. With
- * store_content = 0, create and message_add fail with EM_ESTATE and the lists
- * return what was stored before. */
+ * A conversation is visible to and changeable by its own key only: another
+ * key's conversation or message id is EM_ENOENT, the same answer as one that
+ * does not exist. With store_content = 0, create, the message adds and import
+ * fail with EM_ESTATE and the reads return what was stored before.
+ *
+ * Messages form a tree per conversation (docs/storage.md, "Branches"): each
+ * has a parent (none for a first message) in the same conversation, created
+ * before it (parent id < id). Editing or regenerating adds a sibling; the
+ * conversation's current leaf names the branch shown, and is the newest
+ * message added unless set. */
+
+#define EM_STORAGE_TITLE_MAX 512   /* bytes of a conversation title */
+#define EM_STORAGE_LEAF      (-1)  /* as a parent or leaf: the current leaf */
+#define EM_STORAGE_ROOT      0     /* as a parent: none (a first message) */
 
 typedef struct {
     int64_t id;
     int64_t key_id;
-    char    title[128];          /* truncated copy */
-    int64_t created_ms, updated_ms;
-    int64_t n_messages;
+    char    title[EM_STORAGE_TITLE_MAX + 1];   /* as stored, whole; "" = none */
+    int64_t created_ms, updated_ms;            /* updated by every new message */
+    int64_t n_messages;                        /* every branch's */
+    int64_t current_leaf_id;                   /* 0: no messages */
 } em_conv_info;
 
 typedef struct {
     int64_t id;
+    int64_t parent_id;           /* 0: a first message */
     char    role[16];            /* "system", "user" or "assistant" */
     char   *content;             /* owned by the array, see em_storage_messages_free */
     int64_t tokens;
+    char    finish_reason[16];   /* assistant: "stop", "length", "cancelled"; else "" */
     int64_t created_ms;
 } em_message;
 
-/* title may be NULL. *conv_id gets the new id. */
+/* A message to add (all borrowed). */
+typedef struct {
+    const char *role;            /* "system", "user" or "assistant" */
+    const char *content;         /* at most 4 MiB */
+    int64_t     tokens;
+    const char *finish_reason;   /* NULL, or for an assistant message "stop" / "length" / "cancelled" */
+} em_message_new;
+
+/* title may be NULL (none); else at most EM_STORAGE_TITLE_MAX bytes, stored
+ * as given. *conv_id gets the new id. */
 int em_storage_conv_create(em_storage *st, int64_t key_id, const char *title,
                            int64_t *conv_id, em_err *err);
-/* Newest first. *out (free() it) gets *n entries. */
+/* Newest (last updated) first. *out (free() it) gets *n entries. */
 int em_storage_conv_list(em_storage *st, int64_t key_id, em_conv_info **out, size_t *n,
                          em_err *err);
+/* The same, only those whose title contains q, case-insensitively (Unicode
+ * simple case folding). q NULL or "": all. EM_EINVAL: q is not UTF-8. */
+int em_storage_conv_search(em_storage *st, int64_t key_id, const char *q, em_conv_info **out,
+                           size_t *n, em_err *err);
+/* One conversation. EM_ENOENT: not this key's. */
+int em_storage_conv_get(em_storage *st, int64_t key_id, int64_t conv_id, em_conv_info *out,
+                        em_err *err);
+/* Rename (title non-NULL: 1..EM_STORAGE_TITLE_MAX bytes, else EM_EINVAL)
+ * and/or switch the branch shown (leaf_id > 0: a message of this
+ * conversation, any one, else EM_EINVAL), in one transaction: both or
+ * neither. Neither touches updated_ms. EM_ENOENT: the conversation is not
+ * this key's. */
+int em_storage_conv_update(em_storage *st, int64_t key_id, int64_t conv_id, const char *title,
+                           int64_t leaf_id, em_err *err);
 /* Delete a conversation and its messages. EM_ENOENT: not this key's. */
 int em_storage_conv_delete(em_storage *st, int64_t key_id, int64_t conv_id, em_err *err);
-/* Append a message; touches the conversation's updated_ms. msg_id optional. */
+
+/* Add msgs[0..n) as a chain in one transaction: msgs[0] under parent_id
+ * (EM_STORAGE_LEAF: the current leaf, or none when the conversation is
+ * empty; EM_STORAGE_ROOT: none; else a message of this conversation, else
+ * EM_ENOENT), each next one under the one before. The last becomes the
+ * current leaf; updated_ms is touched. ids (optional, n of them) get the new
+ * ids. EM_ENOENT: the conversation is not this key's. */
+int em_storage_message_append(em_storage *st, int64_t key_id, int64_t conv_id, int64_t parent_id,
+                              const em_message_new *msgs, size_t n, int64_t *ids, em_err *err);
+/* One message under the current leaf (em_storage_message_append). msg_id optional. */
 int em_storage_message_add(em_storage *st, int64_t key_id, int64_t conv_id, const char *role,
                            const char *content, int64_t tokens, int64_t *msg_id, em_err *err);
-/* Oldest first; release with em_storage_messages_free. */
+/* Every message of every branch, by id (parents before children); release
+ * with em_storage_messages_free. */
 int em_storage_message_list(em_storage *st, int64_t key_id, int64_t conv_id, em_message **out,
                             size_t *n, em_err *err);
+/* The branch root -> leaf_id (EM_STORAGE_LEAF: the current leaf; EM_STORAGE_ROOT:
+ * empty), first message first, the leaf last. EM_ENOENT: the conversation is
+ * not this key's, or leaf_id is not one of its messages. */
+int em_storage_message_path(em_storage *st, int64_t key_id, int64_t conv_id, int64_t leaf_id,
+                            em_message **out, size_t *n, em_err *err);
 void em_storage_messages_free(em_message *msgs, size_t n);   /* accepts NULL */
+
+/* ---- conversations: export (conversations.c) and import (conv_import.c) ---- */
+
+/* One conversation with all its messages. */
+typedef struct {
+    em_conv_info info;
+    em_message  *msgs;           /* by id, as em_storage_message_list */
+    size_t       n_msgs;
+} em_conv_full;
+
+/* conv_id > 0: that conversation (EM_ENOENT: not this key's); 0: all the
+ * key's, newest first. One read transaction: a consistent snapshot. *out
+ * (em_storage_conv_full_free) gets *n entries. */
+int  em_storage_conv_export(em_storage *st, int64_t key_id, int64_t conv_id, em_conv_full **out,
+                            size_t *n, em_err *err);
+void em_storage_conv_full_free(em_conv_full *v, size_t n);   /* accepts NULL */
+
+/* A message to import: ids are the source's, any positive integers unique
+ * in their conversation; they are not kept. Strings are borrowed. */
+typedef struct {
+    int64_t     id;
+    int64_t     parent_id;       /* 0: a first message; else another message's source id */
+    const char *role, *content, *finish_reason;   /* as em_message_new */
+    int64_t     tokens;          /* >= 0 */
+    int64_t     created_ms;      /* >= 0 */
+} em_message_in;
+
+typedef struct {
+    const char *title;           /* NULL: none; else as em_storage_conv_create */
+    int64_t     created_ms;      /* >= 0 */
+    int64_t     updated_ms;      /* >= 0; 0: now */
+    int64_t     current_leaf_id; /* a source id; 0: the last message added */
+    const em_message_in *msgs;
+    size_t      n_msgs;
+} em_conv_in;
+
+/* Create convs[0..n) as new conversations of key_id, with new ids; parents
+ * and current leaves are mapped to them. Everything is checked first (roles,
+ * sizes, unique ids, parents in the same conversation, no cycles, the leaf
+ * one of its messages): EM_EINVAL, err naming the place
+ * ("conversations[2].messages[5].parent_id: ..."), and nothing is created.
+ * Then one transaction: all or nothing. ids (n of them) get the new
+ * conversations' ids. Siblings keep their order. */
+int em_storage_conv_import(em_storage *st, int64_t key_id, const em_conv_in *convs, size_t n,
+                           int64_t *ids, em_err *err);
 
 /* ---- usage queries and export ------------------------------------------------------- */
 

@@ -27,10 +27,18 @@ enum {
     EM_STMT_CONV_INSERT,
     EM_STMT_CONV_LIST,
     EM_STMT_CONV_DELETE,
-    EM_STMT_CONV_OWNED,
     EM_STMT_CONV_TOUCH,
     EM_STMT_MSG_INSERT,
     EM_STMT_MSG_LIST,
+    /* ops connection: conversation branches, export, import */
+    EM_STMT_CONV_GET,
+    EM_STMT_CONV_LEAF,
+    EM_STMT_CONV_SET_LEAF,
+    EM_STMT_CONV_RENAME,
+    EM_STMT_CONV_IMPORT,
+    EM_STMT_MSG_IN_CONV,
+    EM_STMT_MSG_PATH,
+    EM_STMT_OPS_BEGIN_READ,
     /* ops connection: maintenance */
     EM_STMT_RETENTION,
     EM_STMT_MARK_INTERRUPTED,
@@ -133,6 +141,49 @@ void em_sto_set_degraded(em_storage *st, const char *reason);   /* takes st->loc
 int  em_sto_ops_begin(em_storage *st, em_err *err);
 /* Release ops_lock; rc is the SQLite code of the last failure (0 = none). */
 void em_sto_ops_end(em_storage *st, int sqlite_rc);
+
+/* ---- conversations.c: helpers conv_import.c shares ---- */
+/* The ops statement of slot (prepared on first use); NULL with *ret set. */
+sqlite3_stmt *em_sto_prep(em_storage *st, int slot, const char *sql, int *ret, em_err *err);
+/* Step s, which gives no row, and reset it: 0, or the failure (SQLite code
+ * in *rc, err says "<what>: ..."). */
+int em_sto_step_done(em_storage *st, sqlite3_stmt *s, int *rc, const char *what, em_err *err);
+/* On the ops connection: slot EM_STMT_OPS_BEGIN (BEGIN IMMEDIATE),
+ * EM_STMT_OPS_BEGIN_READ (BEGIN), EM_STMT_OPS_COMMIT or EM_STMT_OPS_ROLLBACK. */
+int em_sto_txn(em_storage *st, int slot, int *rc, em_err *err);
+/* Roll back if a transaction is open (after a failure). */
+void em_sto_txn_abort(em_storage *st);
+/* Bind key_id as conversations.key_id holds it (0: NULL). */
+void em_sto_bind_key(sqlite3_stmt *s, int i, int64_t key_id);
+/* Read the message row s is on (columns: id, parent_id, role, content,
+ * tokens, finish_reason, created_ms) into m (content malloc'd). EM_ENOMEM. */
+int em_sto_message_row(sqlite3_stmt *s, em_message *m);
+/* Read the conversation row s is on (columns: id, key_id, title,
+ * created_ms, updated_ms, message count, current leaf) into c. */
+void em_sto_conv_row(sqlite3_stmt *s, em_conv_info *c);
+/* Check a message to add: role, content size, finish_reason. what names it
+ * in err. 0 or EM_EINVAL. */
+int em_sto_message_check(const char *role, const char *content, const char *finish_reason,
+                         const char *what, em_err *err);
+/* Insert one message of conv_id (parent 0: none; created_ms as given) and
+ * put its id in *id. 0 or the failure (SQLite code in *rc). */
+int em_sto_message_insert(em_storage *st, int64_t conv_id, int64_t parent, const em_message_new *m,
+                          int64_t created_ms, int64_t *id, int *rc, em_err *err);
+/* Set conv_id's current leaf (a trigger refuses a message of another one). */
+int em_sto_set_leaf(em_storage *st, int64_t conv_id, int64_t leaf_id, int *rc, em_err *err);
+/* The error for a missing conversation / for store_content = 0. */
+int em_sto_no_conv(int64_t conv_id, em_err *err);
+int em_sto_content_off(const em_storage *st, em_err *err);
+/* Check a title: NULL, or 1..EM_STORAGE_TITLE_MAX bytes. 0 or EM_EINVAL. */
+int em_sto_title_check(const char *title, const char *what, em_err *err);
+
+#define EM_STO_CONV_COLUMNS                                                              \
+    "c.id, c.key_id, c.title, c.created_ms, c.updated_ms,"                               \
+    " (SELECT count(*) FROM messages m WHERE m.conversation_id = c.id),"                 \
+    " coalesce(c.current_leaf_id,"                                                       \
+    " (SELECT max(m.id) FROM messages m WHERE m.conversation_id = c.id), 0)"
+#define EM_STO_MESSAGE_COLUMNS \
+    "id, coalesce(parent_id, 0), role, content, tokens, coalesce(finish_reason, ''), created_ms"
 
 /* ---- usage.c ---- */
 /* The UTC day (len_ms one day: "2024-05-01") or hour (one hour:

@@ -148,7 +148,7 @@ void web_respond_error(web_conn *c, const em_web_error *e)
     json_decref(j);
     if (c->w->o.verbose || e->status == 401)   /* failed auth is always logged, never the key */
         fprintf(stderr, "ember: serve: %s %s %s: %d %s\n", c->addr,
-                c->method == EM_M_POST ? "POST" : c->method == EM_M_DELETE ? "DELETE" : "GET", c->path,
+                web_method_name(c->method), c->path,
                 e->status, e->message);
 }
 
@@ -365,6 +365,12 @@ int web_is_loopback(const char *a)
 
 /* ---- routing ----------------------------------------------------------------- */
 
+const char *web_method_name(int m)
+{
+    return m == EM_M_GET ? "GET" : m == EM_M_POST ? "POST" : m == EM_M_PATCH ? "PATCH"
+         : m == EM_M_DELETE ? "DELETE" : "OTHER";
+}
+
 static void route(web_conn *c)
 {
     em_web_error e = { 0 };
@@ -381,7 +387,7 @@ static void route(web_conn *c)
     if (web_assets_route(c) == 0)   /* /, /dashboard, /static/... */
         return;
     em_web_fail(&e, 404, "invalid_request_error", "not_found", NULL, "no route for %s %s",
-                c->method == EM_M_POST ? "POST" : c->method == EM_M_DELETE ? "DELETE" : "GET", c->path);
+                web_method_name(c->method), c->path);
     web_respond_error(c, &e);
 }
 
@@ -404,6 +410,8 @@ static int begin(web_conn *c, struct lws *wsi, em_web *w, const char *uri)
         c->method = EM_M_GET;
     else if (lws_hdr_total_length(wsi, WSI_TOKEN_DELETE_URI))
         c->method = EM_M_DELETE;
+    else if (lws_hdr_total_length(wsi, WSI_TOKEN_PATCH_URI))
+        c->method = EM_M_PATCH;
     else
         c->method = EM_M_OTHER;
     lws_get_peer_simple(wsi, c->addr, sizeof c->addr);
@@ -441,7 +449,7 @@ static int callback_http(struct lws *wsi, enum lws_callback_reasons reason, void
     case LWS_CALLBACK_HTTP:
         if (begin(c, wsi, w, (const char *)in))
             return 0;
-        if (c->method == EM_M_POST) {
+        if (c->method == EM_M_POST || c->method == EM_M_PATCH) {   /* PATCH: /api/conversations/ID */
             if (c->body_too_big) {
                 route(c);   /* 413 at once, and close: the body is not read */
                 snprintf(c->headers, sizeof c->headers, "connection: close\r\n");

@@ -76,7 +76,9 @@ void web_live_unlink(em_web *w, web_live *l);
 
 struct api_req;
 
-enum { EM_M_GET = 1, EM_M_POST, EM_M_DELETE, EM_M_OTHER };
+enum { EM_M_GET = 1, EM_M_POST, EM_M_DELETE, EM_M_OTHER, EM_M_PATCH };
+/* "GET", "POST", "PATCH", "DELETE"; "OTHER" (static). */
+const char *web_method_name(int method);
 
 typedef struct web_conn {
     struct lws *wsi;

@@ -1,13 +1,16 @@
 /* ws_chat.c — the WebSocket chat protocol ember.chat.v1 on GET /ws
  * (docs/protocol.md): one JSON text frame per message. It authenticates the
  * socket (an auth message, under web_auth's rules), parses chat requests
- * (the whole conversation, or one new message appended to a stored one;
+ * (the whole conversation; or one new message for a stored one, under its
+ * current leaf or under the message parent_id names, which is how an edit
+ * branches off; or a regenerate, a new answer to a stored user message;
  * parameters checked by the same function as the HTTP API), hands each to
  * the one generation path (gen.c), and frames what comes back: queued (with
  * the queue position, sent again as it changes), token (all the text that
  * arrived since the last frame: a slow reader gets fewer, larger frames),
- * done (usage, timings, the conversation it was stored in) or error. Each
- * finished exchange is stored as a conversation of the socket's key.
+ * done (usage, timings, the conversation and the ids of the messages it
+ * stored) or error. Each finished exchange is stored in a conversation of
+ * the socket's key, as a branch of its message tree (storage.h).
  *
  * Only the service thread runs here. Frames wait in a per-socket queue and
  * go out in LWS_CALLBACK_SERVER_WRITEABLE, at most WEB_WS_CHUNK bytes per
@@ -44,7 +47,8 @@ typedef struct {
     uint32_t    position;              /* the queue position last sent */
     int64_t     key_id;                /* the conversation's owner */
     int64_t     conv_id;               /* 0: a new conversation, created when stored */
-    json_t     *to_store;              /* {role, content} to store before the answer */
+    int64_t     parent_id;             /* where to_store goes: a message id, EM_STORAGE_ROOT or _LEAF */
+    json_t     *to_store;              /* {role, content} to store before the answer (a chain) */
 } ws_req;
 
 typedef struct ws_chat {
@@ -241,32 +245,52 @@ static void make_title(const json_t *msgs, char *out, size_t cap)
 }
 
 /* Store r's exchange: a new conversation (titled) or the one named, the
- * messages to_store, then the answer with its token count. The
- * conversation's id, or 0 when nothing was stored (storing switched off,
- * no answer, a failure, which is logged). */
-static int64_t store_exchange(ws_chat *c, ws_req *r, uint32_t completion_tokens)
+ * messages to_store and then the answer (its token count and finish
+ * reason) as one chain under r->parent_id, in one transaction. The
+ * conversation's id, or 0 when nothing was stored (storing switched off, no
+ * answer, a failure, which is logged); *user_id and *answer_id get the ids
+ * of the user message sent (the last one stored before the answer, when it
+ * is a user's) and of the answer, 0 when not stored. */
+static int64_t store_exchange(ws_chat *c, ws_req *r, uint32_t completion_tokens, const char *finish,
+                              int64_t *user_id, int64_t *answer_id)
 {
     em_storage *st = c->w->o.storage;
+    *user_id = *answer_id = 0;
     if (!st || !r->to_store || !r->answer.n)
         return 0;
     em_err err = { 0 };
     int64_t conv = r->conv_id;
     int rc = 0;
+    size_t n = json_array_size(r->to_store) + 1;
+    em_message_new *msgs = calloc(n, sizeof *msgs);
+    int64_t *ids = calloc(n, sizeof *ids);
+    if (!msgs || !ids) {
+        rc = em_err_set(&err, EM_ENOMEM, "out of memory");
+        goto done;
+    }
     if (!conv) {
         char title[WS_TITLE_MAX + 1];
         make_title(r->to_store, title, sizeof title);
-        rc = em_storage_conv_create(st, r->key_id, title[0] ? title : NULL, &conv, &err);
+        if ((rc = em_storage_conv_create(st, r->key_id, title[0] ? title : NULL, &conv, &err)))
+            goto done;
     }
-    size_t i;
-    json_t *m;
-    json_array_foreach(r->to_store, i, m) {
-        if (rc)
-            break;
-        rc = em_storage_message_add(st, r->key_id, conv, json_string_value(json_object_get(m, "role")),
-                                    json_string_value(json_object_get(m, "content")), 0, NULL, &err);
+    for (size_t i = 0; i + 1 < n; i++) {
+        json_t *m = json_array_get(r->to_store, i);
+        msgs[i].role = json_string_value(json_object_get(m, "role"));
+        msgs[i].content = json_string_value(json_object_get(m, "content"));
     }
-    if (!rc)
-        rc = em_storage_message_add(st, r->key_id, conv, "assistant", r->answer.s, completion_tokens, NULL, &err);
+    int kept = !strcmp(finish, "stop") || !strcmp(finish, "length") || !strcmp(finish, "cancelled");
+    msgs[n - 1] = (em_message_new){ .role = "assistant", .content = r->answer.s, .tokens = completion_tokens,
+                                    .finish_reason = kept ? finish : NULL };
+    rc = em_storage_message_append(st, r->key_id, conv, r->parent_id, msgs, n, ids, &err);
+done:
+    if (!rc) {
+        *answer_id = ids[n - 1];
+        if (n >= 2 && strcmp(msgs[n - 2].role, "user") == 0)
+            *user_id = ids[n - 2];
+    }
+    free(msgs);
+    free(ids);
     if (rc == EM_ESTATE)
         return 0;   /* store_content = 0: nothing is kept */
     if (rc) {
@@ -294,10 +318,14 @@ static void req_done(ws_chat *c, ws_req *r)
     em_gen_usage(r->gen, &prompt, &cached, &comp);
     double queue_ms, ttft_ms, tok_s;
     em_gen_timings(r->gen, &queue_ms, &ttft_ms, &tok_s);
-    int64_t conv = store_exchange(c, r, comp);
-    json_t *j = json_pack("{s:s, s:O, s:o, s:s, s:{s:I, s:I, s:I}, s:{s:o, s:o, s:o}}", "type", "done", "id", r->id,
-                          "conversation_id", conv ? json_integer(conv) : json_null(), "finish_reason",
-                          em_gen_finish_reason(r->gen, 0), "usage", "prompt_tokens", (json_int_t)prompt,
+    const char *finish = em_gen_finish_reason(r->gen, 0);
+    int64_t user_id, answer_id;
+    int64_t conv = store_exchange(c, r, comp, finish, &user_id, &answer_id);
+    json_t *j = json_pack("{s:s, s:O, s:o, s:o, s:o, s:s, s:{s:I, s:I, s:I}, s:{s:o, s:o, s:o}}", "type", "done",
+                          "id", r->id, "conversation_id", conv ? json_integer(conv) : json_null(),
+                          "user_message_id", user_id ? json_integer(user_id) : json_null(), "message_id",
+                          answer_id ? json_integer(answer_id) : json_null(), "finish_reason",
+                          finish, "usage", "prompt_tokens", (json_int_t)prompt,
                           "completion_tokens", (json_int_t)comp, "cached_tokens", (json_int_t)cached, "timings",
                           "queue_ms", rounded_or_null(queue_ms, 1), "ttft_ms", rounded_or_null(ttft_ms, comp > 0),
                           "tokens_per_s", rounded_or_null(tok_s, comp > 1));
@@ -363,73 +391,134 @@ static void ws_auth(ws_chat *c, json_t *m, const json_t *id)
     ws_ready(c);
 }
 
-/* The conversation to render for a chat message: messages as given, or
- * the stored history of conversation_id plus message. Sets r's conv_id and
- * what to store; NULL with e filled. */
-static json_t *chat_messages(ws_chat *c, json_t *m, ws_req *r, em_web_error *e)
+/* Where a chat on stored history goes: conversation_id, parent_id (a
+ * message id, 0 for a new first message; absent or null: the current leaf)
+ * and regenerate, checked. 0, or -1 with e filled. */
+static int chat_place(json_t *m, ws_req *r, int *regenerate, em_web_error *e)
 {
-    em_web *w = c->w;
-    json_t *msgs = json_object_get(m, "messages"), *one = json_object_get(m, "message");
-    json_t *cid = json_object_get(m, "conversation_id"), *out = NULL, *hist = NULL;
-    em_message *stored = NULL;
-    size_t n_stored = 0;
+    json_t *cid = json_object_get(m, "conversation_id"), *pid = json_object_get(m, "parent_id");
+    json_t *regen = json_object_get(m, "regenerate");
+    r->parent_id = EM_STORAGE_LEAF;
+    *regenerate = 0;
     if (cid && !json_is_null(cid)) {
-        if (!json_is_integer(cid) || json_integer_value(cid) <= 0) {
-            em_web_fail(e, 400, "invalid_request_error", NULL, "conversation_id",
-                        "'conversation_id' must be a positive integer");
-            goto done;
-        }
+        if (!json_is_integer(cid) || json_integer_value(cid) <= 0)
+            return em_web_fail(e, 400, "invalid_request_error", NULL, "conversation_id",
+                               "'conversation_id' must be a positive integer");
         r->conv_id = json_integer_value(cid);
     }
-    if (!msgs == !one) {
-        em_web_fail(e, 400, "invalid_request_error", NULL, "messages",
-                    "a chat carries either 'messages' (the whole conversation) or 'message' (one new user "
-                    "message for conversation_id)");
-        goto done;
+    if (regen && !json_is_null(regen)) {
+        if (!json_is_boolean(regen))
+            return em_web_fail(e, 400, "invalid_request_error", NULL, "regenerate", "'regenerate' must be true or false");
+        *regenerate = json_is_true(regen);
     }
+    if (pid && !json_is_null(pid)) {
+        if (!json_is_integer(pid) || json_integer_value(pid) < 0)
+            return em_web_fail(e, 400, "invalid_request_error", NULL, "parent_id",
+                               "'parent_id' must be a message id, or 0 for a new first message");
+        r->parent_id = json_integer_value(pid);
+    }
+    if ((r->parent_id != EM_STORAGE_LEAF || *regenerate) && !r->conv_id)
+        return em_web_fail(e, 400, "invalid_request_error", NULL, "conversation_id",
+                           "'parent_id' and 'regenerate' name messages of a stored conversation: they need "
+                           "'conversation_id'");
+    int has_msgs = json_object_get(m, "messages") != NULL, has_one = json_object_get(m, "message") != NULL;
+    if (*regenerate && (has_msgs || has_one))
+        return em_web_fail(e, 400, "invalid_request_error", NULL, has_one ? "message" : "messages",
+                           "a regenerate sends no text: it answers the user message 'parent_id' again");
+    if (*regenerate && r->parent_id <= 0)
+        return em_web_fail(e, 400, "invalid_request_error", NULL, "parent_id",
+                           "a regenerate needs 'parent_id': the user message to answer again");
+    if (!*regenerate && has_msgs == has_one)
+        return em_web_fail(e, 400, "invalid_request_error", NULL, "messages",
+                           "a chat carries either 'messages' (the whole conversation) or 'message' (one new user "
+                           "message for conversation_id)");
+    if (has_msgs && r->parent_id != EM_STORAGE_LEAF)
+        return em_web_fail(e, 400, "invalid_request_error", NULL, "parent_id",
+                           "'parent_id' continues stored history: it goes with 'message', not 'messages'");
+    return 0;
+}
+
+/* The stored history to continue from: the path root -> r->parent_id of
+ * r->conv_id (or just a check that the conversation is the key's, for
+ * 'messages'). 0, or -1 with e filled (404 naming what is missing). */
+static int chat_history(ws_chat *c, ws_req *r, int only_check, em_message **out, size_t *n, em_web_error *e)
+{
+    em_storage *st = c->w->o.storage;
+    em_err err = { 0 };
+    em_conv_info ci;
+    int rc = !st ? EM_ENOENT
+           : only_check ? em_storage_conv_get(st, r->key_id, r->conv_id, &ci, &err)
+                        : em_storage_message_path(st, r->key_id, r->conv_id, r->parent_id, out, n, &err);
+    if (rc == EM_ENOENT) {
+        /* the conversation, or a message not in it (another key's is not in it) */
+        int conv_ok = st && r->parent_id > 0 && em_storage_conv_get(st, r->key_id, r->conv_id, &ci, NULL) == 0;
+        if (conv_ok)
+            return em_web_fail(e, 404, "invalid_request_error", "not_found", "parent_id",
+                               "message %lld is not in conversation %lld", (long long)r->parent_id,
+                               (long long)r->conv_id);
+        return em_web_fail(e, 404, "invalid_request_error", "not_found", "conversation_id",
+                           "conversation %lld does not exist", (long long)r->conv_id);
+    }
+    if (rc)
+        return em_web_fail(e, 503, "server_error", NULL, NULL, "loading the conversation failed: %s", err.msg);
+    return 0;
+}
+
+/* The conversation to render for a chat message: messages as given, or the
+ * stored branch root -> parent (the current leaf by default) plus message,
+ * or for a regenerate the branch root -> the user message parent_id. Sets
+ * r's conversation, parent and what to store; NULL with e filled. */
+static json_t *chat_messages(ws_chat *c, json_t *m, ws_req *r, em_web_error *e)
+{
+    json_t *msgs = json_object_get(m, "messages"), *one = json_object_get(m, "message"), *out = NULL, *hist = NULL;
+    em_message *stored = NULL;
+    size_t n_stored = 0;
+    int regenerate = 0;
+    if (chat_place(m, r, &regenerate, e))
+        goto done;
     if (one && (!json_is_string(one) || !r->conv_id)) {
         em_web_fail(e, 400, "invalid_request_error", NULL, "message",
                     json_is_string(one) ? "'message' continues a stored conversation: it needs 'conversation_id'"
                                         : "'message' must be a string");
         goto done;
     }
-    if (r->conv_id) {
-        em_err err = { 0 };
-        int rc = w->o.storage ? em_storage_message_list(w->o.storage, r->key_id, r->conv_id, &stored, &n_stored, &err)
-                              : EM_ENOENT;
-        if (rc == EM_ENOENT) {
-            em_web_fail(e, 404, "invalid_request_error", "not_found", "conversation_id",
-                        "conversation %lld does not exist", (long long)r->conv_id);
-            goto done;
-        }
-        if (rc) {
-            em_web_fail(e, 503, "server_error", NULL, NULL, "loading the conversation failed: %s", err.msg);
-            goto done;
-        }
+    if (r->conv_id && chat_history(c, r, msgs != NULL, &stored, &n_stored, e))
+        goto done;
+    if (regenerate && strcmp(stored[n_stored - 1].role, "user") != 0) {
+        em_web_fail(e, 400, "invalid_request_error", NULL, "parent_id",
+                    "a regenerate answers a user message; message %lld is a %s message", (long long)r->parent_id,
+                    stored[n_stored - 1].role);
+        goto done;
     }
-    if (one) {
+    if (!msgs) {
         hist = json_array();
         for (size_t i = 0; i < n_stored; i++)
             json_array_append_new(hist, json_pack("{s:s, s:s}", "role", stored[i].role, "content", stored[i].content));
-        json_array_append_new(hist, json_pack("{s:s, s:O}", "role", "user", "content", one));
+        if (one)
+            json_array_append_new(hist, json_pack("{s:s, s:O}", "role", "user", "content", one));
         msgs = hist;
     }
     if (!(out = web_messages_check(msgs, e)))
         goto done;
     if (!r->conv_id) {
         r->to_store = json_incref(out);   /* a new conversation: all of it */
-    } else {
-        /* the new message (the last one): the history is stored already */
-        r->to_store = json_array();
-        json_array_append(r->to_store, json_array_get(out, json_array_size(out) - 1));
+        r->parent_id = EM_STORAGE_ROOT;
+        goto done;
     }
+    /* the new message (the last one), if any: the history is stored already */
+    r->to_store = json_array();
+    if (!regenerate)
+        json_array_append(r->to_store, json_array_get(out, json_array_size(out) - 1));
+    if (one)   /* the answer goes where its history came from, wherever the leaf moves meanwhile */
+        r->parent_id = n_stored ? stored[n_stored - 1].id : EM_STORAGE_ROOT;
 done:
     em_storage_messages_free(stored, n_stored);
     json_decref(hist);
     return out;
 }
 
-static const char *const chat_fields[] = { "type", "id", "conversation_id", "messages", "message", "params" };
+static const char *const chat_fields[] = { "type", "id", "conversation_id", "parent_id", "regenerate",
+                                           "messages", "message", "params" };
 static const char *const chat_params[] = { "max_tokens", "temperature", "top_p", "top_k", "min_p",
                                            "seed", "stop", "priority", "ignore_eos" };
 

@@ -49,7 +49,7 @@ async def connect(srv, key=None, **kw):
     return ws, first
 
 
-def chat_msg(id, messages=None, message=None, conversation_id=None, **params):
+def chat_msg(id, messages=None, message=None, conversation_id=None, parent_id=None, regenerate=None, **params):
     m = {'type': 'chat', 'id': id}
     if messages is not None:
         m['messages'] = messages
@@ -57,6 +57,10 @@ def chat_msg(id, messages=None, message=None, conversation_id=None, **params):
         m['message'] = message
     if conversation_id is not None:
         m['conversation_id'] = conversation_id
+    if parent_id is not None:
+        m['parent_id'] = parent_id
+    if regenerate is not None:
+        m['regenerate'] = regenerate
     if params:
         m['params'] = params
     return m
@@ -96,7 +100,10 @@ def check_stream(frames):
     assert all(isinstance(f['position'], int) and f['position'] >= 0 for f in frames[:n_q]), frames[:n_q]
     assert all(f['text'] for f in frames if f['type'] == 'token'), 'an empty token frame'
     d = frames[-1]
-    assert set(d) == {'type', 'id', 'conversation_id', 'finish_reason', 'usage', 'timings'}, d
+    assert set(d) == {'type', 'id', 'conversation_id', 'user_message_id', 'message_id', 'finish_reason', 'usage',
+                      'timings'}, d
+    for k in ('conversation_id', 'user_message_id', 'message_id'):
+        assert d[k] is None or (isinstance(d[k], int) and d[k] > 0), d
     u, t = d['usage'], d['timings']
     assert set(u) == {'prompt_tokens', 'completion_tokens', 'cached_tokens'}, u
     assert u['prompt_tokens'] > 0 and 0 <= u['cached_tokens'] <= u['prompt_tokens'], u

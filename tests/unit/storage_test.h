@@ -1,6 +1,7 @@
 /* storage_test.h — helpers shared by the storage unit tests: CHECK macros,
- * a temporary directory that is removed afterwards, bounded polling of the
- * storage health, and direct SQLite access to inspect a database. */
+ * a temporary directory that is removed afterwards, opening a storage,
+ * bounded polling of the storage health, and direct SQLite access to inspect
+ * a database. */
 #ifndef EM_STORAGE_TEST_H
 #define EM_STORAGE_TEST_H
 
@@ -104,6 +105,24 @@ static inline int t_wait_health(em_storage *st, int want, const char *substr)
     fprintf(stderr, "timed out waiting for degraded=%d (%s); now degraded=%d reason '%s'\n", want,
             substr ? substr : "", h.degraded, h.reason);
     return 0;
+}
+
+/* Open path with o_in (NULL: the defaults); NULL, said on stderr, on failure. */
+static inline em_storage *t_open_at(const char *path, em_storage_opts *o_in)
+{
+    em_storage_opts o;
+    if (o_in)
+        o = *o_in;
+    else
+        em_storage_opts_init(&o);
+    o.path = path;
+    em_err err = { 0 };
+    em_storage *st = NULL;
+    if (em_storage_open(&o, &st, &err)) {
+        fprintf(stderr, "open %s: %s\n", path, err.msg);
+        return NULL;
+    }
+    return st;
 }
 
 static inline sqlite3 *t_db_open(const char *path)

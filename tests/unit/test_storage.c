@@ -2,11 +2,11 @@
  * every earlier version, refusal of newer and corrupt files, the writer's
  * upsert/batching/queue-full behaviour, API keys (hashing, constant-time
  * comparison, revocation, admin keys, no key in the file), conversations
- * (per key, deletion, retention, the content switch), usage reports (all
- * keys' or one key's; by hour; queue-time percentiles) and utilization
- * (samples added per hour, by hour and day, windows, the derived figures,
- * JSON, a ledger without the table). Real SQLite files in a temporary
- * directory. */
+ * (per key, deletion, retention, the content switch; branches, import and
+ * export are test_storage_conv.c's), usage reports (all keys' or one key's;
+ * by hour; queue-time percentiles) and utilization (samples added per hour,
+ * by hour and day, windows, the derived figures, JSON, a ledger without the
+ * table). Real SQLite files in a temporary directory. */
 #include <jansson.h>
 #include <math.h>
 
@@ -14,23 +14,6 @@
 
 #define D1 1714521600000LL   /* 2024-05-01T00:00:00Z */
 #define HOUR 3600000LL
-
-static em_storage *open_at(const char *path, em_storage_opts *o_in)
-{
-    em_storage_opts o;
-    if (o_in)
-        o = *o_in;
-    else
-        em_storage_opts_init(&o);
-    o.path = path;
-    em_err err = { 0 };
-    em_storage *st = NULL;
-    if (em_storage_open(&o, &st, &err)) {
-        fprintf(stderr, "open %s: %s\n", path, err.msg);
-        return NULL;
-    }
-    return st;
-}
 
 /* ---- schema and migrations ---- */
 
@@ -63,12 +46,27 @@ static int make_db_at(const char *path, int v)
                      " prompt_tokens, cached_tokens, completion_tokens, preemptions, tpot_p99_ms)"
                      " VALUES ('old-2', 'interactive', 1714557700000, 'preempted_completed',"
                      " 8, 4, 2, 2, 9.5);");
-    if (!ret && v >= 3)
+    if (!ret && v >= 3 && v < 5)
         ret = t_exec(db,
                      "INSERT INTO conversations (id, key_id, title, created_ms, updated_ms)"
-                     " VALUES (1, 1, 'old chat', 1000, 2000);"
-                     "INSERT INTO messages (conversation_id, role, content, created_ms)"
-                     " VALUES (1, 'user', 'hello', 1500);");
+                     " VALUES (1, 1, 'old chat', 1000, 2000), (2, 1, 'second', 1000, 3000),"
+                     " (3, NULL, 'empty', 1000, 1000);"
+                     /* interleaved: each conversation's chain is its own */
+                     "INSERT INTO messages (id, conversation_id, role, content, tokens, created_ms)"
+                     " VALUES (1, 1, 'user', 'hello', 0, 1500), (2, 2, 'user', 'other', 0, 1600),"
+                     " (3, 1, 'assistant', 'hi there', 3, 1700), (4, 1, 'user', 'again', 0, 1800),"
+                     " (5, 2, 'assistant', 'reply', 2, 1900);");
+    if (!ret && v >= 5)   /* the same, as a tree: each under the one before it */
+        ret = t_exec(db,
+                     "INSERT INTO conversations (id, key_id, title, created_ms, updated_ms)"
+                     " VALUES (1, 1, 'old chat', 1000, 2000), (2, 1, 'second', 1000, 3000),"
+                     " (3, NULL, 'empty', 1000, 1000);"
+                     "INSERT INTO messages (id, conversation_id, parent_id, role, content, tokens, created_ms)"
+                     " VALUES (1, 1, NULL, 'user', 'hello', 0, 1500), (2, 2, NULL, 'user', 'other', 0, 1600),"
+                     " (3, 1, 1, 'assistant', 'hi there', 3, 1700), (4, 1, 3, 'user', 'again', 0, 1800),"
+                     " (5, 2, 2, 'assistant', 'reply', 2, 1900);"
+                     "UPDATE conversations SET current_leaf_id = 4 WHERE id = 1;"
+                     "UPDATE conversations SET current_leaf_id = 5 WHERE id = 2;");
     sqlite3_close(db);
     return ret;
 }
@@ -92,7 +90,7 @@ static int test_migrations(void)
     char fresh[512], path[512];
     static char want[16384], got[16384];
     t_path(fresh, sizeof fresh, "fresh.db");
-    em_storage *st = open_at(fresh, NULL);
+    em_storage *st = t_open_at(fresh, NULL);
     REQUIRE(st);
     em_storage_close(st);
     schema_text(fresh, want, sizeof want);
@@ -103,7 +101,7 @@ static int test_migrations(void)
         snprintf(name, sizeof name, "v%d.db", v);
         t_path(path, sizeof path, name);
         REQUIRE(make_db_at(path, v) == 0);
-        st = open_at(path, NULL);
+        st = t_open_at(path, NULL);
         CHECK(st != NULL);
         if (!st)
             continue;
@@ -137,7 +135,44 @@ static int test_migrations(void)
                             " AND cached_tokens = 4 AND preemptions = 2") == 1);
         CHECK(t_int(db, "SELECT count(*) FROM utilization WHERE hour_ms = 1714521600000 AND up_ms = 60000"
                         " AND busy_ms = 1500 AND generated_tokens = 10 AND prefilled_tokens = 20 AND steps = 3") == 1);
+        if (v >= 3) {
+            /* Messages from before branches: a chain per conversation, the
+             * last one the current leaf, no finish reasons. */
+            char chain[128];
+            t_text(db, "SELECT group_concat(id || ':' || coalesce(parent_id, '-'), ' ')"
+                       " FROM (SELECT * FROM messages ORDER BY id)", chain, sizeof chain);
+            CHECK(strcmp(chain, "1:- 2:- 3:1 4:3 5:2") == 0);
+            t_text(db, "SELECT group_concat(id || ':' || coalesce(current_leaf_id, '-'), ' ')"
+                       " FROM (SELECT * FROM conversations WHERE id <= 3 ORDER BY id)", chain, sizeof chain);
+            CHECK(strcmp(chain, "1:4 2:5 3:-") == 0);
+            CHECK(t_int(db, "SELECT count(*) FROM messages WHERE finish_reason IS NOT NULL") == 0);
+            CHECK(t_int(db, "SELECT count(*) FROM conversations WHERE id = 1 AND updated_ms = 2000") == 1);
+        }
         sqlite3_close(db);
+        if (v >= 3) {
+            /* ... and read through the API: the path, a continuation under the leaf. */
+            st = t_open_at(path, NULL);
+            REQUIRE(st);
+            em_message *m = NULL;
+            size_t n = 0;
+            CHECK_RC(em_storage_message_path(st, 1, 1, EM_STORAGE_LEAF, &m, &n, &err), 0);
+            CHECK(n == 3 && strcmp(m[0].content, "hello") == 0 && strcmp(m[1].content, "hi there") == 0 &&
+                  m[1].tokens == 3 && m[1].parent_id == 1 && strcmp(m[2].content, "again") == 0 &&
+                  m[0].parent_id == 0 && !m[1].finish_reason[0]);
+            em_storage_messages_free(m, n);
+            int64_t id = 0;
+            CHECK_RC(em_storage_message_add(st, 1, 1, "assistant", "new", 1, &id, &err), 0);
+            em_conv_info ci;
+            CHECK_RC(em_storage_conv_get(st, 1, 1, &ci, &err), 0);
+            CHECK(ci.current_leaf_id == id && ci.n_messages == 4 && strcmp(ci.title, "old chat") == 0);
+            CHECK_RC(em_storage_message_path(st, 1, 1, id, &m, &n, &err), 0);
+            CHECK(n == 4 && m[3].parent_id == 4);
+            em_storage_messages_free(m, n);
+            CHECK_RC(em_storage_conv_get(st, 0, 3, &ci, &err), 0);
+            CHECK(ci.current_leaf_id == 0 && ci.n_messages == 0);
+            em_storage_close(st);
+            CHECK(t_integrity_ok(path));
+        }
         CHECK(t_integrity_ok(path));
         schema_text(path, got, sizeof got);
         if (strcmp(want, got) != 0) {
@@ -208,7 +243,7 @@ static int test_refusals(void)
 
     /* A real database whose pages after the first are destroyed. */
     t_path(path, sizeof path, "broken.db");
-    st = open_at(path, NULL);
+    st = t_open_at(path, NULL);
     REQUIRE(st);
     for (int i = 0; i < 50; i++) {
         em_usage_record r;
@@ -268,7 +303,7 @@ static int test_writer(void)
     em_storage_opts_init(&o);
     o.on_commit = on_commit;
     o.on_commit_ctx = &seen;
-    em_storage *st = open_at(path, &o);
+    em_storage *st = t_open_at(path, &o);
     REQUIRE(st);
 
     /* Admission, then the end of the same request: one row, merged. */
@@ -347,7 +382,7 @@ static int test_queue_full(void)
     o.queue_cap = 4;
     o.batch_rows = 100;      /* never reached ... */
     o.batch_ms = 600000;     /* ... nor this: the writer waits for a flush */
-    em_storage *st = open_at(path, &o);
+    em_storage *st = t_open_at(path, &o);
     REQUIRE(st);
     int busy = 0;
     for (int i = 0; i < 10; i++) {
@@ -380,7 +415,7 @@ static int test_keys(void)
     char path[512], wal[600];
     t_path(path, sizeof path, "keys.db");
     snprintf(wal, sizeof wal, "%s-wal", path);
-    em_storage *st = open_at(path, NULL);
+    em_storage *st = t_open_at(path, NULL);
     REQUIRE(st);
     em_err err = { 0 };
     char key[EM_STORAGE_KEY_MAX], key2[EM_STORAGE_KEY_MAX];
@@ -489,7 +524,7 @@ static int test_conversations(void)
     t_path(path, sizeof path, "conv.db");
     em_storage_opts o;
     em_storage_opts_init(&o);
-    em_storage *st = open_at(path, &o);
+    em_storage *st = t_open_at(path, &o);
     REQUIRE(st);
     em_err err = { 0 };
     char ka[EM_STORAGE_KEY_MAX], kb[EM_STORAGE_KEY_MAX];
@@ -562,7 +597,7 @@ static int test_conversations(void)
              (long long)(now + 40 * day), (long long)c3);
     CHECK(t_exec(db, sql) == SQLITE_OK);
     o.retention_days = 30;
-    st = open_at(path, &o);
+    st = t_open_at(path, &o);
     REQUIRE(st);
     int64_t deleted = 0;
     CHECK_RC(em_storage_retention_run(st, now + 50 * day, &deleted, &err), 0);
@@ -576,7 +611,7 @@ static int test_conversations(void)
 
     /* Content switched off: nothing new is stored. */
     o.store_content = 0;
-    st = open_at(path, &o);
+    st = t_open_at(path, &o);
     REQUIRE(st);
     CHECK_RC(em_storage_conv_create(st, a.id, "no", &c1, NULL), EM_ESTATE);
     CHECK_RC(em_storage_message_add(st, 0, c3, "user", "secret text", 1, NULL, NULL), EM_ESTATE);
@@ -611,7 +646,7 @@ static void add_req(em_storage *st, const char *id, int64_t key, em_usage_class 
 
 static int fill_ledger(const char *path)
 {
-    em_storage *st = open_at(path, NULL);
+    em_storage *st = t_open_at(path, NULL);
     REQUIRE(st);
     char k[EM_STORAGE_KEY_MAX];
     REQUIRE(em_storage_key_add(st, "alice", EM_USAGE_INTERACTIVE, 0, k, sizeof k, NULL, NULL) == 0);
@@ -831,7 +866,7 @@ static int test_utilization(void)
 {
     char path[512], old[512], v5[512];
     t_path(path, sizeof path, "util.db");
-    em_storage *st = open_at(path, NULL);
+    em_storage *st = t_open_at(path, NULL);
     REQUIRE(st);
     em_err err = { 0 };
     /* two minutes of 10:00 on May 1 (added into one row), a minute of 11:00
@@ -952,7 +987,7 @@ static int test_utilization(void)
                      " prefilled_tokens INTEGER NOT NULL DEFAULT 0, steps INTEGER NOT NULL DEFAULT 0);"
                      "INSERT INTO utilization (hour_ms, up_ms) VALUES (1714521600000, 5000);") == 0);
     sqlite3_close(db);
-    st = open_at(v5, NULL);
+    st = t_open_at(v5, NULL);
     CHECK(st != NULL);
     em_storage_close(st);
     db = t_db_open(v5);
