@@ -42,6 +42,7 @@ struct em_sched {
     em_sched_stats      st;
     double              win_t[RATE_WINDOW], win_busy[RATE_WINDOW];
     uint32_t            win_tok[RATE_WINDOW], win_rows[RATE_WINDOW], win_i;
+    double              t_created;   /* monotonic seconds: the rate window starts no earlier */
 };
 
 void em_sched_opts_init(em_sched_opts *o)
@@ -499,6 +500,7 @@ static void plan_and_run(em_sched *s)
     advance(s, T, L, t1);
     pthread_mutex_lock(&s->mu);
     s->st.steps++;
+    s->st.busy_s += t1 - t0;
     s->win_t[s->win_i % RATE_WINDOW] = t1;
     s->win_busy[s->win_i % RATE_WINDOW] = t1 - t0;
     s->win_rows[s->win_i % RATE_WINDOW] = T;
@@ -567,6 +569,7 @@ int em_sched_create(const em_sched_opts *o, const em_sched_backend *backend,
     s->be = *backend;
     s->idle = 0;
     s->tok = tok;
+    s->t_created = em_sched_now();
     if (!s->o.step_tokens || s->o.step_tokens > s->be.max_tokens)
         s->o.step_tokens = s->be.max_tokens;
     pthread_mutex_init(&s->mu, NULL);
@@ -685,22 +688,28 @@ void em_sched_get_stats(em_sched *s, em_sched_stats *st)
         st->running[c] = s->n_running[c];
         st->waiting[c] = s->n_waiting[c];
     }
+    /* The window: the last EM_SCHED_RATE_S seconds up to now, or less where
+     * the ring no longer holds the steps that far back (it starts where its
+     * oldest step ended) or the scheduler is younger. Steps run one after
+     * another, so a step that ended inside it began at or after the end of
+     * the step before: a step straddling the start counts pro rata. */
     uint32_t n = s->win_i < RATE_WINDOW ? s->win_i : RATE_WINDOW;
-    if (n >= 2) {
-        uint32_t newest = (s->win_i - 1) % RATE_WINDOW, oldest = (s->win_i - n) % RATE_WINDOW;
-        double span = s->win_t[newest] - s->win_t[oldest];
-        double tok = 0, busy = 0;
-        for (uint32_t i = 0; i < n; i++) {
-            uint32_t k = (s->win_i - 1 - i) % RATE_WINDOW;
-            if (i + 1 < n)
-                tok += s->win_tok[k];
-            busy += s->win_busy[k];
-        }
-        if (span > 0) {
-            st->tokens_per_s = tok / span;
-            st->busy_ratio = busy / (span + s->win_busy[oldest]);
-        }
+    double now = em_sched_now(), start = now - EM_SCHED_RATE_S, tok = 0, busy = 0;
+    if (start < s->t_created)
+        start = s->t_created;
+    if (n == RATE_WINDOW && s->win_t[(s->win_i - n) % RATE_WINDOW] > start)
+        start = s->win_t[(s->win_i - n) % RATE_WINDOW];
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t k = (s->win_i - 1 - i) % RATE_WINDOW;
+        double t1 = s->win_t[k], t0 = t1 - s->win_busy[k];
+        if (t1 <= start)
+            break;
+        double in = t1 - (t0 > start ? t0 : start);
+        tok += t1 > t0 ? s->win_tok[k] * in / (t1 - t0) : s->win_tok[k];
+        busy += in;
     }
+    st->tokens_per_s = now > start ? tok / (now - start) : 0;
+    st->busy_ratio = now > start ? busy / (now - start) : 0;
     pthread_mutex_unlock(&s->mu);
 }
 

@@ -191,9 +191,15 @@ typedef struct {
      * 1 - (difference of live) / (difference of alloc) between two reads is
      * the share of allocated KV positions that held no token, step-weighted */
     uint64_t kv_live_sum, kv_alloc_sum;
-    double   tokens_per_s;     /* generated, over the last few seconds */
-    double   busy_ratio;       /* share of wall time spent in steps (last few seconds) */
+    double   tokens_per_s;     /* generated, over the last EM_SCHED_RATE_S seconds up to now
+                                  (0 once the scheduler has been idle that long) */
+    double   busy_ratio;       /* share of that time spent in steps */
+    double   busy_s;           /* seconds spent in steps since the scheduler started (the sum of
+                                  step times: planning, forward, sampling): busy time over wall
+                                  time is the device's utilization */
 } em_sched_stats;
+
+#define EM_SCHED_RATE_S 5.0    /* how far back tokens_per_s and busy_ratio look */
 
 void em_sched_get_stats(em_sched *s, em_sched_stats *st);
 

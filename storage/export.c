@@ -34,10 +34,12 @@ static const column cols[] = {
     COL("gpu_hours",         K_HOURS, gpu_hours,         1),
     COL("cost",              K_MONEY, cost,              2),
     COL("cost_per_1m",       K_RATE,  cost_per_1m,       2),
+    COL("queue_p50_ms",      K_MS,    queue_p50_ms,      0),
+    COL("queue_p99_ms",      K_MS,    queue_p99_ms,      0),
 };
 #define N_COLS (sizeof cols / sizeof cols[0])
 
-static const char *const group_names[] = { "none", "key", "day", "class", "model" };
+static const char *const group_names[] = { "none", "key", "day", "class", "model", "hour" };
 
 static int64_t cell_i(const em_usage_row *r, const column *c)
 {
@@ -172,7 +174,7 @@ static int write_csv(const em_usage_report *rep, FILE *f)
 
 /* Keep JSON numbers short and stable: round to what the table shows and a
  * little more. */
-static json_t *json_num(double v, double scale)
+json_t *em_sto_json_num(double v, double scale)
 {
     if (isnan(v) || isinf(v))
         return json_null();
@@ -189,11 +191,11 @@ static json_t *row_json(const em_usage_row *r)
         switch (cols[c].kind) {
         case K_LABEL: v = json_string(r->label); break;
         case K_INT:   v = json_integer((json_int_t)cell_i(r, &cols[c])); break;
-        case K_SHARE: v = json_num(cell_d(r, &cols[c]), 1e6); break;
-        case K_MS:    v = json_num(cell_d(r, &cols[c]), 1e3); break;
-        case K_HOURS: v = json_num(cell_d(r, &cols[c]), 1e6); break;
-        case K_MONEY: v = json_num(cell_d(r, &cols[c]), 1e4); break;
-        case K_RATE:  v = json_num(cell_d(r, &cols[c]), 1e6); break;
+        case K_SHARE: v = em_sto_json_num(cell_d(r, &cols[c]), 1e6); break;
+        case K_MS:    v = em_sto_json_num(cell_d(r, &cols[c]), 1e3); break;
+        case K_HOURS: v = em_sto_json_num(cell_d(r, &cols[c]), 1e6); break;
+        case K_MONEY: v = em_sto_json_num(cell_d(r, &cols[c]), 1e4); break;
+        case K_RATE:  v = em_sto_json_num(cell_d(r, &cols[c]), 1e6); break;
         }
         if (!v || json_object_set_new(o, cols[c].name, v)) {
             json_decref(o);
@@ -218,7 +220,7 @@ int em_storage_usage_json(const em_usage_report *rep, char **out, em_err *err)
     } else {
         unsigned g = (unsigned)rep->query.group_by;
         bad |= json_object_set_new(root, "group_by",
-                                   json_string(g < 5 ? group_names[g] : "none"));
+                                   json_string(g < 6 ? group_names[g] : "none"));
         bad |= json_object_set_new(root, "since_ms", opt_ms(rep->query.since_ms));
         bad |= json_object_set_new(root, "until_ms", opt_ms(rep->query.until_ms));
         if (rep->query.only_key)   /* one key's usage: which (0: requests without a key) */

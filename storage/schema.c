@@ -9,6 +9,21 @@
 #include <string.h>
 #include <sys/stat.h>
 
+/* The device's busy time per UTC hour: ember serve adds to an hour's row
+ * about every minute (em_storage_util_add); GET /api/utilization and the
+ * dashboard's utilization and cost read it. Self-contained (it touches no
+ * other table and creates only what is missing), so its step may be
+ * renumbered when migrations merge. */
+#define MIGRATE_UTILIZATION                                                                      \
+    "CREATE TABLE IF NOT EXISTS utilization ("                                                     \
+    "  hour_ms          INTEGER PRIMARY KEY,"                                                      \
+    "  up_ms            INTEGER NOT NULL DEFAULT 0 CHECK (up_ms >= 0),"                            \
+    "  busy_ms          REAL    NOT NULL DEFAULT 0 CHECK (busy_ms >= 0),"                          \
+    "  generated_tokens INTEGER NOT NULL DEFAULT 0 CHECK (generated_tokens >= 0),"                 \
+    "  prefilled_tokens INTEGER NOT NULL DEFAULT 0 CHECK (prefilled_tokens >= 0),"                 \
+    "  steps            INTEGER NOT NULL DEFAULT 0 CHECK (steps >= 0)"                             \
+    ");"
+
 /* migrations[v] takes a database from version v to v + 1. Each runs in one
  * transaction together with its user_version bump. Never edit a released
  * step: add a new one (docs/storage.md, "Migration policy"). */
@@ -154,6 +169,10 @@ static const char *const migrations[EM_STORAGE_SCHEMA_VERSION] = {
     "  WHERE m.id = NEW.current_leaf_id AND m.conversation_id = NEW.id)"
     " BEGIN SELECT RAISE(ABORT, 'current_leaf_id is not a message of this conversation'); END;"
     "PRAGMA user_version = 5;",
+
+    /* 5 -> 6: utilization (MIGRATE_UTILIZATION above). */
+    MIGRATE_UTILIZATION
+    "PRAGMA user_version = 6;",
 };
 
 int em_sto_code(int sqlite_rc)

@@ -25,7 +25,7 @@
 #include "core/err.h"
 
 /* The schema version this build writes (PRAGMA user_version). */
-#define EM_STORAGE_SCHEMA_VERSION 5
+#define EM_STORAGE_SCHEMA_VERSION 6
 
 typedef struct em_storage em_storage;
 
@@ -363,6 +363,7 @@ typedef enum {
     EM_USAGE_BY_DAY,        /* UTC day of received_ms, YYYY-MM-DD */
     EM_USAGE_BY_CLASS,
     EM_USAGE_BY_MODEL,
+    EM_USAGE_BY_HOUR,       /* UTC hour of received_ms, YYYY-MM-DDTHH:00Z */
 } em_usage_group_by;
 
 typedef enum {
@@ -388,6 +389,7 @@ typedef struct {
     double  cached_share;                 /* cached / prompt tokens */
     double  ttft_p50_ms, ttft_p99_ms;     /* over requests with a first token */
     double  tpot_p50_ms, tpot_p99_ms;     /* over requests' mean TPOT */
+    double  queue_p50_ms, queue_p99_ms;   /* over requests admitted: submit to first admission */
     double  gpu_hours;                    /* see docs/storage.md, "Cost" */
     double  cost;                         /* gpu_hours * price */
     double  cost_per_1m;                  /* cost / completion tokens * 1e6 */
@@ -425,9 +427,69 @@ int em_storage_usage_json(const em_usage_report *rep, char **out, em_err *err);
  * end_of_day and a date alone, the result is the following midnight (so an
  * --until date includes that day). */
 int em_storage_parse_time(const char *s, int end_of_day, int64_t *ms, em_err *err);
-/* "key" "day" "class" "model" "none"; "table" "csv" "json". EM_EINVAL otherwise. */
+/* "key" "day" "hour" "class" "model" "none"; "table" "csv" "json". EM_EINVAL otherwise. */
 int em_storage_group_by_parse(const char *s, em_usage_group_by *out);
 int em_storage_format_parse(const char *s, em_usage_format *out);
+
+/* ---- utilization: the device's busy time ------------------------------------------------ */
+/* ember serve records about every minute how long it served ("up") and how
+ * long its scheduler spent in steps ("busy"), with the tokens generated and
+ * prefilled, into one row per UTC hour (table `utilization`, docs/storage.md,
+ * "Utilization"). Busy over up time is the device's utilization; generated
+ * tokens over busy time its throughput while it works. */
+
+typedef struct {
+    int64_t start_ms, end_ms;    /* the span measured, [start, end), epoch ms; within one UTC hour */
+    double  busy_s;              /* scheduler step time in it, 0..its length */
+    int64_t generated_tokens, prefilled_tokens, steps;   /* >= 0 */
+} em_util_sample;
+
+/* Add s to its hour's row (made when missing), on the ops connection.
+ * EM_EINVAL: an empty span, one that crosses an hour boundary, busy time
+ * longer than the span, negative counts. */
+int em_storage_util_add(em_storage *st, const em_util_sample *s, em_err *err);
+
+typedef enum { EM_UTIL_HOUR = 0, EM_UTIL_DAY } em_util_bucket;
+
+typedef struct {
+    int64_t since_ms;            /* hours starting at or after since_ms; 0 = from the start */
+    int64_t until_ms;            /* ... and before until_ms; 0 = to the end */
+    em_util_bucket bucket;
+    double  gpu_cost_per_hour;   /* the box's price per hour; < 0 = none */
+} em_util_query;
+
+/* One bucket (or the total). Values that do not exist are NAN. */
+typedef struct {
+    char    label[32];           /* "2024-05-01T10:00Z", "2024-05-01" or "total" */
+    int64_t start_ms;            /* the bucket's start, epoch ms (total: 0) */
+    double  up_s, busy_s;
+    int64_t generated_tokens, prefilled_tokens, steps;
+    double  utilization;         /* busy_s / up_s */
+    double  busy_tokens_per_s;   /* generated_tokens / busy_s: the throughput while busy */
+    double  cost_per_1m_full_load;   /* price x busy hours / generated x 1e6: every hour busy */
+    double  cost_per_1m_measured;    /* price x up hours / generated x 1e6 (= full load / utilization) */
+} em_util_row;
+
+typedef struct {
+    em_util_query query;
+    em_util_row  *rows;          /* buckets that have a row, ascending */
+    size_t        n_rows;
+    em_util_row   total;
+} em_util_report;
+
+void em_storage_util_query_init(em_util_query *q);   /* everything, by hour, no price */
+
+/* Read the utilization of the ledger at path through a query-only
+ * connection of its own (never modified; a ledger without the table reads
+ * as empty). *out: release with em_storage_util_free. */
+int  em_storage_util_query(const char *path, const em_util_query *q, em_util_report **out, em_err *err);
+/* The same over an open storage's database. */
+int  em_storage_util(em_storage *st, const em_util_query *q, em_util_report **out, em_err *err);
+void em_storage_util_free(em_util_report *rep);   /* accepts NULL */
+/* The report as JSON (docs/api.md, GET /api/utilization): *out malloc'd, free() it. */
+int  em_storage_util_json(const em_util_report *rep, char **out, em_err *err);
+/* "hour" / "day" -> *out; EM_EINVAL otherwise. */
+int  em_storage_util_bucket_parse(const char *s, em_util_bucket *out);
 
 /* Epoch milliseconds now (CLOCK_REALTIME). */
 int64_t em_storage_now_ms(void);

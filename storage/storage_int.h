@@ -42,6 +42,7 @@ enum {
     /* ops connection: maintenance */
     EM_STMT_RETENTION,
     EM_STMT_MARK_INTERRUPTED,
+    EM_STMT_UTIL_ADD,
     EM_STMT_OPS_BEGIN,
     EM_STMT_OPS_COMMIT,
     EM_STMT_OPS_ROLLBACK,
@@ -183,6 +184,16 @@ int em_sto_title_check(const char *title, const char *what, em_err *err);
     " (SELECT max(m.id) FROM messages m WHERE m.conversation_id = c.id), 0)"
 #define EM_STO_MESSAGE_COLUMNS \
     "id, coalesce(parent_id, 0), role, content, tokens, coalesce(finish_reason, ''), created_ms"
+
+/* ---- usage.c ---- */
+/* The UTC day (len_ms one day: "2024-05-01") or hour (one hour:
+ * "2024-05-01T10:00Z") that ms falls in: its label (cap >= 18) and start. */
+void em_sto_bucket_label(int64_t ms, int64_t len_ms, char *buf, size_t cap, int64_t *start_ms);
+
+/* ---- export.c ---- */
+/* v rounded to 1/scale as a JSON real; null when NAN or infinite (new reference). */
+struct json_t;
+struct json_t *em_sto_json_num(double v, double scale);
 
 /* ---- keys.c ---- */
 /* Constant-time comparison of two 32-byte hashes (sodium_memcmp). */

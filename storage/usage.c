@@ -1,8 +1,8 @@
 /* usage.c — usage queries: read the `requests` of one or more ledgers
  * through query-only connections of their own (any schema version from 1
  * on, never modified), all keys' or one key's, group them by key, day,
- * class or model, and compute request and token totals, the cached-token
- * share, p50/p99 TTFT and TPOT, GPU hours and cost (docs/storage.md,
+ * hour, class or model, and compute request and token totals, the
+ * cached-token share, p50/p99 TTFT, TPOT and queue time, GPU hours and cost (docs/storage.md,
  * "Cost"). Also the date and name parsers used by `ember usage`, GET
  * /api/usage and the web dashboard. */
 #include "storage/storage_int.h"
@@ -15,13 +15,14 @@
 #include <time.h>
 
 #define DAY_MS 86400000LL
+#define HOUR_MS 3600000LL
 
 /* One group while rows are read. */
 typedef struct {
     em_usage_row row;
-    double      *ttft, *tpot;       /* per-request values, for percentiles */
-    size_t       n_ttft, cap_ttft, n_tpot, cap_tpot;
-    int64_t      day_ms;            /* BY_DAY: the day's midnight (UTC) */
+    double      *ttft, *tpot, *queue;   /* per-request values, for percentiles */
+    size_t       n_ttft, cap_ttft, n_tpot, cap_tpot, n_queue, cap_queue;
+    int64_t      bucket_ms;         /* BY_DAY, BY_HOUR: the bucket's start (UTC) */
 } acc;
 
 typedef struct {
@@ -57,6 +58,7 @@ static void acc_free(acc *a)
 {
     free(a->ttft);
     free(a->tpot);
+    free(a->queue);
 }
 
 /* The group labelled label, created (in sorted place) when new. */
@@ -85,7 +87,7 @@ typedef struct {
     int64_t     received_ms, end_ms;
     const char *cls, *model, *key;
     int64_t     prompt, cached, completion;
-    double      ttft, tpot;        /* NAN when NULL */
+    double      ttft, tpot, queue; /* NAN when NULL */
 } req_row;
 
 static int acc_add(acc *a, const req_row *r)
@@ -98,24 +100,26 @@ static int acc_add(acc *a, const req_row *r)
         return EM_ENOMEM;
     if (!isnan(r->tpot) && push(&a->tpot, &a->n_tpot, &a->cap_tpot, r->tpot))
         return EM_ENOMEM;
+    if (!isnan(r->queue) && push(&a->queue, &a->n_queue, &a->cap_queue, r->queue))
+        return EM_ENOMEM;
     return 0;
 }
 
-static void day_label(int64_t ms, char *buf, size_t cap, int64_t *day_ms)
+void em_sto_bucket_label(int64_t ms, int64_t len_ms, char *buf, size_t cap, int64_t *start_ms)
 {
-    int64_t d = ms >= 0 ? ms / DAY_MS : -((-ms + DAY_MS - 1) / DAY_MS);
-    time_t t = (time_t)(d * 86400);
+    int64_t d = ms >= 0 ? ms / len_ms : -((-ms + len_ms - 1) / len_ms);
+    time_t t = (time_t)(d * (len_ms / 1000));
     struct tm tm;
     gmtime_r(&t, &tm);
-    strftime(buf, cap, "%Y-%m-%d", &tm);
-    *day_ms = d * DAY_MS;
+    strftime(buf, cap, len_ms == DAY_MS ? "%Y-%m-%d" : "%Y-%m-%dT%H:00Z", &tm);
+    *start_ms = d * len_ms;
 }
 
 static const char *const query_v1 =
     "SELECT r.received_ms,"
     " coalesce(r.finished_ms, r.first_token_ms, r.started_ms, r.received_ms),"
     " r.class, r.model, k.name, r.prompt_tokens, 0, r.completion_tokens,"
-    " r.ttft_ms, r.tpot_mean_ms"
+    " r.ttft_ms, r.tpot_mean_ms, r.queue_ms"
     " FROM requests r LEFT JOIN api_keys k ON k.id = r.key_id"
     " WHERE r.received_ms >= ?1 AND r.received_ms < ?2"
     "  AND (?3 = 0 OR coalesce(r.key_id, 0) = ?4)";
@@ -124,7 +128,7 @@ static const char *const query_v2 =
     "SELECT r.received_ms,"
     " coalesce(r.finished_ms, r.first_token_ms, r.started_ms, r.received_ms),"
     " r.class, r.model, k.name, r.prompt_tokens, r.cached_tokens, r.completion_tokens,"
-    " r.ttft_ms, r.tpot_mean_ms"
+    " r.ttft_ms, r.tpot_mean_ms, r.queue_ms"
     " FROM requests r LEFT JOIN api_keys k ON k.id = r.key_id"
     " WHERE r.received_ms >= ?1 AND r.received_ms < ?2"
     "  AND (?3 = 0 OR coalesce(r.key_id, 0) = ?4)";
@@ -170,6 +174,7 @@ static int read_ledger(const char *path, const em_usage_query *q, accs *g, em_er
         r.completion = sqlite3_column_int64(s, 7);
         r.ttft = col_ms(s, 8);
         r.tpot = col_ms(s, 9);
+        r.queue = col_ms(s, 10);
         if (r.received_ms < first)
             first = r.received_ms;
         if (r.end_ms > last)
@@ -178,14 +183,15 @@ static int read_ledger(const char *path, const em_usage_query *q, accs *g, em_er
             last = r.received_ms;
 
         char label[EM_USAGE_MODEL_MAX];
-        int64_t day_ms = 0;
+        int64_t bucket_ms = 0;
         switch (q->group_by) {
         case EM_USAGE_BY_KEY:   snprintf(label, sizeof label, "%s", r.key ? r.key : "-"); break;
         case EM_USAGE_BY_CLASS: snprintf(label, sizeof label, "%s", r.cls ? r.cls : "-"); break;
         case EM_USAGE_BY_MODEL:
             snprintf(label, sizeof label, "%s", r.model && r.model[0] ? r.model : "-");
             break;
-        case EM_USAGE_BY_DAY:   day_label(r.received_ms, label, sizeof label, &day_ms); break;
+        case EM_USAGE_BY_DAY:   em_sto_bucket_label(r.received_ms, DAY_MS, label, sizeof label, &bucket_ms); break;
+        case EM_USAGE_BY_HOUR:  em_sto_bucket_label(r.received_ms, HOUR_MS, label, sizeof label, &bucket_ms); break;
         case EM_USAGE_BY_NONE:  label[0] = 0; break;
         }
         if (acc_add(&g->total, &r)) {
@@ -199,7 +205,7 @@ static int read_ledger(const char *path, const em_usage_query *q, accs *g, em_er
             ret = em_err_set(err, EM_ENOMEM, "%s: out of memory", path);
             goto done;
         }
-        a->day_ms = day_ms;
+        a->bucket_ms = bucket_ms;
     }
     if (rc != SQLITE_DONE) {
         ret = em_sto_fail(c.db, rc, path, "reading the ledger", err);
@@ -249,6 +255,8 @@ static void finish_row(acc *a, double gpu_hours, double price)
     r->ttft_p99_ms = percentile(a->ttft, a->n_ttft, 99);
     r->tpot_p50_ms = percentile(a->tpot, a->n_tpot, 50);
     r->tpot_p99_ms = percentile(a->tpot, a->n_tpot, 99);
+    r->queue_p50_ms = percentile(a->queue, a->n_queue, 50);
+    r->queue_p99_ms = percentile(a->queue, a->n_queue, 99);
     r->gpu_hours = gpu_hours;
     r->cost = price >= 0 ? gpu_hours * price : NAN;
     r->cost_per_1m = price >= 0 && r->completion_tokens > 0
@@ -304,9 +312,10 @@ int em_storage_usage_query(const char *const *paths, size_t n, const em_usage_qu
     for (size_t i = 0; i < g.n; i++) {
         acc *a = &g.v[i];
         double h = 0;
-        if (q->group_by == EM_USAGE_BY_DAY) {
+        if (q->group_by == EM_USAGE_BY_DAY || q->group_by == EM_USAGE_BY_HOUR) {
+            int64_t len = q->group_by == EM_USAGE_BY_DAY ? DAY_MS : HOUR_MS;
             for (size_t w = 0; w < g.n_win; w++)
-                h += overlap_hours(a->day_ms, a->day_ms + DAY_MS, g.win[w][0], g.win[w][1]);
+                h += overlap_hours(a->bucket_ms, a->bucket_ms + len, g.win[w][0], g.win[w][1]);
         } else if (tokens > 0) {
             h = total_hours * (double)a->row.completion_tokens / (double)tokens;
         }
@@ -385,8 +394,8 @@ bad:
 
 int em_storage_group_by_parse(const char *s, em_usage_group_by *out)
 {
-    static const char *const names[] = { "none", "key", "day", "class", "model" };
-    for (int i = 0; i < 5; i++)
+    static const char *const names[] = { "none", "key", "day", "class", "model", "hour" };
+    for (int i = 0; i < 6; i++)
         if (s && strcmp(s, names[i]) == 0) {
             *out = (em_usage_group_by)i;
             return 0;

@@ -6,8 +6,8 @@
  * the one generation path: gen.c hands every request's final ledger row to
  * web_metrics_count, so a request is counted once whatever its front door,
  * under the server's mutex. The scheduler's, the KV pool's and the ledger's
- * figures are read at scrape time. Also routes these two endpoints and GET
- * /api/usage (usage_api.c). */
+ * figures are read at scrape time. Also routes these two endpoints, GET
+ * /api/usage (usage_api.c) and GET /api/utilization (utilization.c). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -235,6 +235,13 @@ static void metrics(web_conn *c)
            st.kv.hit_blocks);
     scalar(&t, "ember_preemptions_total", "counter",
            "Sequences preempted (their blocks freed, to be recomputed) to make room.", st.preemptions);
+    family(&t, "ember_busy_seconds_total", "counter",
+           "Seconds the scheduler spent in steps (planning, the forward pass, sampling) since the server "
+           "started: its rate is the device's utilization.");
+    put(&t, "ember_busy_seconds_total %.6f\n", st.busy_s);
+    family(&t, "ember_generation_tokens_per_second", "gauge",
+           "Tokens generated per second over the last 5 seconds (0 once the server has been idle that long).");
+    put(&t, "ember_generation_tokens_per_second %.3f\n", st.tokens_per_s);
     if (w->o.storage) {
         em_storage_counters sc;
         em_storage_counters_get(w->o.storage, &sc);
@@ -305,7 +312,8 @@ int web_metrics_route(web_conn *c)
     static const struct {
         const char *path;
         void (*fn)(web_conn *c);
-    } routes[] = { { "/metrics", metrics }, { "/healthz", healthz }, { "/api/usage", web_usage_api } };
+    } routes[] = { { "/metrics", metrics }, { "/healthz", healthz }, { "/api/usage", web_usage_api },
+                   { "/api/utilization", web_util_api } };
     for (size_t i = 0; i < COUNT_OF(routes); i++) {
         if (strcmp(c->path, routes[i].path) != 0)
             continue;

@@ -380,7 +380,7 @@ static void route(web_conn *c)
         web_respond_error(c, &e);
         return;
     }
-    if (web_openai_route(c) == 0 || web_metrics_route(c) == 0)   /* /metrics, /healthz, /api/usage */
+    if (web_openai_route(c) == 0 || web_metrics_route(c) == 0)   /* /metrics, /healthz, /api/usage, /api/utilization */
         return;
     if (web_api_route(c) == 0)   /* /api/conversations */
         return;
@@ -589,6 +589,10 @@ int em_web_create(const em_web_opts *o, em_web **out, em_err *err)
         goto fail;
     }
     w->port = lws_get_vhost_listen_port(w->vhost);
+    if (web_util_start(w)) {   /* utilization.c: busy time per hour into the ledger */
+        rc = em_err_set(err, EM_ENOMEM, "serve: out of memory");
+        goto fail;
+    }
     *out = w;
     return 0;
 fail:
@@ -627,6 +631,7 @@ void em_web_destroy(em_web *w)
         pthread_mutex_lock(&w->mu);
         w->closing = 1;                /* from here the requests' notify hooks stay quiet */
         pthread_mutex_unlock(&w->mu);
+        web_util_stop(w);              /* the last span of busy time, while the timer can be cancelled */
         lws_context_destroy(w->ctx);   /* closes every connection: CLOSED_HTTP cancels their requests */
         /* the scheduler calls a cancelled request's hook (with w) until it
          * has retired it: wait for that before w goes */

@@ -1,7 +1,7 @@
 /* usage_api.c — GET /api/usage: the reports of `ember usage` over HTTP,
  * from this server's ledger (storage's em_storage_usage), with the query
  * parameters since and until (YYYY-MM-DD or YYYY-MM-DDTHH:MM[:SS], UTC; an
- * until date includes that day), group_by (none, key, day, class, model),
+ * until date includes that day), group_by (none, key, day, hour, class, model),
  * format (json, the default, or csv) and key (an id, or a name).
  *
  * Who sees what: a key sees its own requests only; an admin key sees every
@@ -10,58 +10,69 @@
  * the requests made without a key, like key 0's own, unless the database
  * holds no active key at all: then it is the box's only user and sees them
  * all (docs/api.md). Unknown, repeated or malformed parameters are a 400
- * naming the parameter. Runs on the service thread. */
+ * naming the parameter. Runs on the service thread. Also the query-string
+ * reader of the /api endpoints that take name=value parameters. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "web/web_int.h"
 
-#define ARG_MAX 256   /* one "name=value", decoded */
-#define MAX_ARGS 16
-
-typedef struct {
-    char since[ARG_MAX], until[ARG_MAX], group_by[ARG_MAX], format[ARG_MAX], key[ARG_MAX];
-    int  has_since, has_until, has_group_by, has_format, has_key;
-} usage_args;
+enum { A_SINCE, A_UNTIL, A_GROUP_BY, A_FORMAT, A_KEY, A_COUNT };
 
 static int bad_param(em_web_error *e, const char *param, const char *fmt, const char *v)
 {
     return em_web_fail(e, 400, "invalid_request_error", NULL, param, fmt, v);
 }
 
-/* The query string, name by name (lws has decoded each "name=value"). */
-static int parse_args(web_conn *c, usage_args *a, em_web_error *e)
+int web_query_args(web_conn *c, const char *const *names, size_t n, char (*vals)[WEB_ARG_MAX], int *seen,
+                   em_web_error *e)
 {
-    static const char *const names[] = { "since", "until", "group_by", "format", "key" };
-    char *vals[] = { a->since, a->until, a->group_by, a->format, a->key };
-    int *seen[] = { &a->has_since, &a->has_until, &a->has_group_by, &a->has_format, &a->has_key };
-    memset(a, 0, sizeof *a);
+    char list[256] = "";
+    for (size_t k = 0; k < n; k++) {
+        size_t used = strlen(list);
+        snprintf(list + used, sizeof list - used, "%s%s", k ? ", " : "", names[k]);
+        seen[k] = 0;
+        vals[k][0] = 0;
+    }
     for (int i = 0;; i++) {
-        char frag[ARG_MAX];
+        char frag[WEB_ARG_MAX];
         int flen = lws_hdr_fragment_length(c->wsi, WSI_TOKEN_HTTP_URI_ARGS, i);
         if (flen >= (int)sizeof frag)
             return em_web_fail(e, 400, "invalid_request_error", NULL, NULL,
-                               "a query parameter is longer than %d bytes", ARG_MAX - 1);
+                               "a query parameter is longer than %d bytes", WEB_ARG_MAX - 1);
         if (lws_hdr_copy_fragment(c->wsi, frag, sizeof frag, WSI_TOKEN_HTTP_URI_ARGS, i) < 0)
             return 0;   /* no more */
-        if (i >= MAX_ARGS)
+        if (i >= WEB_MAX_ARGS)
             return em_web_fail(e, 400, "invalid_request_error", NULL, NULL, "more than %d query parameters",
-                               MAX_ARGS);
+                               WEB_MAX_ARGS);
         char *eq = strchr(frag, '=');
         if (!eq)
             return bad_param(e, frag, "'%s' has no value (name=value)", frag);
         *eq = 0;
         size_t k = 0;
-        while (k < sizeof names / sizeof names[0] && strcmp(frag, names[k]) != 0)
+        while (k < n && strcmp(frag, names[k]) != 0)
             k++;
-        if (k == sizeof names / sizeof names[0])
-            return bad_param(e, frag, "unknown query parameter '%s' (since, until, group_by, format, key)", frag);
-        if (*seen[k])
+        if (k == n)
+            return em_web_fail(e, 400, "invalid_request_error", NULL, frag, "unknown query parameter '%s' (%s)",
+                               frag, list);
+        if (seen[k])
             return bad_param(e, frag, "'%s' is given twice", frag);
-        *seen[k] = 1;
-        snprintf(vals[k], ARG_MAX, "%s", eq + 1);
+        seen[k] = 1;
+        snprintf(vals[k], WEB_ARG_MAX, "%s", eq + 1);
     }
+}
+
+int web_query_window(const char *since, const char *until, int64_t *since_ms, int64_t *until_ms, em_web_error *e)
+{
+    em_err err = { 0 };
+    if (since && em_storage_parse_time(since, 0, since_ms, &err))
+        return bad_param(e, "since", "%s", err.msg);
+    if (until && em_storage_parse_time(until, 1, until_ms, &err))
+        return bad_param(e, "until", "%s", err.msg);
+    if (since && until && *until_ms <= *since_ms)
+        return bad_param(e, "until", "'until' (%s) must be later than 'since'", until);
+    return 0;
 }
 
 /* key=ID or key=NAME among keys[0..n) -> *id; 0 names the requests without a key. */
@@ -122,12 +133,14 @@ void web_usage_api(web_conn *c)
     em_web *w = c->w;
     em_web_error e = { 0 };
     em_web_auth auth;
-    usage_args a;
+    static const char *const names[A_COUNT] = { "since", "until", "group_by", "format", "key" };
+    char a[A_COUNT][WEB_ARG_MAX];
+    int has[A_COUNT];
     em_key_info *keys = NULL;
     size_t n_keys = 0;
     em_usage_report *rep = NULL;
     em_err err = { 0 };
-    if (web_auth(w, c, &auth, &e) || parse_args(c, &a, &e))
+    if (web_auth(w, c, &auth, &e) || web_query_args(c, names, A_COUNT, a, has, &e))
         goto fail;
     if (!w->o.storage) {
         em_web_fail(&e, 503, "server_error", NULL, NULL, "this server keeps no ledger");
@@ -136,29 +149,20 @@ void web_usage_api(web_conn *c)
     em_usage_query q;
     em_storage_usage_query_init(&q);
     em_usage_format fmt = EM_USAGE_JSON;
-    if (a.has_since && em_storage_parse_time(a.since, 0, &q.since_ms, &err)) {
-        bad_param(&e, "since", "%s", err.msg);
+    if (web_query_window(has[A_SINCE] ? a[A_SINCE] : NULL, has[A_UNTIL] ? a[A_UNTIL] : NULL, &q.since_ms,
+                         &q.until_ms, &e))
+        goto fail;
+    if (has[A_GROUP_BY] && em_storage_group_by_parse(a[A_GROUP_BY], &q.group_by)) {
+        bad_param(&e, "group_by", "'%s' is not none, key, day, hour, class or model", a[A_GROUP_BY]);
         goto fail;
     }
-    if (a.has_until && em_storage_parse_time(a.until, 1, &q.until_ms, &err)) {
-        bad_param(&e, "until", "%s", err.msg);
-        goto fail;
-    }
-    if (a.has_since && a.has_until && q.until_ms <= q.since_ms) {
-        bad_param(&e, "until", "'until' (%s) must be later than 'since'", a.until);
-        goto fail;
-    }
-    if (a.has_group_by && em_storage_group_by_parse(a.group_by, &q.group_by)) {
-        bad_param(&e, "group_by", "'%s' is not none, key, day, class or model", a.group_by);
-        goto fail;
-    }
-    if (a.has_format && (em_storage_format_parse(a.format, &fmt) || fmt == EM_USAGE_TABLE)) {
-        bad_param(&e, "format", "'%s' is not json or csv", a.format);
+    if (has[A_FORMAT] && (em_storage_format_parse(a[A_FORMAT], &fmt) || fmt == EM_USAGE_TABLE)) {
+        bad_param(&e, "format", "'%s' is not json or csv", a[A_FORMAT]);
         goto fail;
     }
     /* who sees what (the comment at the top) */
     int admin = auth.admin;
-    if (a.has_key || !auth.key_id) {
+    if (has[A_KEY] || !auth.key_id) {
         if (em_storage_key_list(w->o.storage, &keys, &n_keys, &err)) {
             em_web_fail(&e, 503, "server_error", NULL, NULL, "the key store failed: %s", err.msg);
             goto fail;
@@ -170,9 +174,9 @@ void web_usage_api(web_conn *c)
     }
     q.only_key = !admin;
     q.key_id = auth.key_id;
-    if (a.has_key) {
+    if (has[A_KEY]) {
         int64_t id = 0;
-        if (resolve_key(a.key, keys, n_keys, &id, &e))
+        if (resolve_key(a[A_KEY], keys, n_keys, &id, &e))
             goto fail;
         if (!admin && id != auth.key_id) {
             em_web_fail(&e, 403, "permission_error", "admin_key_required", "key",

@@ -149,6 +149,7 @@ struct em_web {
     atomic_int           draining;      /* em_web_drain was called (a signal handler may set it) */
     atomic_llong         drain_end_us;  /* the drain's deadline, monotonic microseconds; 0 before */
     lws_sorted_usec_list_t drain_sul;   /* wakes the service loop while draining */
+    struct web_util     *util;          /* utilization.c: the busy-time recorder (service thread) */
 };
 
 /* 127.0.0.0/8, ::1 or ::ffff:127.x.x.x */
@@ -252,13 +253,36 @@ void web_metrics_destroy(em_web *w);     /* accepts a server without them */
 /* Count one request's final ledger row (any status but admitted); any thread.
  * gen.c calls it wherever it writes one, so every front door is counted. */
 void web_metrics_count(em_web *w, const em_usage_record *r);
-/* Route GET /metrics, /healthz and /api/usage: 0 when it took the request,
- * 1 when the path is not its. */
+/* Route GET /metrics, /healthz, /api/usage and /api/utilization: 0 when it
+ * took the request, 1 when the path is not its. */
 int  web_metrics_route(web_conn *c);
 
-/* ---- usage_api.c: GET /api/usage ---------------------------------------------- */
+/* ---- usage_api.c: GET /api/usage, and the query strings of /api/... ------------ */
 
 void web_usage_api(web_conn *c);
+
+#define WEB_ARG_MAX  256   /* one "name=value", decoded */
+#define WEB_MAX_ARGS 16
+/* Read c's query string: the value of each name=value whose name is
+ * names[i] (n of them) into vals[i], and seen[i] = 1 (0 for those absent).
+ * An unknown, repeated, valueless or too long parameter: -1 with e filled
+ * (400 naming it). */
+int web_query_args(web_conn *c, const char *const *names, size_t n, char (*vals)[WEB_ARG_MAX], int *seen,
+                   em_web_error *e);
+/* since and until (NULL: not given) as em_storage_parse_time reads them (an
+ * until date includes that day) into *since_ms, *until_ms (left alone when
+ * not given); until must be later. -1 with e filled (400 naming it). */
+int web_query_window(const char *since, const char *until, int64_t *since_ms, int64_t *until_ms, em_web_error *e);
+
+/* ---- utilization.c: the busy-time recorder and GET /api/utilization ------------ */
+
+/* Start recording (after the vhost exists; nothing without storage): the
+ * first span starts now. EM_ENOMEM. */
+int  web_util_start(em_web *w);
+/* Record the last span and stop (before lws_context_destroy); accepts a
+ * server that never started. */
+void web_util_stop(em_web *w);
+void web_util_api(web_conn *c);
 
 /* ---- drain.c: stopping gently ----------------------------------------------------- */
 

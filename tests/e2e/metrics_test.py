@@ -19,6 +19,9 @@
 #  - the gauges back to idle: nothing running or queued, no KV block used
 #    (the dropped stream's blocks went back to the pool); blocks add up;
 #  - ledger rows written by exactly the rows the requests made, none dropped;
+#  - the busy seconds grew, by no more than the wall time between the
+#    scrapes; tokens/s is above 0 right after the requests and falls back
+#    to 0 within a few seconds of idling;
 #  - ember_info has the model (escaped) and the device /healthz names;
 #  - /metrics needs a key under --require-key; /healthz never does.
 import json
@@ -134,7 +137,9 @@ def parse(text):
         assert len(sets) == 1, '%s: label sets differ: %s' % (name, sets)
         if f['type'] == 'counter':
             assert name.endswith('_total'), name
-            assert all(n == name and v >= 0 and v == int(v) for n, _, v in f['samples']), name
+            # counts are whole; a counter of seconds need not be
+            assert all(n == name and v >= 0 and (v == int(v) or name.endswith('_seconds_total'))
+                       for n, _, v in f['samples']), name
         elif f['type'] == 'gauge':
             assert all(n == name for n, _, _ in f['samples']), name
             assert not name.endswith('_total'), name
@@ -194,6 +199,8 @@ FAMILIES = {
     'ember_prefix_cache_lookups_total': ('counter', set()),
     'ember_prefix_cache_hit_blocks_total': ('counter', set()),
     'ember_preemptions_total': ('counter', set()),
+    'ember_busy_seconds_total': ('counter', set()),
+    'ember_generation_tokens_per_second': ('gauge', set()),
     'ember_ledger_degraded': ('gauge', set()),
     'ember_ledger_rows_written_total': ('counter', set()),
     'ember_ledger_rows_dropped_total': ('counter', set()),
@@ -254,6 +261,7 @@ try:
     assert idle(m0)
     assert val(m0, 'ember_draining') == 0 and val(m0, 'ember_ledger_degraded') == 0
     written0 = val(m0, 'ember_ledger_rows_written_total')
+    t_m0 = time.monotonic()
 
     # ---- the requests ------------------------------------------------------------------------
     # a prompt of several full KV blocks, asked twice: the second finds them in the prefix cache
@@ -306,6 +314,19 @@ try:
             (n, lb, v) for f in ('ember_requests_running', 'ember_requests_queued', 'ember_kv_blocks')
             for n, lb, v in m1[f]['samples']]
         time.sleep(0.1)
+
+    # ---- busy time and the rate ---------------------------------------------------------------------
+    busy = val(m1, 'ember_busy_seconds_total') - val(m0, 'ember_busy_seconds_total')
+    assert 0 < busy <= time.monotonic() - t_m0, (busy, time.monotonic() - t_m0)
+    assert val(m1, 'ember_generation_tokens_per_second') > 0, m1['ember_generation_tokens_per_second']
+    deadline = time.monotonic() + 30
+    while True:
+        m2 = scrape()
+        if val(m2, 'ember_generation_tokens_per_second') == 0:
+            break
+        assert time.monotonic() < deadline, 'tokens/s still %s when idle' % val(m2, 'ember_generation_tokens_per_second')
+        time.sleep(0.5)
+    assert val(m2, 'ember_busy_seconds_total') == val(m1, 'ember_busy_seconds_total'), 'busy while idle'
 
     # ---- the counters moved by exactly these requests -------------------------------------------
     want = {('interactive', 'completed'): 2, ('background', 'completed'): 1, ('interactive', 'failed'): 1,

@@ -2,7 +2,7 @@
 # storage_cli.sh — `ember keys` and `ember usage` end to end, against ledgers
 # that storage_fixture (argument 1) fills with fixed requests: key creation
 # (shown once, never stored or listed), admin keys, list, revoke and their errors; usage
-# as table, CSV and JSON; two --db ledgers merged; bad input and missing or
+# as table, CSV and JSON, by key, model, day, hour and class; two --db ledgers merged; bad input and missing or
 # corrupt files (exit 2, message naming the file). Needs EMBER_BIN.
 set -u
 EMBER=${EMBER_BIN:?EMBER_BIN is not set}
@@ -112,9 +112,9 @@ expect_status 0 "$EMBER" usage --db "$T/a.db" --db "$T/b.db" --group-by model --
 grep -q "$(printf '\r')\$" "$T/out" || fail "CSV lines do not end in CRLF"
 tr -d '\r' <"$T/out" >"$T/out.lf" && mv "$T/out.lf" "$T/out"
 same "csv by model" <<'EOF'
-group,requests,prompt_tokens,cached_tokens,cached_share,completion_tokens,ttft_p50_ms,ttft_p99_ms,tpot_p50_ms,tpot_p99_ms,gpu_hours,cost,cost_per_1m
-"llama, ""q8""",3,550,200,0.3636,180,15.0,20.0,4.0,6.0,43.20,86.4000,480000.0000
-tiny,4,1600,700,0.4375,220,30.0,50.0,7.0,9.0,52.80,105.6000,480000.0000
+group,requests,prompt_tokens,cached_tokens,cached_share,completion_tokens,ttft_p50_ms,ttft_p99_ms,tpot_p50_ms,tpot_p99_ms,gpu_hours,cost,cost_per_1m,queue_p50_ms,queue_p99_ms
+"llama, ""q8""",3,550,200,0.3636,180,15.0,20.0,4.0,6.0,43.20,86.4000,480000.0000,7.5,10.0
+tiny,4,1600,700,0.4375,220,30.0,50.0,7.0,9.0,52.80,105.6000,480000.0000,15.0,25.0
 EOF
 
 expect_status 0 "$EMBER" usage --db "$T/a.db" --db "$T/b.db" --group-by day --format json \
@@ -140,7 +140,9 @@ same "json by day" <<'EOF'
       "tpot_p99_ms": 8.0,
       "gpu_hours": 48.0,
       "cost": 96.0,
-      "cost_per_1m": 600000.0
+      "cost_per_1m": 600000.0,
+      "queue_p50_ms": 15.0,
+      "queue_p99_ms": 20.0
     },
     {
       "group": "2024-05-02",
@@ -155,7 +157,9 @@ same "json by day" <<'EOF'
       "tpot_p99_ms": 9.0,
       "gpu_hours": 48.0,
       "cost": 96.0,
-      "cost_per_1m": 400000.0
+      "cost_per_1m": 400000.0,
+      "queue_p50_ms": 10.0,
+      "queue_p99_ms": 25.0
     }
   ],
   "total": {
@@ -171,7 +175,9 @@ same "json by day" <<'EOF'
     "tpot_p99_ms": 9.0,
     "gpu_hours": 96.0,
     "cost": 192.0,
-    "cost_per_1m": 480000.0
+    "cost_per_1m": 480000.0,
+    "queue_p50_ms": 10.0,
+    "queue_p99_ms": 25.0
   }
 }
 EOF
@@ -189,11 +195,22 @@ interactive         5            850         29.4%                240         15
 total               7           2150         41.9%                400         20.0         50.0          6.0          9.0      63.00
 EOF
 
+# By UTC hour: each hour with requests its own GPU hour (the window's
+# other hours count in the total only).
+expect_status 0 "$EMBER" usage --db "$T/a.db" --group-by hour --until 2024-05-01 --gpu-cost-per-hour 2
+same "table by hour" <<'EOF'
+group              requests  prompt_tokens  cached_share  completion_tokens  ttft_p50_ms  ttft_p99_ms  tpot_p50_ms  tpot_p99_ms  gpu_hours  cost   cost_per_1m
+2024-05-01T10:00Z         1            100         50.0%                 20         10.0         10.0          5.0          5.0       1.00   2.00    100000.00
+2024-05-01T11:00Z         1            200          0.0%                 40         30.0         30.0          7.0          7.0       1.00   2.00     50000.00
+--------------------------------------------------------------------------------------------------------------------------------------------------------------
+total                     2            300         16.7%                 60         10.0         30.0          5.0          7.0      14.00  28.00    466666.67
+EOF
+
 expect_status 0 "$EMBER" usage --db "$T/b.db" --format csv --until 2024-05-01
 tr -d '\r' <"$T/out" >"$T/out.lf" && mv "$T/out.lf" "$T/out"
 same "csv total only" <<'EOF'
-group,requests,prompt_tokens,cached_tokens,cached_share,completion_tokens,ttft_p50_ms,ttft_p99_ms,tpot_p50_ms,tpot_p99_ms,gpu_hours,cost,cost_per_1m
-total,1,1000,500,0.5000,100,40.0,40.0,8.0,8.0,16.00,,
+group,requests,prompt_tokens,cached_tokens,cached_share,completion_tokens,ttft_p50_ms,ttft_p99_ms,tpot_p50_ms,tpot_p99_ms,gpu_hours,cost,cost_per_1m,queue_p50_ms,queue_p99_ms
+total,1,1000,500,0.5000,100,40.0,40.0,8.0,8.0,16.00,,,20.0,20.0
 EOF
 
 # Merging never writes: no side files, same bytes.

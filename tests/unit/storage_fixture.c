@@ -74,6 +74,7 @@ int main(int argc, char **argv)
         rec.cached_tokens = r->cached;
         rec.completion_tokens = r->completion;
         rec.ttft_ms = r->ttft;
+        rec.queue_ms = r->ttft >= 0 ? r->ttft / 2 : -1;   /* half of the first token's wait */
         rec.tpot_mean_ms = r->tpot;
         rec.status = r->status;
         if (em_storage_submit(st, &rec)) {

@@ -7,11 +7,12 @@
  * copy on write or a lost recompute after preemption all change the output,
  * which must equal the same request computed alone. Directed tests cover
  * priority order, aging, preemption and resume, cancellation, the queue
- * bound, queue positions, requests that cannot fit and stop strings; a
- * randomized test runs hundreds of scenarios and checks that every request finishes exactly once,
+ * bound, queue positions, requests that cannot fit, stop strings and the
+ * busy time and rates of em_sched_get_stats; a randomized test runs hundreds of scenarios and checks that every request finishes exactly once,
  * correctly, and that no KV block leaks. */
 #include <pthread.h>
 #include <stdint.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/gguf.h"
@@ -659,6 +660,51 @@ static void test_background_step_bound(em_tokenizer *tok)
     }
 }
 
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* busy_s is the sum of step times, cumulative; tokens/s and the busy ratio
+ * look back EM_SCHED_RATE_S seconds from now, so they fall to 0 once the
+ * scheduler has been idle that long (the ring of recent steps stays full). */
+static void test_busy_time(em_tokenizer *tok)
+{
+    em_sched_backend be;
+    fake *f = fake_new(64, 4, 512, 64, &be);
+    f->delay_us = 1000;   /* every step at least 1 ms */
+    double t0 = mono_s();
+    em_sched *s = mk(&be, 64, 0, 0, tok);
+    em_sched_stats st, st2;
+    em_sched_get_stats(s, &st);
+    CHECK(st.busy_s == 0 && st.tokens_per_s == 0 && st.busy_ratio == 0);
+    static job j;
+    for (uint32_t seed = 0; seed < 4; seed++) {   /* > 64 steps in all: the ring wraps */
+        fill_prompt(&j, 20, seed, 0);
+        j.max_tokens = 100;
+        CHECK(submit(s, &j, EM_CLASS_INTERACTIVE, NULL) == 0);
+        finish_job(&j);
+    }
+    em_sched_drain(s);
+    em_sched_get_stats(s, &st);
+    double wall = mono_s() - t0;
+    CHECKF(f->steps > 64 && st.steps == f->steps, "%llu steps", (unsigned long long)f->steps);
+    CHECKF(st.busy_s >= (double)f->steps * 0.001 && st.busy_s <= wall, "busy %.4f s in %.4f s, %llu steps",
+           st.busy_s, wall, (unsigned long long)f->steps);
+    /* one sequence at a time: at most one token per step of >= 1 ms */
+    CHECKF(st.tokens_per_s > 0 && st.tokens_per_s <= 1000.0, "%.1f tokens/s", st.tokens_per_s);
+    CHECKF(st.busy_ratio > 0 && st.busy_ratio <= 1.0 + 1e-9, "busy ratio %.4f", st.busy_ratio);
+    usleep((useconds_t)(EM_SCHED_RATE_S * 1e6) + 300000);
+    em_sched_get_stats(s, &st2);
+    CHECKF(st2.tokens_per_s == 0 && st2.busy_ratio == 0, "idle: %.3f tokens/s, busy ratio %.3f",
+           st2.tokens_per_s, st2.busy_ratio);
+    CHECK(st2.busy_s == st.busy_s && st2.tokens_generated == st.tokens_generated);
+    em_sched_destroy(s);
+    fake_free(f);
+}
+
 int main(void)
 {
     em_tokenizer *tok = make_tokenizer();
@@ -672,6 +718,7 @@ int main(void)
     test_queue_position(tok);
     test_stop_string(tok);
     test_background_step_bound(tok);
+    test_busy_time(tok);
     test_random(tok);
     em_tokenizer_destroy(tok);
     free(vocab_mem);

@@ -3,8 +3,10 @@
  * upsert/batching/queue-full behaviour, API keys (hashing, constant-time
  * comparison, revocation, admin keys, no key in the file), conversations
  * (per key, deletion, retention, the content switch; branches, import and
- * export are test_storage_conv.c's) and usage reports
- * (all keys' or one key's). Real SQLite files in a temporary directory. */
+ * export are test_storage_conv.c's), usage reports (all keys' or one key's;
+ * by hour; queue-time percentiles) and utilization (samples added per hour,
+ * by hour and day, windows, the derived figures, JSON, a ledger without the
+ * table). Real SQLite files in a temporary directory. */
 #include <jansson.h>
 #include <math.h>
 
@@ -44,7 +46,7 @@ static int make_db_at(const char *path, int v)
                      " prompt_tokens, cached_tokens, completion_tokens, preemptions, tpot_p99_ms)"
                      " VALUES ('old-2', 'interactive', 1714557700000, 'preempted_completed',"
                      " 8, 4, 2, 2, 9.5);");
-    if (!ret && v >= 3)
+    if (!ret && v >= 3 && v < 5)
         ret = t_exec(db,
                      "INSERT INTO conversations (id, key_id, title, created_ms, updated_ms)"
                      " VALUES (1, 1, 'old chat', 1000, 2000), (2, 1, 'second', 1000, 3000),"
@@ -54,6 +56,17 @@ static int make_db_at(const char *path, int v)
                      " VALUES (1, 1, 'user', 'hello', 0, 1500), (2, 2, 'user', 'other', 0, 1600),"
                      " (3, 1, 'assistant', 'hi there', 3, 1700), (4, 1, 'user', 'again', 0, 1800),"
                      " (5, 2, 'assistant', 'reply', 2, 1900);");
+    if (!ret && v >= 5)   /* the same, as a tree: each under the one before it */
+        ret = t_exec(db,
+                     "INSERT INTO conversations (id, key_id, title, created_ms, updated_ms)"
+                     " VALUES (1, 1, 'old chat', 1000, 2000), (2, 1, 'second', 1000, 3000),"
+                     " (3, NULL, 'empty', 1000, 1000);"
+                     "INSERT INTO messages (id, conversation_id, parent_id, role, content, tokens, created_ms)"
+                     " VALUES (1, 1, NULL, 'user', 'hello', 0, 1500), (2, 2, NULL, 'user', 'other', 0, 1600),"
+                     " (3, 1, 1, 'assistant', 'hi there', 3, 1700), (4, 1, 3, 'user', 'again', 0, 1800),"
+                     " (5, 2, 2, 'assistant', 'reply', 2, 1900);"
+                     "UPDATE conversations SET current_leaf_id = 4 WHERE id = 1;"
+                     "UPDATE conversations SET current_leaf_id = 5 WHERE id = 2;");
     sqlite3_close(db);
     return ret;
 }
@@ -96,6 +109,8 @@ static int test_migrations(void)
         int64_t conv = 0;
         em_err err = { 0 };
         CHECK_RC(em_storage_conv_create(st, 0, "new", &conv, &err), 0);
+        em_util_sample us = { D1, D1 + 60000, 1.5, 10, 20, 3 };
+        CHECK_RC(em_storage_util_add(st, &us, &err), 0);
         em_storage_close(st);
 
         sqlite3 *db = t_db_open(path);
@@ -118,6 +133,8 @@ static int test_migrations(void)
         if (v >= 2)
             CHECK(t_int(db, "SELECT count(*) FROM requests WHERE request_id = 'old-2'"
                             " AND cached_tokens = 4 AND preemptions = 2") == 1);
+        CHECK(t_int(db, "SELECT count(*) FROM utilization WHERE hour_ms = 1714521600000 AND up_ms = 60000"
+                        " AND busy_ms = 1500 AND generated_tokens = 10 AND prefilled_tokens = 20 AND steps = 3") == 1);
         if (v >= 3) {
             /* Messages from before branches: a chain per conversation, the
              * last one the current leaf, no finish reasons. */
@@ -621,6 +638,7 @@ static void add_req(em_storage *st, const char *id, int64_t key, em_usage_class 
     r.cached_tokens = cached;
     r.completion_tokens = compl;
     r.ttft_ms = ttft;
+    r.queue_ms = ttft >= 0 ? ttft / 2 : -1;
     r.tpot_mean_ms = tpot;
     r.status = status;
     em_storage_submit(st, &r);
@@ -685,9 +703,31 @@ static int test_usage(void)
     CHECK(near(t->cached_share, 100.0 / 450.0));
     CHECK(t->ttft_p50_ms == 20 && t->ttft_p99_ms == 30);   /* of {10, 20, 30} */
     CHECK(t->tpot_p50_ms == 4 && t->tpot_p99_ms == 6);
+    CHECK(t->queue_p50_ms == 10 && t->queue_p99_ms == 15);   /* of {5, 10, 15} */
     CHECK(near(t->gpu_hours, 48) && near(t->cost, 144) && near(t->cost_per_1m, 1.44e6));
     CHECK(rep->n_rows == 0);
     em_storage_usage_free(rep);
+
+    /* By hour: each hour its own GPU hour. */
+    q.group_by = EM_USAGE_BY_HOUR;
+    CHECK_RC(em_storage_usage_query(one, 1, &q, &rep, &err), 0);
+    REQUIRE(rep);
+    CHECK(rep->n_rows == 4);
+    const em_usage_row *h = find_row(rep, "2024-05-01T10:00Z");
+    CHECK(h && h->requests == 1 && h->completion_tokens == 10 && near(h->gpu_hours, 1) && near(h->cost_per_1m, 3e5));
+    CHECK(h && h->queue_p50_ms == 5 && h->ttft_p50_ms == 10);
+    h = find_row(rep, "2024-05-02T10:00Z");
+    CHECK(h && h->requests == 1 && h->completion_tokens == 60 && near(h->cost_per_1m, 5e4));
+    h = find_row(rep, "2024-05-02T12:00Z");
+    CHECK(h && h->requests == 1 && isnan(h->queue_p50_ms) && isnan(h->cost_per_1m));
+    em_usage_group_by gb;
+    CHECK(em_storage_group_by_parse("hour", &gb) == 0 && gb == EM_USAGE_BY_HOUR);
+    char *hj = NULL;
+    CHECK_RC(em_storage_usage_json(rep, &hj, &err), 0);
+    CHECK(hj && strstr(hj, "\"group_by\": \"hour\"") && strstr(hj, "\"queue_p99_ms\": 15.0"));
+    free(hj);
+    em_storage_usage_free(rep);
+    q.group_by = EM_USAGE_BY_NONE;
 
     /* By key: GPU hours shared by completion tokens. */
     q.group_by = EM_USAGE_BY_KEY;
@@ -721,7 +761,7 @@ static int test_usage(void)
     CHECK_RC(em_storage_usage_write(rep, EM_USAGE_CSV, f, &err), 0);
     fclose(f);
     CHECK(strstr(buf, "2024-05-02") && strstr(buf, "cost_per_1m") && strstr(buf, "total"));
-    CHECK(strstr(buf, "2024-05-01,2,200,100,0.5000,40,10.0,30.0,2.0,4.0,24.00,72.0000,1800000.0000\r\n"));
+    CHECK(strstr(buf, "2024-05-01,2,200,100,0.5000,40,10.0,30.0,2.0,4.0,24.00,72.0000,1800000.0000,5.0,15.0\r\n"));
     free(buf);
     char *js = NULL;
     CHECK_RC(em_storage_usage_json(rep, &js, &err), 0);
@@ -811,6 +851,153 @@ static int test_usage(void)
     return 0;
 }
 
+/* ---- utilization ---- */
+
+static const em_util_row *util_row(const em_util_report *rep, const char *label)
+{
+    for (size_t i = 0; i < rep->n_rows; i++)
+        if (strcmp(rep->rows[i].label, label) == 0)
+            return &rep->rows[i];
+    fprintf(stderr, "no bucket '%s'\n", label);
+    return NULL;
+}
+
+static int test_utilization(void)
+{
+    char path[512], old[512], v5[512];
+    t_path(path, sizeof path, "util.db");
+    em_storage *st = t_open_at(path, NULL);
+    REQUIRE(st);
+    em_err err = { 0 };
+    /* two minutes of 10:00 on May 1 (added into one row), a minute of 11:00
+     * idle, and the whole of 09:00 on May 2 */
+    const em_util_sample s[] = {
+        { D1 + 10 * HOUR, D1 + 10 * HOUR + 60000, 30.0, 3000, 500, 100 },
+        { D1 + 10 * HOUR + 1800000, D1 + 10 * HOUR + 1860000, 6.0, 600, 100, 20 },
+        { D1 + 11 * HOUR, D1 + 11 * HOUR + 60000, 0.0, 0, 0, 0 },
+        { D1 + 33 * HOUR, D1 + 34 * HOUR, 360.0, 72000, 9000, 4000 },
+    };
+    for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
+        CHECK_RC(em_storage_util_add(st, &s[i], &err), 0);
+    const em_util_sample bad[] = {
+        { D1 + 10 * HOUR + 3590000, D1 + 11 * HOUR + 10000, 1.0, 0, 0, 0 },   /* crosses 11:00 */
+        { D1, D1, 0.0, 0, 0, 0 },                                             /* empty */
+        { D1, D1 + 1000, 1.5, 0, 0, 0 },                                      /* busier than long */
+        { D1, D1 + 1000, -1.0, 0, 0, 0 },
+        { D1, D1 + 1000, 0.5, -1, 0, 0 },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        CHECK_RC(em_storage_util_add(st, &bad[i], NULL), EM_EINVAL);
+    em_util_bucket b;
+    CHECK(em_storage_util_bucket_parse("day", &b) == 0 && b == EM_UTIL_DAY);
+    CHECK(em_storage_util_bucket_parse("week", &b) == EM_EINVAL);
+
+    /* by hour, $2 an hour */
+    em_util_query q;
+    em_storage_util_query_init(&q);
+    q.gpu_cost_per_hour = 2;
+    em_util_report *rep = NULL;
+    CHECK_RC(em_storage_util(st, &q, &rep, &err), 0);
+    REQUIRE(rep);
+    CHECK(rep->n_rows == 3);
+    const em_util_row *r = util_row(rep, "2024-05-01T10:00Z");
+    CHECK(r && r->start_ms == D1 + 10 * HOUR && near(r->up_s, 120) && near(r->busy_s, 36));
+    CHECK(r && r->generated_tokens == 3600 && r->prefilled_tokens == 600 && r->steps == 120);
+    CHECK(r && near(r->utilization, 0.3) && near(r->busy_tokens_per_s, 100));
+    CHECK(r && near(r->cost_per_1m_full_load, 2.0 / (100 * 3600.0) * 1e6));
+    CHECK(r && near(r->cost_per_1m_measured, r->cost_per_1m_full_load / 0.3));
+    r = util_row(rep, "2024-05-01T11:00Z");
+    CHECK(r && near(r->up_s, 60) && r->busy_s == 0 && r->utilization == 0 && isnan(r->busy_tokens_per_s) &&
+          isnan(r->cost_per_1m_full_load) && isnan(r->cost_per_1m_measured));
+    r = util_row(rep, "2024-05-02T09:00Z");
+    CHECK(r && near(r->utilization, 0.1) && near(r->busy_tokens_per_s, 200));
+    const em_util_row *t = &rep->total;
+    CHECK(strcmp(t->label, "total") == 0 && near(t->up_s, 3780) && near(t->busy_s, 396) && t->generated_tokens == 75600);
+    CHECK(near(t->utilization, 396.0 / 3780.0) && near(t->cost_per_1m_measured, 2.0 * 3780 / 3600 / 75600 * 1e6));
+    CHECK(near(t->cost_per_1m_measured * t->utilization, t->cost_per_1m_full_load));
+    char *js = NULL;
+    CHECK_RC(em_storage_util_json(rep, &js, &err), 0);
+    json_error_t jerr;
+    json_t *root = js ? json_loads(js, 0, &jerr) : NULL;
+    CHECK(root != NULL);
+    if (root) {
+        CHECK(strcmp(json_string_value(json_object_get(root, "bucket")), "hour") == 0);
+        CHECK(json_real_value(json_object_get(root, "gpu_cost_per_hour")) == 2.0);
+        json_t *bs = json_object_get(root, "buckets");
+        CHECK(json_array_size(bs) == 3);
+        json_t *b1 = json_array_get(bs, 1);
+        CHECK(strcmp(json_string_value(json_object_get(b1, "period")), "2024-05-01T11:00Z") == 0);
+        CHECK(json_is_null(json_object_get(b1, "busy_tokens_per_s")) && json_is_null(json_object_get(b1, "cost_per_1m_measured")));
+        json_t *tot = json_object_get(root, "total");
+        CHECK(json_is_null(json_object_get(tot, "start_ms")));
+        CHECK(json_integer_value(json_object_get(tot, "generated_tokens")) == 75600);
+        CHECK(near(json_real_value(json_object_get(tot, "utilization")), 396.0 / 3780.0));
+        CHECK(json_is_null(json_object_get(root, "since_ms")));
+    }
+    json_decref(root);
+    free(js);
+    em_storage_util_free(rep);
+
+    /* by day; without a price no cost */
+    em_storage_util_query_init(&q);
+    q.bucket = EM_UTIL_DAY;
+    CHECK_RC(em_storage_util(st, &q, &rep, &err), 0);
+    REQUIRE(rep);
+    CHECK(rep->n_rows == 2);
+    r = util_row(rep, "2024-05-01");
+    CHECK(r && r->start_ms == D1 && near(r->up_s, 180) && near(r->busy_s, 36) && isnan(r->cost_per_1m_full_load));
+    r = util_row(rep, "2024-05-02");
+    CHECK(r && near(r->up_s, 3600) && r->steps == 4000);
+    em_storage_util_free(rep);
+
+    /* a window: the hours that start in [10:30 May 1, 10:00 May 2) */
+    em_storage_util_query_init(&q);
+    q.since_ms = D1 + 10 * HOUR + 1800000;
+    q.until_ms = D1 + 34 * HOUR;
+    CHECK_RC(em_storage_util(st, &q, &rep, &err), 0);
+    REQUIRE(rep);
+    CHECK(rep->n_rows == 2 && util_row(rep, "2024-05-01T11:00Z") && util_row(rep, "2024-05-02T09:00Z"));
+    CHECK(near(rep->total.up_s, 3660));
+    em_storage_util_free(rep);
+    q.until_ms = q.since_ms;
+    CHECK_RC(em_storage_util(st, &q, &rep, NULL), EM_EINVAL);
+    em_storage_close(st);
+
+    /* a ledger from before the table reads as empty, and is not migrated */
+    t_path(old, sizeof old, "util-v4.db");
+    REQUIRE(make_db_at(old, 4) == 0);
+    em_storage_util_query_init(&q);
+    CHECK_RC(em_storage_util_query(old, &q, &rep, &err), 0);
+    REQUIRE(rep);
+    CHECK(rep->n_rows == 0 && rep->total.up_s == 0 && isnan(rep->total.utilization));
+    em_storage_util_free(rep);
+    sqlite3 *db = t_db_open(old);
+    REQUIRE(db);
+    CHECK(t_int(db, "PRAGMA user_version") == 4);
+    sqlite3_close(db);
+
+    /* the step is self-contained: a file whose table an earlier-numbered
+     * step already made keeps it, rows and all */
+    t_path(v5, sizeof v5, "util-v5.db");
+    REQUIRE(make_db_at(v5, 5) == 0);
+    db = t_db_open(v5);
+    REQUIRE(db);
+    CHECK(t_exec(db, "CREATE TABLE utilization (hour_ms INTEGER PRIMARY KEY, up_ms INTEGER NOT NULL DEFAULT 0,"
+                     " busy_ms REAL NOT NULL DEFAULT 0, generated_tokens INTEGER NOT NULL DEFAULT 0,"
+                     " prefilled_tokens INTEGER NOT NULL DEFAULT 0, steps INTEGER NOT NULL DEFAULT 0);"
+                     "INSERT INTO utilization (hour_ms, up_ms) VALUES (1714521600000, 5000);") == 0);
+    sqlite3_close(db);
+    st = t_open_at(v5, NULL);
+    CHECK(st != NULL);
+    em_storage_close(st);
+    db = t_db_open(v5);
+    REQUIRE(db);
+    CHECK(t_int(db, "PRAGMA user_version") == EM_STORAGE_SCHEMA_VERSION);
+    CHECK(t_int(db, "SELECT up_ms FROM utilization WHERE hour_ms = 1714521600000") == 5000);
+    sqlite3_close(db);
+    return 0;
+}
+
 static int test_parse(void)
 {
     int64_t ms = 0;
@@ -856,6 +1043,7 @@ int main(void)
         { "keys", test_keys },
         { "conversations", test_conversations },
         { "usage", test_usage },
+        { "utilization", test_utilization },
         { "parse", test_parse },
     };
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
