@@ -135,10 +135,7 @@ static double now_us(void)
 static uint32_t round_up(uint32_t v, uint32_t a) { return (v + a - 1) / a * a; }
 
 /* Bytes of one position of `n` K (or V) values of all KV heads. */
-static uint64_t kv_row_bytes(uint32_t kv_type, uint64_t n)
-{
-    return kv_type == EM_KV_Q8_0 ? n + n / 32 * 2 : n * 2;
-}
+#define kv_row_bytes em_fwd_kv_row_bytes
 
 /* ---- the vecs buffer: every small f32 vector of the model --------------- */
 
@@ -616,6 +613,12 @@ uint32_t em_fwd_mm_rows(const em_vk_dev_info *di, uint64_t weight_bytes)
     return weight_bytes >= EM_FWD_TINY_BYTES ? 128 : 64;
 }
 
+uint32_t em_fwd_mm_lanes(const em_vk_dev_info *di)
+{
+    uint32_t sg = di->subgroup_size ? di->subgroup_size : 32;
+    return sg > 64 ? 64 : sg;
+}
+
 int em_fwd_dec_grouped(const em_vk_dev_info *di, const em_hparams *hp, uint32_t lanes)
 {
     uint32_t group = hp->n_head_kv ? hp->n_head / hp->n_head_kv : 0;
@@ -636,12 +639,9 @@ uint32_t em_fwd_pre_heads(const em_hparams *hp)
 static void choose_variant(em_fwd *f)
 {
     const em_vk_dev_info *di = em_vk_info(f->vk);
-    uint32_t sg = di->subgroup_size ? di->subgroup_size : 32;
-    if (sg > 64)
-        sg = 64;
     /* one subgroup per workgroup; its lanes split each row, every lane
      * reuses its slice of the input for RPW rows */
-    f->L = sg;
+    f->L = em_fwd_mm_lanes(di);
     f->RPW = em_fwd_mm_rows(di, em_model_weight_bytes(f->m));
     /* decode attention: on a CPU device one SIMD width of lanes (8 beat 16
      * by ~8% at context 4096 on the 155M model); on GPUs 16, one per position
@@ -736,18 +736,26 @@ int em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **o
         rc = em_err_set(err, EM_ENOMEM, "forward: out of memory");
         goto fail;
     }
-    /* activations (zero-filled: padding columns must read as zero) */
+    /* activations (zero-filled: padding columns must read as zero), sized
+     * by the plan `ember vram` and em_fwd_kv_blocks count with */
+    em_fwd_mem plan;
+    em_fwd_plan_scratch(hp, T, o->max_seqs, o->max_ctx, L, &plan);
+    if (plan.x != (uint64_t)T * f->E_st * 4 || plan.qkv != (uint64_t)T * f->qkv_st * 4 ||
+        plan.att != (uint64_t)T * f->att_st * 4 || plan.hf != (uint64_t)T * f->F_st * 4 ||
+        plan.gu != (uint64_t)T * f->gu_st * 4 || plan.step != (uint64_t)f->step_ints * 4) {
+        rc = em_err_set(err, EM_ESTATE, "forward: the memory plan disagrees with the strides");
+        goto fail;
+    }
     struct { em_vk_buf *b; uint64_t bytes; em_vk_mem_kind kind; } bufs[] = {
-        { &f->x, (uint64_t)T * f->E_st * 4, EM_VK_MEM_DEVICE },
-        { &f->qkv, (uint64_t)T * f->qkv_st * 4, EM_VK_MEM_DEVICE },
-        { &f->att, (uint64_t)T * f->att_st * 4, EM_VK_MEM_DEVICE },
-        { &f->hf, (uint64_t)T * f->F_st * 4, EM_VK_MEM_DEVICE },
-        { &f->gu, (uint64_t)T * f->gu_st * 4, EM_VK_MEM_DEVICE },
-        { &f->logits, (uint64_t)L * hp->n_vocab * 4, EM_VK_MEM_READBACK },
-        { &f->step, (uint64_t)f->step_ints * 4, EM_VK_MEM_UPLOAD },
-        { &f->dummy, 256, EM_VK_MEM_DEVICE },
-        { &f->part, (uint64_t)T * hp->n_head * EM_ATTN_MAX_SPLIT * (hp->head_dim_v + 2) * 4,
-          EM_VK_MEM_DEVICE },
+        { &f->x, plan.x, EM_VK_MEM_DEVICE },
+        { &f->qkv, plan.qkv, EM_VK_MEM_DEVICE },
+        { &f->att, plan.att, EM_VK_MEM_DEVICE },
+        { &f->hf, plan.hf, EM_VK_MEM_DEVICE },
+        { &f->gu, plan.gu, EM_VK_MEM_DEVICE },
+        { &f->logits, plan.logits, EM_VK_MEM_READBACK },
+        { &f->step, plan.step, EM_VK_MEM_UPLOAD },
+        { &f->dummy, plan.dummy, EM_VK_MEM_DEVICE },
+        { &f->part, plan.part, EM_VK_MEM_DEVICE },
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         if ((rc = em_vk_alloc(vk, bufs[i].kind, bufs[i].bytes, bufs[i].b, err)))
@@ -756,20 +764,8 @@ int em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **o
     }
     /* the vecs buffer must exist before descriptor sets are made: size it
      * first (norms, biases, q/k norms, inverse frequencies) */
-    {
-        uint64_t nv = 0;
-        for (uint32_t il = 0; il < hp->n_layer; il++) {
-            const em_layer_weights *w = em_model_layer(m, il);
-            const em_gguf_tensor *v[] = { w->attn_norm, w->ffn_norm, w->bq, w->bk, w->bv,
-                                          w->q_norm, w->k_norm };
-            for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
-                if (v[i])
-                    nv += round_up((uint32_t)v[i]->nelem, 4);
-        }
-        nv += round_up(hp->n_embd, 4) + round_up(hp->n_rot / 2, 4) + 4;
-        if ((rc = em_vk_alloc(vk, EM_VK_MEM_DEVICE, nv * 4, &f->vecs, err)))
-            goto fail;
-    }
+    if ((rc = em_vk_alloc(vk, EM_VK_MEM_DEVICE, em_fwd_plan_vec_floats(m) * 4, &f->vecs, err)))
+        goto fail;
 
     {
         em_vk_pipe *rp;
@@ -1144,10 +1140,7 @@ const char *em_fwd_kv_type_name(uint32_t kv_type)
 
 uint64_t em_fwd_kv_block_bytes(const em_model *m, uint32_t kv_type)
 {
-    const em_hparams *hp = em_model_hparams(m);
-    return (uint64_t)hp->n_layer * EM_KV_BLOCK *
-           (kv_row_bytes(kv_type, (uint64_t)hp->n_head_kv * hp->head_dim) +
-            kv_row_bytes(kv_type, (uint64_t)hp->n_head_kv * hp->head_dim_v));
+    return em_fwd_kv_block_bytes_hp(em_model_hparams(m), kv_type);
 }
 
 uint32_t em_fwd_kv_blocks(em_vk *vk, const em_model *m, uint32_t kv_type, uint64_t kv_mb,
@@ -1160,12 +1153,15 @@ uint32_t em_fwd_kv_blocks(em_vk *vk, const em_model *m, uint32_t kv_type, uint64
     if (kv_mb) {
         bytes = kv_mb << 20;
     } else {
-        uint64_t heap = em_vk_info(vk)->device_local_bytes;
-        uint64_t act = (uint64_t)max_tokens * 4 *
-                       (hp->n_embd * 2 + hp->n_ff * 3 + hp->n_head * (hp->head_dim + hp->head_dim_v) * 2) +
-                       (uint64_t)max_seqs * hp->n_vocab * 4;
-        uint64_t used = em_model_weight_bytes(m) + act + (256ull << 20);
-        bytes = heap * 8 / 10 > used ? heap * 8 / 10 - used : 0;
+        const em_vk_dev_info *di = em_vk_info(vk);
+        em_fwd_mem plan;
+        em_fwd_plan_scratch(hp, max_tokens, max_seqs, max_ctx, max_seqs, &plan);
+        if (em_fwd_plan_weights(m, em_fwd_mm_rows(di, em_model_weight_bytes(m)), em_fwd_mm_lanes(di),
+                                &plan, NULL)) {
+            plan.weights = em_model_weight_bytes(m);   /* em_fwd_create will refuse it */
+            plan.vecs = 0;
+        }
+        bytes = em_fwd_plan_kv_budget(di->device_local_bytes, &plan);
     }
     uint64_t n = bytes / per;
     /* one layer's K (or V) must fit one storage-buffer binding */

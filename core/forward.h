@@ -38,14 +38,62 @@ typedef struct em_fwd em_fwd;
 int em_fwd_kv_type_parse(const char *s, uint32_t *out, em_err *err);
 const char *em_fwd_kv_type_name(uint32_t kv_type);
 
-/* Device bytes of one KV block (all layers' K and V) for model m. */
+/* Device bytes of one KV block (all layers' K and V) for model m;
+ * em_fwd_kv_block_bytes_hp the same from the shape alone:
+ * n_layer x EM_KV_BLOCK x (em_fwd_kv_row_bytes(Hk*D) + em_fwd_kv_row_bytes(Hk*Dv)). */
 uint64_t em_fwd_kv_block_bytes(const em_model *m, uint32_t kv_type);
+uint64_t em_fwd_kv_block_bytes_hp(const em_hparams *hp, uint32_t kv_type);
+/* Bytes of n K (or V) values of one position: 2 each in f16; in q8_0 34 per
+ * 32 (int8 values and an f16 scale per 32). */
+uint64_t em_fwd_kv_row_bytes(uint32_t kv_type, uint64_t n);
 
-/* A KV pool size in blocks for vk and m: kv_mb MiB when non-zero, else the
- * largest device-local heap less the weights, activations for max_tokens
- * and a safety margin, capped at what max_seqs x max_ctx can use. */
+/* A KV pool size in blocks for vk and m: kv_mb MiB when non-zero, else
+ * em_fwd_plan_kv_budget of the largest device-local heap (what the weights,
+ * vectors, scratch for max_tokens-token steps of max_seqs sequences,
+ * staging and the margin leave of 80% of it), capped at what one layer's
+ * K or V binding can address and at what max_seqs x max_ctx can use. */
 uint32_t em_fwd_kv_blocks(em_vk *vk, const em_model *m, uint32_t kv_type, uint64_t kv_mb,
                           uint32_t max_seqs, uint32_t max_ctx, uint32_t max_tokens);
+
+/* ---- planning (core/fwd_plan.c): device memory before it is allocated --- */
+
+/* What ember serve keeps free beyond what it sizes exactly: suballocation
+ * blocks part-used, pipelines, descriptor pools, the driver's own. */
+#define EM_FWD_MARGIN_BYTES (256ull << 20)
+#define EM_FWD_STAGING_BYTES EM_VK_STAGING_BYTES
+
+/* The memory of one em_fwd, in bytes. The scratch buffers (x ... step) are
+ * the ones em_fwd_create allocates, sized by em_fwd_plan_scratch. */
+typedef struct {
+    uint64_t weights;                    /* packed weight matrices (em_fwd_stats.weight_bytes) */
+    uint64_t weights_by_type[EM_T_COUNT];/* of those, by the tensors' GGUF type */
+    uint64_t vecs;                       /* f32 norms, biases, rope frequencies */
+    uint64_t x, qkv, att, hf, gu, part;  /* device activations (shapes in fwd_plan.c) */
+    uint64_t dummy;                      /* the bound-but-unused buffer */
+    uint64_t logits;                     /* readback: [max_logits][n_vocab] f32 */
+    uint64_t step;                       /* upload: per-step ints and block tables */
+    uint64_t staging;                    /* em_vk's upload staging buffer */
+    uint64_t margin;                     /* EM_FWD_MARGIN_BYTES */
+} em_fwd_mem;
+
+/* Weights and vectors of m (borrowed) packed for matrix workgroups of rows
+ * rows (em_fwd_mm_rows) and lanes lanes, into mem->weights,
+ * weights_by_type and vecs. EM_EUNSUPPORTED for a type with no GPU path. */
+int em_fwd_plan_weights(const em_model *m, uint32_t rows, uint32_t lanes, em_fwd_mem *mem,
+                        em_err *err);
+/* Floats of m's vectors buffer (norms, biases, q/k norms, rope frequencies). */
+uint64_t em_fwd_plan_vec_floats(const em_model *m);
+/* The scratch buffers for steps of max_tokens tokens, max_seqs slots of
+ * max_ctx positions and max_logits logit rows (0: max_seqs), and the
+ * staging and margin figures; only hp's shape is read. */
+void em_fwd_plan_scratch(const em_hparams *hp, uint32_t max_tokens, uint32_t max_seqs,
+                         uint32_t max_ctx, uint32_t max_logits, em_fwd_mem *mem);
+/* x + qkv + att + hf + gu + part + dummy + logits + step. */
+uint64_t em_fwd_mem_scratch(const em_fwd_mem *mem);
+/* Bytes left for the KV pool on a heap of heap bytes: 80% of it (ember
+ * serve leaves 20% to the driver and other processes) less weights,
+ * vectors, scratch, staging and margin; 0 when they do not fit. */
+uint64_t em_fwd_plan_kv_budget(uint64_t heap, const em_fwd_mem *mem);
 
 /* Repack and upload m's weights to vk (both borrowed; must outlive the em_fwd),
  * allocate activations and the KV pool. EM_ENOMEM when they do not fit. */
@@ -124,6 +172,9 @@ int em_fwd_embed_kernel(uint32_t type);
  * CPUs with many more. 8 on GPUs (enough workgroups for small matrices).
  * EMBER_MM_RPW=8|16|...|256 (a power of two) overrides it for experiments. */
 uint32_t em_fwd_mm_rows(const em_vk_dev_info *di, uint64_t weight_bytes);
+/* Lanes of a matrix-kernel workgroup: the device's subgroup, at most 64
+ * (32 where the device reports none). */
+uint32_t em_fwd_mm_lanes(const em_vk_dev_info *di);
 
 /* Whether decode attention runs one workgroup per KV head for all its query
  * heads (shaders/attn_dec_g.comp, lanes splitting the head dimensions: each

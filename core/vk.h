@@ -159,7 +159,7 @@ typedef struct em_vk_opts {
                                 * info.cpu_kernels is false, so the forward pass
                                 * picks the kernels and geometry it picks on GPUs.
                                 * How the tests run the GPU paths on llvmpipe. */
-    size_t      staging_bytes; /* staging buffer (two halves); 0: 64 MiB */
+    size_t      staging_bytes; /* staging buffer (two halves); 0: EM_VK_STAGING_BYTES */
     size_t      block_bytes;   /* suballocation block; 0: min(256 MiB, maxMemoryAllocationSize) */
     double      wait_timeout_s;/* fence wait limit; 0: 600 s */
     int         cpu_threads;   /* software rasterizers (llvmpipe) only: worker threads
@@ -174,6 +174,10 @@ typedef struct em_vk_opts {
 } em_vk_opts;
 
 #define EM_VK_OPTS_INIT { .device = -1, .cpu_threads = -1 }
+
+/* The staging buffer's default size: 64 MiB of host-visible memory, kept
+ * for the device's lifetime once the first upload makes it. */
+#define EM_VK_STAGING_BYTES (64ull << 20)
 
 /* Create the instance, pick and open the device, one compute queue. opts may
  * be NULL (defaults). Fails with EM_ENODEV (no Vulkan loader or driver, no

@@ -463,7 +463,7 @@ static int stage_ready(em_vk *vk, bool up, em_err *err)
     int rc = 0;
     em_vk_buf *s = up ? &vk->stage_up : &vk->stage_down;
     if (!s->buf) {
-        size_t bytes = vk->opts.staging_bytes ? vk->opts.staging_bytes : 64 * EM_VK_MIB;
+        size_t bytes = vk->opts.staging_bytes ? vk->opts.staging_bytes : EM_VK_STAGING_BYTES;
         bytes = (bytes + 7) / 8 * 8;
         rc = em_vk_alloc(vk, up ? EM_VK_MEM_UPLOAD : EM_VK_MEM_READBACK, bytes, s, err);
         if (rc)
