@@ -119,6 +119,13 @@ int em_cli_parse_list(const char *cmd, const char *flag, const char *s, uint32_t
 /* The seed to sample with: seed when given (>= 0), else a random 32-bit one. */
 uint64_t em_cli_seed(long seed);
 
+/* How `ember serve` runs the forward pass: tokens per step (prompt chunks
+ * and decodes), and sequences at once without --parallel on a CPU device
+ * and on a GPU. `ember vram` plans with the same figures. */
+#define EM_SERVE_STEP_TOKENS  512u
+#define EM_SERVE_PARALLEL_CPU 16u
+#define EM_SERVE_PARALLEL_GPU 64u
+
 /* Open the model at path and its tokenizer for `cmd`; 0 with *m and *tok
  * set (the caller closes both), else the exit status after the error line.
  * A tokenizer with more tokens than the model's output rows is an input

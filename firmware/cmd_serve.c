@@ -173,8 +173,8 @@ int em_cmd_serve(int argc, char **argv)
         goto done;
     }
     int cpu_device = em_vk_info(vk)->type == VK_PHYSICAL_DEVICE_TYPE_CPU;
-    uint32_t seqs = parallel > 0 ? (uint32_t)parallel : cpu_device ? 16 : 64;
-    uint32_t T = 512;   /* tokens per step: prompt chunks and decodes */
+    uint32_t seqs = parallel > 0 ? (uint32_t)parallel : cpu_device ? EM_SERVE_PARALLEL_CPU : EM_SERVE_PARALLEL_GPU;
+    uint32_t T = EM_SERVE_STEP_TOKENS;   /* tokens per step: prompt chunks and decodes */
     uint32_t blocks = em_fwd_kv_blocks(vk, m, kv_type, (uint64_t)kv_mb, seqs, n_ctx, T);
     uint32_t min_blocks = (n_ctx + EM_KV_BLOCK - 1) / EM_KV_BLOCK;
     if (blocks < min_blocks) {
