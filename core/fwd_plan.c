@@ -116,7 +116,7 @@ void em_fwd_plan_scratch(const em_hparams *hp, uint32_t max_tokens, uint32_t max
     mem->logits = L * hp->n_vocab * 4;                          /* [L][V] readback */
     /* tokens, positions, slots [T] each, gather [L], decode and tile pairs
      * [2T] each, block tables [max_seqs][ceil(max_ctx / EM_KV_BLOCK)] */
-    mem->step = (7 * T + L + (uint64_t)max_seqs * ((max_ctx + EM_KV_BLOCK - 1) / EM_KV_BLOCK)) * 4;
+    mem->step = (7 * T + L + (uint64_t)max_seqs * (((uint64_t)max_ctx + EM_KV_BLOCK - 1) / EM_KV_BLOCK)) * 4;
     mem->staging = EM_FWD_STAGING_BYTES;
     mem->margin = EM_FWD_MARGIN_BYTES;
 }

@@ -73,7 +73,7 @@ static uint64_t pool_blocks(const plan *p, uint32_t ctx, em_fwd_mem *mem, int *r
     return n;
 }
 
-static uint64_t blocks_of(uint32_t ctx) { return (ctx + EM_KV_BLOCK - 1) / EM_KV_BLOCK; }
+static uint64_t blocks_of(uint32_t ctx) { return ((uint64_t)ctx + EM_KV_BLOCK - 1) / EM_KV_BLOCK; }
 
 /* The largest context (a multiple of EM_KV_BLOCK, at most CTX_MAX) at which
  * users sequences fit; 0 when not even one block each does. */
@@ -226,8 +226,8 @@ int em_cmd_vram(int argc, char **argv)
         }
         p.hp = *em_model_hparams(m);
         p.scratch_known = 1;
-        if (!ctx)
-            ctx = p.hp.n_ctx_train ? p.hp.n_ctx_train : 0;
+        if (!ctx)   /* the model's, within ember's bound on a context */
+            ctx = p.hp.n_ctx_train < CTX_MAX ? p.hp.n_ctx_train : CTX_MAX;
         if (!ctx) {
             status = em_cli_fail(2, "vram: %s has no context_length: give --ctx", model_path);
             goto done;

@@ -12,6 +12,8 @@ Usage: cli_vram.py [SMOLLM2.gguf]   ($EMBER_BIN, $EMBER_SHARED)
 """
 import json
 import os
+import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -334,8 +336,31 @@ bad = [
     (good_shape + ["--ctx", "0"], "--ctx"),
     (good_shape + ["--bogus"], "--bogus"),
 ]
+def patched(key, value, name):
+    """stories260K with the u32 metadata value of key replaced"""
+    data = bytearray(open(s260_path, "rb").read())
+    i = data.index(key) + len(key)
+    assert struct.unpack_from("<I", data, i)[0] == 4   # u32
+    struct.pack_into("<I", data, i + 4, value)
+    out = os.path.join(tmp, name)
+    with open(out, "wb") as f:
+        f.write(data)
+    return out
+
+
 if os.path.exists(s260_path):
-    bad += [(["--model", trunc], "trunc.gguf"),
+    # a context_length of 2^32 - 1: planned at ember's bound of 2^20, which
+    # does not fit in 1 GiB (640 B x 2^20 = 640 MiB of KV)
+    huge = patched(b"llama.context_length", 0xFFFFFFFF, "hugectx.gguf")
+    rc, out, err = run("--model", huge, "--mem-gb", "1")
+    check(rc == 1 and "one sequence of 1048576 tokens does not fit" in err and "640.0 MiB" in err
+          and err.count("\n") == 1, f"hostile context_length: {rc} {err}")
+    d = vram_json("--model", huge, "--mem-gb", "1", status=1)
+    if d:
+        eq("hostile context_length: ctx", d["kv"]["ctx"], 1 << 20)
+        eq("hostile context_length: reported", d["context_length"], 0xFFFFFFFF)
+    bad += [(["--model", patched(b"llama.attention.head_count_kv", 3, "kv3.gguf")], "cannot share 3 KV heads"),
+            (["--model", trunc], "trunc.gguf"),
             (["--model", s260_path, "--kv-type", "q8_0"], "multiples of 32 (this model: 8)")]
 for args, needle in bad:
     rc, out, err = run(*args)
@@ -346,10 +371,7 @@ for args, needle in bad:
 
 rc, out, err = run("--help")
 check(rc == 0 and "usage: ember vram" in out, "--help")
-for f in (trunc, garbage):
-    if os.path.exists(f):
-        os.unlink(f)
-os.rmdir(tmp)
+shutil.rmtree(tmp)
 
 print(f"cli_vram: {checks - fails}/{checks} checks passed")
 sys.exit(1 if fails else 0)
