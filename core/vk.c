@@ -899,6 +899,8 @@ static int choose_device(const em_vk_dev_info *devs, int n, int index, uint32_t 
     return best;
 }
 
+static int env_flag(const char *name);
+
 int em_vk_enumerate(em_vk_dev_info **devs, int *n, int *pick, em_err *err)
 {
     int rc;
@@ -916,6 +918,9 @@ int em_vk_enumerate(em_vk_dev_info **devs, int *n, int *pick, em_err *err)
     rc = devices_query(inst, api, devs, &phys, &qfam, &exts, n, err);
     if (rc)
         goto done;
+    if (env_flag("EMBER_VK_AS_GPU"))   /* as em_vk_create will treat them */
+        for (int i = 0; i < *n; i++)
+            (*devs)[i].cpu_kernels = false;
     em_err scratch = { 0 };
     *pick = choose_device(*devs, *n, -1, 0, &scratch);
     if (*pick < 0 && scratch.code == EM_EINVAL) {

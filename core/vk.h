@@ -107,7 +107,8 @@ typedef struct em_vk_dev_info {
                                      * host-visible: device buffers are mapped directly */
     bool        cpu_kernels;        /* the forward pass picks the kernels and geometry
                                      * tuned for CPU devices (type cpu; false under
-                                     * opts.as_gpu) */
+                                     * opts.as_gpu, and from em_vk_enumerate too
+                                     * under EMBER_VK_AS_GPU) */
 
     uint32_t    subgroup_size;      /* default; on an em_vk, the size a workgroup of it
                                      * really runs as (em_vk_create checks it) */

@@ -283,6 +283,10 @@ if SMOL and os.path.exists(SMOL):
             rc, out, err = run("--model", SMOL)
             check(rc == 0 and f"device-local heap of device {dev['index']}, {dev['name']}" in out,
                   f"text names the device: {out}")
+        # a discrete GPU's kernels on any device: 8-row groups, as em_vk_create packs them then
+        d = vram_json("--model", SMOL, env={"EMBER_VK_AS_GPU": "1"})
+        if d:
+            eq("EMBER_VK_AS_GPU weights", d["weights"]["device_bytes"], smol_r8)
         d = vram_json("--model", SMOL, env={"EMBER_DEVICE": str(dev["index"])})
         if d:
             eq("EMBER_DEVICE picks", d["memory"]["device"]["index"], dev["index"])
