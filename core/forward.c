@@ -1243,3 +1243,8 @@ const char *em_fwd_variant(const em_fwd *f)
 {
     return f->variant;
 }
+
+const em_fwd_opts *em_fwd_get_opts(const em_fwd *f)
+{
+    return &f->o;
+}

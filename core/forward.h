@@ -203,5 +203,7 @@ uint32_t em_fwd_pre_heads(const em_hparams *hp);
 
 /* "mm 8 lanes x 8 rows per workgroup" etc. */
 const char *em_fwd_variant(const em_fwd *f);
+/* The options f runs with (n_blocks and max_logits resolved); borrowed. */
+const em_fwd_opts *em_fwd_get_opts(const em_fwd *f);
 
 #endif

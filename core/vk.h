@@ -202,6 +202,12 @@ const em_vk_dev_info *em_vk_info(const em_vk *vk);
  * device or driver, a corrupt file). */
 size_t em_vk_pipe_cache_loaded(const em_vk *vk);
 
+/* Write the pipeline cache to opts.cache_path now (beside itself, then
+ * renamed), as em_vk_destroy does at the end: a server saves it once its
+ * pipelines are built, so that a process killed later still leaves it.
+ * Nothing without a cache_path; a failure to write is a warning on stderr. */
+void em_vk_pipe_cache_save(em_vk *vk);
+
 /* Validation: whether the Khronos layer is installed, whether it is on for vk,
  * and how many error / warning messages it has reported so far (each distinct
  * message is printed once to stderr; all are counted). */

@@ -48,7 +48,7 @@ static void cache_load(em_vk *vk, void **data, size_t *len)
     fclose(f);
 }
 
-static void cache_save(em_vk *vk)
+void em_vk_pipe_cache_save(em_vk *vk)
 {
     size_t n = 0;
     void *d = NULL;
@@ -960,7 +960,7 @@ void em_vk_pipe_destroy_all(em_vk *vk)
         free(l);
     }
     if (vk->cache) {
-        cache_save(vk);
+        em_vk_pipe_cache_save(vk);
         vkDestroyPipelineCache(vk->dev, vk->cache, NULL);
         vk->cache = VK_NULL_HANDLE;
     }

@@ -3,7 +3,8 @@
  * and WebSocket on one port until SIGINT/SIGTERM (web/web.h): the first
  * signal drains (new requests refused, running ones finish, --drain-s
  * bounds the wait), a second stops at once. Refuses to listen beyond
- * loopback while the database holds no API key. */
+ * loopback while the database holds no API key, and to serve at all when
+ * the boot self-test (core/selftest.h) finds the device's kernels wrong. */
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <net/if.h>
@@ -16,8 +17,10 @@
 #include "core/forward.h"
 #include "core/kparams.h"
 #include "core/model.h"
+#include "core/selftest.h"
 #include "core/tokenizer.h"
 #include "core/vk.h"
+#include "firmware/boot.h"
 #include "firmware/cli.h"
 #include "scheduler/scheduler.h"
 #include "storage/storage.h"
@@ -44,7 +47,10 @@ static const char usage[] =
     "  cancelled), then it exits 0. A second one stops at once.\n"
     "  GET /ws speaks the WebSocket chat protocol ember.chat.v1 (messages up to\n"
     "  --max-ws-message bytes, default 1 MiB); its chats are kept as conversations\n"
-    "  (/api/conversations) unless --no-store-content.\n";
+    "  (/api/conversations) unless --no-store-content. Before the port opens the\n"
+    "  model's kernels are checked on the device against the CPU reference (`ember\n"
+    "  selftest`); if they are wrong ember refuses to serve. The pipeline caches are\n"
+    "  kept beside the database.\n";
 
 static em_web *volatile the_web;
 static volatile sig_atomic_t signals_seen;
@@ -138,8 +144,11 @@ int em_cmd_serve(int argc, char **argv)
     int status = 0;
     struct sigaction sa, old_int, old_term;
     int handlers = 0;
+    em_web_boot boot = { .n = 0 };
+    em_selftest_report selftest;
 
     /* the database first: a refusal to start should cost no model load */
+    em_boot_begin();
     em_storage_opts so;
     em_storage_opts_init(&so);
     so.path = db;
@@ -162,16 +171,22 @@ int em_cmd_serve(int argc, char **argv)
             goto done;
         }
     }
+    em_boot_end(&boot, "database");
     if ((status = em_cli_open_model("serve", model_path, &m, &tok)))
         goto done;
+    em_boot_end(&boot, "model");
     const em_hparams *hp = em_model_hparams(m);
     uint32_t n_ctx = ctx > 0 ? (uint32_t)ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
     em_cli_warn_ctx("serve", n_ctx, hp->n_ctx_train);
     em_vk_opts vo = EM_VK_OPTS_INIT;
+    char pipeline_cache[4200];
+    em_boot_caches(db, pipeline_cache, sizeof pipeline_cache);
+    vo.cache_path = pipeline_cache;
     if ((rc = em_vk_create(&vo, &vk, &err))) {
         status = em_cli_fail_err(&err);
         goto done;
     }
+    em_boot_end(&boot, "device");
     int cpu_device = em_vk_info(vk)->type == VK_PHYSICAL_DEVICE_TYPE_CPU;
     uint32_t seqs = parallel > 0 ? (uint32_t)parallel : cpu_device ? EM_SERVE_PARALLEL_CPU : EM_SERVE_PARALLEL_GPU;
     uint32_t T = EM_SERVE_STEP_TOKENS;   /* tokens per step: prompt chunks and decodes */
@@ -190,6 +205,23 @@ int em_cmd_serve(int argc, char **argv)
         status = em_cli_fail_err(&err);
         goto done;
     }
+    em_boot_end(&boot, "weights");
+    /* the known-answer check of the kernels this model uses, on this device,
+     * before the scheduler owns the KV pool; it also builds every pipeline
+     * a request will use, and the cache keeps them for the next boot */
+    if ((rc = em_selftest_run(fwd, m, &selftest, &err))) {
+        status = em_cli_fail(1, "serve: the self-test could not run on %s: %s", em_vk_info(vk)->name, err.msg);
+        goto done;
+    }
+    if (!selftest.ok) {
+        status = em_cli_fail(1, "serve: self-test failed on %s (%s, driver %s): %s; refusing to serve wrong "
+                             "numbers (`ember selftest` shows every stage)", em_vk_info(vk)->name,
+                             em_vk_info(vk)->type_name, em_vk_info(vk)->driver_info, selftest.failure);
+        goto done;
+    }
+    em_vk_pipe_cache_save(vk);
+    boot.selftest = &selftest;
+    em_boot_end(&boot, "selftest");
     em_sched_backend be;
     em_sched_backend_gpu(fwd, vk, hp->n_vocab, T, seqs, seqs, n_ctx, blocks, &be);
     em_sched_opts sco;
@@ -228,10 +260,12 @@ int em_cmd_serve(int argc, char **argv)
     wo.max_ws_message = (size_t)max_ws_message;
     wo.verbose = verbose;
     wo.ping_s = ping_s;
+    wo.boot = &boot;
     if ((rc = em_web_create(&wo, &w, &err))) {
         status = em_cli_fail_err(&err);
         goto done;
     }
+    em_boot_end(&boot, "port");
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);

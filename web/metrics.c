@@ -8,11 +8,13 @@
  * under the server's mutex. The scheduler's, the KV pool's and the ledger's
  * figures are read at scrape time. Also routes these two endpoints, GET
  * /api/usage (usage_api.c) and GET /api/utilization (utilization.c). */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/selftest.h"
 #include "web/web_int.h"
 
 /* The ledger's final statuses, in the order they are exposed. */
@@ -178,6 +180,65 @@ static void histogram(text *t, int which, const hist *per_cls)
     }
 }
 
+/* ---- boot: stages and the self-test ------------------------------------------------ */
+
+json_t *em_web_selftest_json(const em_selftest_report *rep)
+{
+    json_t *stages = json_array();
+    for (int i = 0; i < EM_SELFTEST_N; i++) {
+        const em_selftest_stage_result *s = &rep->stage[i];
+        json_t *o = json_pack("{s:s, s:s, s:b}", "name", s->name, "checks", s->kernels, "ran", s->ran);
+        if (!o)
+            continue;
+        if (s->ran) {
+            json_object_set_new(o, "rows", json_integer(s->rows));
+            json_object_set_new(o, "nmse", isfinite(s->nmse) ? json_real(s->nmse) : json_null());
+            json_object_set_new(o, "ok", json_boolean(s->ok));
+            json_object_set_new(o, "device_ms", json_real(round(s->device_ms * 10) / 10));
+        } else {
+            json_object_set_new(o, "skipped", json_string(s->skipped ? s->skipped : ""));
+        }
+        json_array_append_new(stages, o);
+    }
+    return json_pack("{s:b, s:f, s:o, s:f, s:f, s:s*}", "ok", rep->ok, "limit_nmse", EM_SELFTEST_NMSE,
+                     "stages", stages, "reference_ms", round(rep->ref_ms * 10) / 10, "total_ms",
+                     round(rep->total_ms * 10) / 10, "failure", rep->ok ? NULL : rep->failure);
+}
+
+/* {"stages": [{name, ms}], "selftest": report or null}; NULL without boot info. */
+static json_t *boot_json(const em_web_boot *b)
+{
+    if (!b)
+        return NULL;
+    json_t *stages = json_array();
+    for (uint32_t i = 0; i < b->n; i++)
+        json_array_append_new(stages, json_pack("{s:s, s:f}", "name", b->stage[i].name, "ms",
+                                                round(b->stage[i].ms * 10) / 10));
+    return json_pack("{s:o, s:o}", "stages", stages, "selftest",
+                     b->selftest ? em_web_selftest_json(b->selftest) : json_null());
+}
+
+static void boot_metrics(text *t, const em_web_boot *b)
+{
+    if (!b)
+        return;
+    family(t, "ember_boot_stage_seconds", "gauge",
+           "How long each stage of the server's boot took (model, device, weights, self-test, database, port).");
+    for (uint32_t i = 0; i < b->n; i++)
+        put(t, "ember_boot_stage_seconds{stage=\"%s\"} %.6f\n", b->stage[i].name, b->stage[i].ms / 1e3);
+    if (!b->selftest)
+        return;
+    scalar(t, "ember_selftest_passed", "gauge",
+           "1 when the boot self-test (the model's kernels on the device against the CPU reference) passed.",
+           (unsigned long long)(b->selftest->ok != 0));
+    family(t, "ember_selftest_nmse", "gauge",
+           "The boot self-test's logits NMSE against the CPU reference, by stage (limit 1e-3).");
+    for (int i = 0; i < EM_SELFTEST_N; i++)
+        if (b->selftest->stage[i].ran && isfinite(b->selftest->stage[i].nmse))
+            put(t, "ember_selftest_nmse{stage=\"%s\"} %.9g\n", b->selftest->stage[i].name,
+                b->selftest->stage[i].nmse);
+}
+
 static void metrics(web_conn *c)
 {
     em_web *w = c->w;
@@ -256,6 +317,7 @@ static void metrics(web_conn *c)
     }
     scalar(&t, "ember_draining", "gauge", "1 while the server drains before it stops, else 0.",
            (unsigned long long)(atomic_load(&w->draining) != 0));
+    boot_metrics(&t, w->o.boot);
     if (t.bad) {
         em_web_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
         web_respond_error(c, &e);
@@ -295,6 +357,8 @@ static void healthz(web_conn *c)
                           (json_int_t)st.waiting[EM_CLASS_BACKGROUND], "kv_blocks", "total",
                           (json_int_t)st.kv.n_blocks, "used", (json_int_t)st.kv.used, "cached",
                           (json_int_t)st.kv.cached, "free", (json_int_t)st.kv.free);
+    if (j && w->o.boot)
+        json_object_set_new(j, "boot", boot_json(w->o.boot));
     if (!j) {
         em_web_error e = { 0 };
         em_web_fail(&e, 500, "server_error", NULL, NULL, "out of memory");

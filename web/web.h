@@ -28,6 +28,24 @@ struct em_kv;
 
 typedef struct em_web em_web;
 
+struct em_selftest_report;
+struct json_t;
+
+/* How the server's boot went: its stages in order with their durations,
+ * and the known-answer self-test's report (core/selftest.h). /healthz and
+ * /metrics show them. */
+#define EM_WEB_BOOT_MAX 8
+typedef struct {
+    struct { const char *name; double ms; } stage[EM_WEB_BOOT_MAX];   /* names static */
+    uint32_t n;
+    const struct em_selftest_report *selftest;   /* NULL: none ran */
+} em_web_boot;
+
+/* A self-test report as JSON (a new reference; NULL when out of memory):
+ * ok, limit_nmse, stages [{name, checks, ran, rows, nmse, ok, device_ms |
+ * skipped}], reference_ms, total_ms, failure. */
+struct json_t *em_web_selftest_json(const struct em_selftest_report *rep);
+
 typedef struct {
     const char *host;               /* listen address; "0.0.0.0" / "::": every interface */
     int         port;               /* 0: any free port (see em_web_port) */
@@ -47,6 +65,7 @@ typedef struct {
     double      ping_s;             /* an SSE stream silent this long gets ": ping" */
     uint32_t    drain_s;            /* em_web_drain: how long running requests may take to finish */
     int         verbose;            /* one line per request on stderr */
+    const em_web_boot *boot;        /* borrowed, outlives the server; NULL: not shown */
 } em_web_opts;
 
 /* Defaults: 127.0.0.1:8080, 4 MiB bodies, 1 MiB WebSocket messages,

@@ -206,6 +206,9 @@ FAMILIES = {
     'ember_ledger_rows_dropped_total': ('counter', set()),
     'ember_ledger_queue_depth': ('gauge', set()),
     'ember_draining': ('gauge', set()),
+    'ember_boot_stage_seconds': ('gauge', {'stage'}),
+    'ember_selftest_passed': ('gauge', set()),
+    'ember_selftest_nmse': ('gauge', {'stage'}),
 }
 HISTS = {'ember_time_to_first_token_seconds': 'ttft_ms', 'ember_time_per_output_token_seconds': 'tpot_mean_ms',
          'ember_queue_time_seconds': 'queue_ms'}

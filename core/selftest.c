@@ -1,0 +1,211 @@
+/* selftest.c — the boot known-answer check (selftest.h): fixed tokens
+ * through the device's forward pass and through the CPU reference, their
+ * logits compared stage by stage. */
+#include "core/selftest.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/kparams.h"
+#include "core/ref.h"
+
+#define N_PRE   6   /* prompt tokens of sequence A (prefill) */
+#define N_DEC   2   /* then decode steps of A, one token each */
+#define N_B     3   /* prompt tokens of sequence B in the mixed step */
+
+static double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+/* Fixed, spread-out token ids below n_vocab (no vocabulary knowledge
+ * needed: the forward pass takes any id). */
+static void fixed_tokens(int32_t *t, uint32_t n, uint32_t salt, uint32_t n_vocab)
+{
+    uint64_t x = 0x9e3779b97f4a7c15ull * (salt + 1);
+    for (uint32_t i = 0; i < n; i++) {
+        x ^= x >> 33;
+        x *= 0xff51afd7ed558ccdull;
+        x ^= x >> 29;
+        t[i] = (int32_t)(x % n_vocab);
+    }
+}
+
+/* NMSE of a against the reference b over n values; NAN when a holds a
+ * value that is not finite. */
+static double nmse(const float *a, const float *b, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(a[i]))
+            return NAN;
+        double d = (double)a[i] - b[i];
+        num += d * d;
+        den += (double)b[i] * b[i];
+    }
+    return den > 0 ? num / den : num;
+}
+
+static void fault(em_selftest_stage s, float *logits, size_t n)
+{
+    static const char *const names[EM_SELFTEST_N] = { "prefill", "decode", "batch" };
+    const char *f = getenv("EMBER_SELFTEST_FAULT");
+    if (!f || strcmp(f, names[s]) != 0)
+        return;
+    for (size_t i = 0; i < n; i += 7)   /* as a wrong kernel would: some values far off */
+        logits[i] = -3 * logits[i] + 1;
+}
+
+static void judge(em_selftest_stage_result *r, const float *dev, const float *ref, size_t n)
+{
+    r->ran = 1;
+    r->nmse = nmse(dev, ref, n);
+    r->ok = isfinite(r->nmse) && r->nmse < EM_SELFTEST_NMSE;
+}
+
+int em_selftest_run(em_fwd *f, const em_model *m, em_selftest_report *rep, em_err *err)
+{
+    static const struct { const char *name, *kernels; } info[EM_SELFTEST_N] = {
+        { "prefill", "the matrix kernels over several tokens and prefill attention" },
+        { "decode", "the single-token matrix kernels and decode attention" },
+        { "batch", "a step mixing two sequences (their block tables, decode and prefill attention together)" },
+    };
+    const em_fwd_opts *o = em_fwd_get_opts(f);
+    const uint32_t V = em_model_hparams(m)->n_vocab;
+    const uint32_t n_all = N_PRE + N_DEC;
+    double t0 = now_ms();
+    memset(rep, 0, sizeof *rep);
+    for (int s = 0; s < EM_SELFTEST_N; s++) {
+        rep->stage[s].name = info[s].name;
+        rep->stage[s].kernels = info[s].kernels;
+        rep->stage[s].nmse = NAN;
+    }
+    if (o->max_tokens < N_PRE || o->max_ctx < n_all + 1 || o->n_blocks < 1 || o->max_logits < 1)
+        return em_err_set(err, EM_EINVAL, "self-test: the forward pass is too small for it (%u tokens a step, "
+                          "%u positions)", o->max_tokens, o->max_ctx);
+    int batch = o->max_seqs >= 2 && o->n_blocks >= 2 && o->max_logits >= 2 && o->max_tokens >= 1 + N_B;
+    uint32_t pre_rows = o->max_logits < N_PRE ? o->max_logits : N_PRE;   /* the last ones */
+
+    int32_t ta[N_PRE + N_DEC + 1], tb[N_B];
+    fixed_tokens(ta, N_PRE + N_DEC + 1, 0, V);
+    fixed_tokens(tb, N_B, 1, V);
+    size_t ref_n = (size_t)(N_PRE + N_DEC + 1 + N_B) * V;
+    float *ref = malloc(ref_n * sizeof *ref);             /* A's rows, then B's */
+    float *dev = malloc((size_t)(N_PRE > 2 ? N_PRE : 2) * V * sizeof *dev);
+    const int32_t **tables = calloc(o->max_seqs, sizeof *tables);
+    em_ref *r = NULL;
+    int rc = 0;
+    if (!ref || !dev || !tables) {
+        rc = em_err_set(err, EM_ENOMEM, "self-test: out of memory");
+        goto done;
+    }
+
+    /* the reference: A's tokens one by one, then B's */
+    double tr = now_ms();
+    if ((rc = em_ref_create(m, n_all + 1 > N_B ? n_all + 1 : N_B, &r, err)))
+        goto done;
+    for (uint32_t i = 0; i < n_all + batch && !rc; i++)
+        rc = em_ref_forward(r, ta[i], i, ref + (size_t)i * V, err);
+    for (uint32_t i = 0; i < N_B && batch && !rc; i++)
+        rc = em_ref_forward(r, tb[i], i, ref + (size_t)(n_all + 1 + i) * V, err);
+    if (rc)
+        goto done;
+    rep->ref_ms = now_ms() - tr;
+
+    /* prefill: A's prompt in one step, block 0 */
+    static const int32_t block0[1] = { 0 }, block1[1] = { 1 };
+    int32_t pos[N_PRE + 1], seq[N_PRE + 1], rows[N_PRE + 1];
+    uint8_t decode[N_PRE + 1];
+    tables[0] = block0;
+    for (uint32_t i = 0; i < N_PRE; i++) {
+        pos[i] = (int32_t)i;
+        seq[i] = 0;
+        rows[i] = (int32_t)(N_PRE - pre_rows + i);
+        decode[i] = 0;
+    }
+    double td = now_ms();
+    em_fwd_batch b = { N_PRE, ta, pos, seq, pre_rows, rows, tables, decode };
+    if ((rc = em_fwd_step(f, &b, dev, err)))
+        goto done;
+    rep->stage[EM_SELFTEST_PREFILL].device_ms = now_ms() - td;
+    rep->stage[EM_SELFTEST_PREFILL].rows = pre_rows;
+    fault(EM_SELFTEST_PREFILL, dev, (size_t)pre_rows * V);
+    judge(&rep->stage[EM_SELFTEST_PREFILL], dev, ref + (size_t)(N_PRE - pre_rows) * V, (size_t)pre_rows * V);
+
+    /* decode: A's next tokens, one a step; the stage's rows compared together */
+    float *dec = malloc((size_t)N_DEC * V * sizeof *dec);
+    if (!dec) {
+        rc = em_err_set(err, EM_ENOMEM, "self-test: out of memory");
+        goto done;
+    }
+    td = now_ms();
+    for (uint32_t i = 0; i < N_DEC && !rc; i++) {
+        int32_t p = (int32_t)(N_PRE + i), s0 = 0, row = 0;
+        uint8_t one = 1;
+        em_fwd_batch bd = { 1, ta + N_PRE + i, &p, &s0, 1, &row, tables, &one };
+        rc = em_fwd_step(f, &bd, dec + (size_t)i * V, err);
+    }
+    if (rc) {
+        free(dec);
+        goto done;
+    }
+    rep->stage[EM_SELFTEST_DECODE].device_ms = now_ms() - td;
+    rep->stage[EM_SELFTEST_DECODE].rows = N_DEC;
+    fault(EM_SELFTEST_DECODE, dec, (size_t)N_DEC * V);
+    judge(&rep->stage[EM_SELFTEST_DECODE], dec, ref + (size_t)N_PRE * V, (size_t)N_DEC * V);
+    free(dec);
+
+    /* batch: A's next decode beside B's whole prompt (block 1); rows: A's, B's last */
+    if (batch) {
+        tables[1] = block1;
+        int32_t tok[1 + N_B];
+        tok[0] = ta[n_all];
+        pos[0] = (int32_t)n_all;
+        seq[0] = 0;
+        decode[0] = 1;
+        for (uint32_t i = 0; i < N_B; i++) {
+            tok[1 + i] = tb[i];
+            pos[1 + i] = (int32_t)i;
+            seq[1 + i] = 1;
+            decode[1 + i] = 0;
+        }
+        rows[0] = 0;
+        rows[1] = N_B;
+        td = now_ms();
+        em_fwd_batch bb = { 1 + N_B, tok, pos, seq, 2, rows, tables, decode };
+        if ((rc = em_fwd_step(f, &bb, dev, err)))
+            goto done;
+        rep->stage[EM_SELFTEST_BATCH].device_ms = now_ms() - td;
+        rep->stage[EM_SELFTEST_BATCH].rows = 2;
+        fault(EM_SELFTEST_BATCH, dev, (size_t)2 * V);
+        /* the reference rows: A at n_all, B at its last token, side by side */
+        memcpy(ref + (size_t)n_all * V + V, ref + (size_t)(n_all + N_B) * V, (size_t)V * sizeof *ref);
+        judge(&rep->stage[EM_SELFTEST_BATCH], dev, ref + (size_t)n_all * V, (size_t)2 * V);
+    } else {
+        rep->stage[EM_SELFTEST_BATCH].skipped = "one sequence slot";
+    }
+
+    rep->ok = 1;
+    for (int s = 0; s < EM_SELFTEST_N; s++) {
+        const em_selftest_stage_result *x = &rep->stage[s];
+        if (x->ran && !x->ok && rep->ok) {
+            rep->ok = 0;
+            snprintf(rep->failure, sizeof rep->failure,
+                     "the %s stage (%s) gives logits %s against the CPU reference (NMSE %.3g, limit %.0e)",
+                     x->name, x->kernels, isfinite(x->nmse) ? "far off" : "that are not finite", x->nmse,
+                     EM_SELFTEST_NMSE);
+        }
+    }
+done:
+    rep->total_ms = now_ms() - t0;
+    em_ref_destroy(r);
+    free(ref);
+    free(dev);
+    free(tables);
+    return rc;
+}

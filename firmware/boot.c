@@ -1,0 +1,45 @@
+/* boot.c — `ember serve`'s boot record and shader-cache placement (boot.h). */
+#include "firmware/boot.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "firmware/cli.h"
+
+static double stage_start;
+
+void em_boot_begin(void)
+{
+    stage_start = em_cli_now();
+}
+
+void em_boot_end(em_web_boot *b, const char *name)
+{
+    double ms = (em_cli_now() - stage_start) * 1e3;
+    if (b->n < EM_WEB_BOOT_MAX) {
+        b->stage[b->n].name = name;
+        b->stage[b->n].ms = ms;
+        b->n++;
+    }
+    fprintf(stderr, "ember: serve: boot: %s in %.0f ms\n", name, ms);
+    stage_start = em_cli_now();
+}
+
+void em_boot_caches(const char *db_path, char *path, size_t cap)
+{
+    char dir[4096];
+    const char *slash = strrchr(db_path, '/');
+    if (slash)
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - db_path == 0 ? 1 : slash - db_path), db_path);
+    else
+        snprintf(dir, sizeof dir, ".");
+    snprintf(path, cap, "%s/ember-pipelines.cache", dir);
+    const char *home = getenv("HOME");
+    if (getenv("MESA_SHADER_CACHE_DIR") || getenv("XDG_CACHE_HOME") || (home && *home && access(home, W_OK) == 0))
+        return;
+    char mesa[4200];
+    snprintf(mesa, sizeof mesa, "%s/mesa-shader-cache", dir);
+    setenv("MESA_SHADER_CACHE_DIR", mesa, 0);
+}
