@@ -5,7 +5,9 @@
  * WATCHDOG=1 every WATCHDOG_USEC/2, but only while the scheduler thread and
  * the lws service thread have both beaten within WATCHDOG_USEC; when one
  * has not, it says which in STATUS= and on stderr, and stops pinging until
- * it beats again, so systemd restarts a daemon whose step is stuck. */
+ * it beats again, so systemd restarts a daemon whose step is stuck.
+ * sd_notify's send blocks while the manager's socket queue is full (systemd
+ * reads it at once; a test's reader must too). */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -24,11 +26,16 @@
 #include "scheduler/scheduler.h"
 #include "web/web.h"
 
+/* The threads beat every half second when nothing happens: a WatchdogSec=
+ * below this would count a beat due any moment as a stuck thread. */
+#define FRESH_MIN_US 1500000
+
 struct em_notify {
     em_sched  *s;
     em_web    *w;
     char       model_id[128];
     long long  watchdog_us;    /* WATCHDOG_USEC; 0: no watchdog */
+    long long  fresh_us;       /* a heartbeat younger than this is fresh: WATCHDOG_USEC, at least FRESH_MIN_US */
     int        pipe_rd, pipe_wr;
     pthread_t  th;
     atomic_int stopping;       /* STOPPING=1 asked (em_notify_stopping, em_notify_stop) */
@@ -48,11 +55,11 @@ static long long now_us(void)
 static const char *stale_thread(em_notify *n, long long now, double *age_s)
 {
     long long sched = em_sched_heartbeat_us(n->s), web = em_web_heartbeat_us(n->w);
-    if (now - sched >= n->watchdog_us) {
+    if (now - sched >= n->fresh_us) {
         *age_s = (double)(now - sched) / 1e6;
         return "the scheduler thread";
     }
-    if (now - web >= n->watchdog_us) {
+    if (now - web >= n->fresh_us) {
         *age_s = (double)(now - web) / 1e6;
         return "the service (lws) thread";
     }
@@ -138,6 +145,7 @@ int em_notify_start(em_sched *s, em_web *w, const char *model_id, em_notify **ou
     uint64_t usec = 0;
     if (sd_watchdog_enabled(0, &usec) > 0)
         n->watchdog_us = (long long)usec;
+    n->fresh_us = n->watchdog_us > FRESH_MIN_US ? n->watchdog_us : FRESH_MIN_US;
     int fds[2];
     if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) {
         free(n);

@@ -21,8 +21,9 @@ typedef struct em_notify em_notify;
 /* Send READY=1 (with a first STATUS=) and start the notifier thread: a
  * STATUS= every EM_NOTIFY_STATUS_S, and where the service manager set
  * WATCHDOG_USEC (sd_watchdog_enabled), a WATCHDOG=1 every WATCHDOG_USEC/2
- * while both heartbeats are younger than WATCHDOG_USEC (so a step may take
- * up to WatchdogSec before it counts as stuck). Without NOTIFY_SOCKET:
+ * while both heartbeats are younger than WATCHDOG_USEC (at least 1.5 s: the
+ * idle threads beat every half second), so a step may take up to
+ * WatchdogSec before it counts as stuck. Without NOTIFY_SOCKET:
  * returns 0 with *out NULL. s and w are borrowed and must outlive
  * em_notify_stop; *out is the caller's (em_notify_stop). EM_ENOMEM / EM_EIO
  * when the thread cannot start. */

@@ -16,6 +16,7 @@
 import http.client
 import json
 import os
+import queue
 import re
 import signal
 import socket
@@ -33,17 +34,23 @@ STATUS = re.compile(r'STATUS=(draining )?(\S+): (\d+) running, (\d+) queued, ([0
 
 
 class Notify:
-    """The service manager's end: a Unix datagram socket in a fresh folder."""
+    """The service manager's end: a Unix datagram socket in a fresh folder, read all the time by a
+    thread as systemd reads it (sd_notify blocks once the socket's queue, 10 datagrams, is full)."""
 
     def __init__(self):
         self.path = os.path.join(tempfile.mkdtemp(prefix='ember-notify-'), 'notify.sock')
         self.s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.s.bind(self.path)
-        self.s.settimeout(60)   # a bound for a hang, not a speed limit
+        self.q = queue.Queue()
         self.seen = []
+        threading.Thread(target=self.reader, daemon=True).start()
 
-    def next(self):
-        m = self.s.recv(4096).decode()
+    def reader(self):
+        while True:
+            self.q.put(self.s.recv(4096).decode())
+
+    def next(self, timeout=60):   # a bound for a hang, not a speed limit
+        m = self.q.get(timeout=timeout)
         self.seen.append(m)
         return m
 
@@ -130,11 +137,10 @@ try:
     assert out['status'] == 200 and out['body'].rstrip().endswith(b'data: [DONE]'), out.get('status')
     rc = srv.p.wait(timeout=120)
     assert rc == 0, rc
-    nt.s.settimeout(0.5)   # what is left in the socket's queue
-    try:
+    try:   # what is left in the queue
         while True:
-            nt.next()
-    except socket.timeout:
+            nt.next(timeout=0.5)
+    except queue.Empty:
         pass
     stopping = sum(1 for m in nt.seen if 'STOPPING=1' in m)
     assert stopping == 1, [m for m in nt.seen if 'STOPPING' in m]
