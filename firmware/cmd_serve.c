@@ -236,12 +236,6 @@ int em_cmd_serve(int argc, char **argv)
         status = em_cli_fail_err(&err);
         goto done;
     }
-    /* the port is bound: READY=1, then STATUS= and the watchdog (notify.c) */
-    if ((rc = em_notify_start(s, w, model_id, &nt, &err))) {
-        status = em_cli_fail_err(&err);
-        goto done;
-    }
-    the_notify = nt;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
@@ -251,6 +245,12 @@ int em_cmd_serve(int argc, char **argv)
     handlers = 1;
     signals_seen = 0;
     the_web = w;
+    /* the port is bound, SIGTERM drains: READY=1, then STATUS= and the watchdog (notify.c) */
+    if ((rc = em_notify_start(s, w, model_id, &nt, &err))) {
+        status = em_cli_fail_err(&err);
+        goto done;
+    }
+    the_notify = nt;
     em_cli_note("serve: %s on %s, %s | context %u, %u sequences at once, KV cache %u blocks (%.0f MiB, %s)",
                 model_id, device, em_fwd_variant(fwd), n_ctx, seqs, blocks,
                 (double)blocks * em_fwd_kv_block_bytes(m, kv_type) / (1 << 20), em_fwd_kv_type_name(kv_type));
