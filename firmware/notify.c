@@ -109,6 +109,8 @@ static void *thread_main(void *arg)
         const char *stuck = period ? stale_thread(n, now, &age_s) : NULL;
         if (period && now >= next_ping) {
             if (!stuck) {
+                if (n->stale)
+                    fprintf(stderr, "ember: serve: watchdog: both threads beat again: pinging\n");
                 sd_notify(0, "WATCHDOG=1");
             } else if (!n->stale) {
                 fprintf(stderr, "ember: serve: watchdog: %s has shown no sign of life for %.0f s: no more "
