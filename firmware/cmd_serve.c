@@ -22,6 +22,7 @@
 #include "core/vk.h"
 #include "firmware/boot.h"
 #include "firmware/cli.h"
+#include "firmware/notify.h"
 #include "scheduler/scheduler.h"
 #include "storage/storage.h"
 #include "web/web.h"
@@ -53,6 +54,7 @@ static const char usage[] =
     "  kept beside the database.\n";
 
 static em_web *volatile the_web;
+static em_notify *volatile the_notify;   /* systemd's side (notify.c): NULL when not under it */
 static volatile sig_atomic_t signals_seen;
 
 static void on_signal(int sig)
@@ -60,9 +62,10 @@ static void on_signal(int sig)
     (void)sig;
     if (!the_web)
         return;
-    if (signals_seen++ == 0)
+    if (signals_seen++ == 0) {
         em_web_drain(the_web);
-    else
+        em_notify_stopping(the_notify);   /* STOPPING=1 */
+    } else
         em_web_stop(the_web);
 }
 
@@ -141,6 +144,7 @@ int em_cmd_serve(int argc, char **argv)
     em_fwd *fwd = NULL;
     em_sched *s = NULL;
     em_web *w = NULL;
+    em_notify *nt = NULL;
     int status = 0;
     struct sigaction sa, old_int, old_term;
     int handlers = 0;
@@ -275,6 +279,12 @@ int em_cmd_serve(int argc, char **argv)
     handlers = 1;
     signals_seen = 0;
     the_web = w;
+    /* the port is bound, SIGTERM drains: READY=1, then STATUS= and the watchdog (notify.c) */
+    if ((rc = em_notify_start(s, w, model_id, &nt, &err))) {
+        status = em_cli_fail_err(&err);
+        goto done;
+    }
+    the_notify = nt;
     em_cli_note("serve: %s on %s, %s | context %u, %u sequences at once, KV cache %u blocks (%.0f MiB, %s)",
                 model_id, device, em_fwd_variant(fwd), n_ctx, seqs, blocks,
                 (double)blocks * em_fwd_kv_block_bytes(m, kv_type) / (1 << 20), em_fwd_kv_type_name(kv_type));
@@ -289,6 +299,8 @@ done:
         sigaction(SIGINT, &old_int, NULL);
         sigaction(SIGTERM, &old_term, NULL);
     }
+    the_notify = NULL;
+    em_notify_stop(nt);         /* STOPPING=1 unless the drain sent it */
     em_web_destroy(w);          /* closes connections: their requests are cancelled */
     em_sched_destroy(s);        /* finishes what is left */
     em_fwd_destroy(fwd);

@@ -1,7 +1,9 @@
 /* backend_gpu.c — the scheduler's backend over the GPU forward pass
  * (core/forward.c): a step is em_fwd_step, copy on write is
- * em_fwd_copy_blocks. */
+ * em_fwd_copy_blocks. EMBER_TEST_HANG_STEP=N (tests only) makes the N-th
+ * step hang for good, a stuck device for the watchdog's test. */
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "core/forward.h"
 #include "scheduler/scheduler.h"
@@ -10,6 +12,7 @@ typedef struct {
     em_fwd  *f;
     int32_t *src, *dst;
     uint32_t cap;
+    unsigned long steps, hang_at;   /* EMBER_TEST_HANG_STEP: the step that never returns; 0: none */
 } gpu_ctx;
 
 static int gpu_copy(void *ctx, const em_kv_copy *copies, uint32_t n, em_err *err)
@@ -35,6 +38,9 @@ static int gpu_copy(void *ctx, const em_kv_copy *copies, uint32_t n, em_err *err
 static int gpu_step(void *ctx, const em_sched_batch *b, float *logits, em_err *err)
 {
     gpu_ctx *g = ctx;
+    if (g->hang_at && ++g->steps == g->hang_at)
+        for (;;)
+            pause();   /* a signal handler runs and the step stays stuck */
     em_fwd_batch fb = { b->n_tokens, b->tokens, b->pos, b->seq, b->n_logits, b->logit_rows, b->tables,
                         b->decode };
     return em_fwd_step(g->f, &fb, logits, err);
@@ -56,8 +62,11 @@ void em_sched_backend_gpu(struct em_fwd *f, struct em_vk *vk, uint32_t n_vocab, 
 {
     (void)vk;
     gpu_ctx *g = calloc(1, sizeof *g);
-    if (g)
+    const char *hang = getenv("EMBER_TEST_HANG_STEP");
+    if (g) {
         g->f = f;
+        g->hang_at = hang ? strtoul(hang, NULL, 10) : 0;
+    }
     *out = (em_sched_backend){
         .ctx = g, .n_vocab = n_vocab, .max_tokens = max_tokens, .max_logits = max_logits,
         .max_seqs = max_seqs, .max_ctx = max_ctx, .n_blocks = n_blocks,

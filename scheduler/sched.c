@@ -4,11 +4,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/kparams.h"
 #include "scheduler/sched_int.h"
 
 #define RATE_WINDOW 64   /* steps in the tokens/s window */
+#define IDLE_BEAT_S 0.5  /* an idle thread wakes this often to show it lives (em_sched_heartbeat_us) */
 
 struct em_sched {
     em_sched_opts       o;
@@ -23,6 +25,7 @@ struct em_sched {
     pthread_cond_t      idle_cv;     /* nothing queued or running */
     int                 stop;
     int                 idle;        /* the thread found nothing to do and waits */
+    atomic_llong        beat_us;     /* the thread's last sign of life, monotonic microseconds */
     uint64_t            next_order;
     em_request         *waitq[EM_CLASS_COUNT];   /* by submit order */
     uint32_t            n_waiting[EM_CLASS_COUNT];
@@ -508,16 +511,24 @@ static void plan_and_run(em_sched *s)
     pthread_mutex_unlock(&s->mu);
 }
 
+static void beat(em_sched *s)
+{
+    atomic_store(&s->beat_us, (long long)(em_sched_now() * 1e6));
+}
+
 static void *thread_main(void *arg)
 {
     em_sched *s = arg;
     pthread_mutex_lock(&s->mu);
     while (!s->stop) {
+        beat(s);   /* idle or after a step: the watchdog's sign of life */
         uint32_t work = s->n_waiting[0] + s->n_waiting[1] + s->n_running[0] + s->n_running[1];
         if (!work) {
             s->idle = 1;
             pthread_cond_broadcast(&s->idle_cv);
-            pthread_cond_wait(&s->cv, &s->mu);
+            double t = em_sched_now() + IDLE_BEAT_S;
+            struct timespec ts = { (time_t)t, (long)((t - (double)(time_t)t) * 1e9) };
+            pthread_cond_timedwait(&s->cv, &s->mu, &ts);   /* cv waits on CLOCK_MONOTONIC */
             continue;
         }
         s->idle = 0;
@@ -573,7 +584,12 @@ int em_sched_create(const em_sched_opts *o, const em_sched_backend *backend,
     if (!s->o.step_tokens || s->o.step_tokens > s->be.max_tokens)
         s->o.step_tokens = s->be.max_tokens;
     pthread_mutex_init(&s->mu, NULL);
-    pthread_cond_init(&s->cv, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);   /* em_sched_now's clock: the idle beat's timed wait */
+    pthread_cond_init(&s->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    atomic_init(&s->beat_us, (long long)(s->t_created * 1e6));
     pthread_cond_init(&s->idle_cv, NULL);
     uint32_t T = s->be.max_tokens;
     s->max_copies = 4 * s->be.max_seqs + 64;
@@ -724,6 +740,11 @@ uint32_t em_sched_queue_position(em_sched *s, const em_request *r)
     }
     pthread_mutex_unlock(&s->mu);
     return pos;
+}
+
+long long em_sched_heartbeat_us(em_sched *s)
+{
+    return atomic_load(&s->beat_us);
 }
 
 void em_sched_drain(em_sched *s)

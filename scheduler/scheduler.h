@@ -62,7 +62,10 @@ typedef struct em_sched_backend {
 
 struct em_fwd;
 struct em_vk;
-/* The GPU backend over a forward pass (borrowed; must outlive the scheduler). */
+/* The GPU backend over a forward pass (borrowed; must outlive the scheduler).
+ * Test only: with EMBER_TEST_HANG_STEP=N in the environment the N-th step
+ * (from 1) never returns, as a device that never signals its fence would
+ * (tests/e2e/notify_test.py: the watchdog pings stop). */
 void em_sched_backend_gpu(struct em_fwd *f, struct em_vk *vk, uint32_t n_vocab, uint32_t max_tokens,
                           uint32_t max_logits, uint32_t max_seqs, uint32_t max_ctx,
                           uint32_t n_blocks, em_sched_backend *out);
@@ -208,6 +211,12 @@ void em_sched_get_stats(em_sched *s, em_sched_stats *st);
  * aside); 0 while it runs and once it has finished (a preempted request
  * waits again, with a position again). */
 uint32_t em_sched_queue_position(em_sched *s, const em_request *r);
+
+/* The scheduler thread's last sign of life, CLOCK_MONOTONIC microseconds:
+ * it beats after every step and, while idle, at least every half second.
+ * A value that stops moving while work waits means a step is stuck (the
+ * systemd watchdog, firmware/notify.h, stops its pings then). Any thread. */
+long long em_sched_heartbeat_us(em_sched *s);
 
 /* Block until no request is queued or running (tests, benchmarks). */
 void em_sched_drain(em_sched *s);

@@ -550,6 +550,7 @@ int em_web_create(const em_web_opts *o, em_web **out, em_err *err)
     atomic_init(&w->gens, 0);
     atomic_init(&w->draining, 0);
     atomic_init(&w->drain_end_us, 0);
+    web_alive_beat(w);   /* alive.c: alive from the start, before em_web_run turns */
     if (!w->host || !w->model_id || !w->device || web_metrics_create(w)) {
         rc = em_err_set(err, EM_ENOMEM, "serve: out of memory");
         goto fail;
@@ -607,13 +608,19 @@ int em_web_port(const em_web *w)
 
 int em_web_run(em_web *w)
 {
+    int rc = 0;
+    web_alive_start(w);          /* alive.c: the heartbeat of this thread */
     while (!atomic_load(&w->stop)) {
-        if (lws_service(w->ctx, 0) < 0)
-            return EM_EIO;
+        if (lws_service(w->ctx, 0) < 0) {
+            rc = EM_EIO;
+            break;
+        }
+        web_alive_beat(w);
         if (web_drain_step(w))   /* drain.c: drained, or its time is up */
             break;
     }
-    return 0;
+    web_alive_stop(w);
+    return rc;
 }
 
 void em_web_stop(em_web *w)

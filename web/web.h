@@ -93,6 +93,12 @@ void em_web_stop(em_web *w);
  * rest). em_web_stop still stops at once. */
 void em_web_drain(em_web *w);
 
+/* The service loop's last turn, CLOCK_MONOTONIC microseconds: em_web_run
+ * turns at least every half second even when nothing happens, so a value
+ * that stops moving means the lws thread is stuck (the systemd watchdog,
+ * firmware/notify.h, stops its pings then). Any thread. */
+long long em_web_heartbeat_us(em_web *w);
+
 /* Close every connection (cancelling their requests) and free. Accepts NULL. */
 void em_web_destroy(em_web *w);
 

@@ -150,7 +150,15 @@ struct em_web {
     atomic_llong         drain_end_us;  /* the drain's deadline, monotonic microseconds; 0 before */
     lws_sorted_usec_list_t drain_sul;   /* wakes the service loop while draining */
     struct web_util     *util;          /* utilization.c: the busy-time recorder (service thread) */
+    atomic_llong         beat_us;       /* alive.c: the service loop's last turn, monotonic microseconds */
+    lws_sorted_usec_list_t beat_sul;    /* alive.c: keeps the loop turning while nothing happens */
 };
+
+/* alive.c (service thread): start the timer that turns the loop at least
+ * every half second, record a turn, cancel the timer (em_web_run's end). */
+void web_alive_start(em_web *w);
+void web_alive_beat(em_web *w);
+void web_alive_stop(em_web *w);
 
 /* 127.0.0.0/8, ::1 or ::ffff:127.x.x.x */
 int  web_is_loopback(const char *addr);
