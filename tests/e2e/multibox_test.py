@@ -14,7 +14,8 @@
 #    JSON error, or an error event); a stream that ends without [DONE] is a
 #    failure. Retries happen only until HAProxy marks the drained box DOWN;
 #    every request sent after that succeeds at once, through the other box;
-#  - a WebSocket chat through HAProxy (ws_util) works before and after;
+#  - a WebSocket chat through HAProxy (ws_util) works before and after, and
+#    so does a streamed chat from the official openai SDK (.venv);
 #  - the drained box exits 0 by itself; the merged ledgers (`ember usage
 #    --db a --db b --format json --group-by key`, and the rows themselves)
 #    count every request exactly once: the completed ones completed, with
@@ -304,6 +305,27 @@ def main():
 
         ws_done.append(asyncio.run(ws_chat('after')))
 
+        # the official openai SDK through HAProxy, streaming (when .venv has it)
+        sdk = []
+        try:
+            import openai
+        except ImportError:
+            openai = None
+            print('multibox: the openai SDK is absent (scripts/venv.sh): its request left out')
+        if openai is not None:
+            cl = openai.OpenAI(base_url='http://127.0.0.1:%d/v1' % port, api_key=keys['bob'], max_retries=0)
+            text, sid, toks = '', None, None
+            for ch in cl.chat.completions.create(model='stories260K', messages=[{'role': 'user', 'content': 'Hi'}],
+                                                 max_tokens=6, temperature=0, stream=True,
+                                                 stream_options={'include_usage': True}, extra_body={'ignore_eos': True}):
+                sid = ch.id
+                if ch.choices and ch.choices[0].delta.content:
+                    text += ch.choices[0].delta.content
+                if ch.usage:
+                    toks = ch.usage.completion_tokens
+            assert sid and text and toks == 6, (sid, text, toks)
+            sdk.append((sid, toks))
+
         # ---- what the client saw ----
         bad = [vars(a) for a in attempts if a.outcome not in ('completed', 'ember_error', 'proxy_error')]
         assert not bad, bad   # truncated streams: no silent cut
@@ -333,8 +355,8 @@ def main():
         assert len(by_id) == len(completed), 'two completions with one id'
         done_rows = {i: r for i, r in rows.items() if r['status'] == 'completed'}
         ws_ids = {i for i, _ in ws_done}
-        assert set(done_rows) == set(by_id) | ws_ids | {direct_b}, \
-            (set(done_rows) ^ (set(by_id) | ws_ids | {direct_b}))
+        want_ids = set(by_id) | ws_ids | {direct_b} | {i for i, _ in sdk}
+        assert set(done_rows) == want_ids, set(done_rows) ^ want_ids
         for i, a in by_id.items():
             assert done_rows[i]['completion_tokens'] == a.tokens and done_rows[i]['key'] == a.key, (done_rows[i], vars(a))
         ember_errors = [a for a in errors if a.outcome == 'ember_error']
@@ -359,9 +381,13 @@ def main():
         groups = {g['group']: g for g in rep['groups']}
         for k in KEYS:
             mine = [a for a in attempts if a.key == k and a.outcome != 'proxy_error']
-            want_req = len(mine) + (len(ws_done) + 1 if k == 'alice' else 0)
-            want_tok = sum(a.tokens for a in mine) + (sum(t for _, t in ws_done) + done_rows[direct_b]['completion_tokens']
-                                                      if k == 'alice' else 0)
+            want_req, want_tok = len(mine), sum(a.tokens for a in mine)
+            if k == 'alice':   # its WebSocket chats and the request straight to box B
+                want_req += len(ws_done) + 1
+                want_tok += sum(t for _, t in ws_done) + done_rows[direct_b]['completion_tokens']
+            if k == 'bob':     # the SDK's
+                want_req += len(sdk)
+                want_tok += sum(t for _, t in sdk)
             assert groups[k]['requests'] == want_req and groups[k]['completion_tokens'] == want_tok, \
                 (k, groups[k], want_req, want_tok)
         assert rep['total']['requests'] == len(rows), (rep['total'], len(rows))
