@@ -1,12 +1,15 @@
 /* cmd_keys.c — `ember keys`: create (printing the key exactly once; --admin
  * for a key that may read every key's usage), list and revoke the API keys
- * stored in the ledger database. */
+ * stored in the ledger database, and export / import them (hashes only) to
+ * give every box behind a load balancer the same keys. */
 #include <errno.h>
+#include <fcntl.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "firmware/cli.h"
 #include "storage/storage.h"
@@ -16,9 +19,16 @@ static const char usage[] =
     "                      [--db PATH]\n"
     "       ember keys list [--db PATH]\n"
     "       ember keys revoke ID [--db PATH]\n"
+    "       ember keys export [--db PATH] [--output FILE]\n"
+    "       ember keys import FILE [--db PATH]\n"
     "  add prints the new key on stdout; it is shown only this once (only its hash\n"
     "  is stored). An --admin key may read every key's usage (GET /api/usage); the\n"
-    "  others only their own. --db defaults to ./ember.db.\n";
+    "  others only their own. --db defaults to ./ember.db.\n"
+    "  export writes every key (active and revoked) as JSON with its hash, never\n"
+    "  the key, to FILE (mode 0600) or stdout; import reads such a file (- for\n"
+    "  stdin) into another box's database in one transaction: keys already there\n"
+    "  (same hash) are updated, revoked ones stay revoked, a name or prefix taken\n"
+    "  by a different key is an error and nothing is imported.\n";
 
 /* "N", "N/min" or "N/m" -> N (0 = unlimited). */
 static int parse_rate(const char *s, int32_t *out)
@@ -156,20 +166,31 @@ done:
     return status;
 }
 
-static int keys_revoke(int argc, char **argv)
+/* `ember keys CMD ARG [--db PATH]`: *db and *arg (pointers into argv), or
+ * the exit status (missing: the line what_arg says). */
+static int parse_db_arg(const char *cmd, int argc, char **argv, const char **db, const char **arg,
+                        const char *what_arg)
 {
-    const char *db = "ember.db";
-    const char *pos[1];
     int n_pos = 0;
+    *db = "ember.db";
     em_cli_opt opts[] = {
-        { "--db", NULL, EM_OPT_STR, &db, 0, 0 },
+        { "--db", NULL, EM_OPT_STR, db, 0, 0 },
         { NULL, NULL, 0, NULL, 0, 0 },
     };
-    int rc = em_cli_parse("keys revoke", argc, argv, opts, pos, 1, &n_pos, usage);
+    int rc = em_cli_parse(cmd, argc, argv, opts, arg, 1, &n_pos, usage);
     if (rc)
         return rc;
     if (n_pos != 1)
-        return em_cli_fail(2, "keys revoke: give the key's ID (see ember keys list)");
+        return em_cli_fail(2, "%s: %s", cmd, what_arg);
+    return 0;
+}
+
+static int keys_revoke(int argc, char **argv)
+{
+    const char *db, *pos[1];
+    int rc = parse_db_arg("keys revoke", argc, argv, &db, pos, "give the key's ID (see ember keys list)");
+    if (rc)
+        return rc;
     char *end;
     errno = 0;
     long long id = strtoll(pos[0], &end, 10);
@@ -184,6 +205,103 @@ static int keys_revoke(int argc, char **argv)
     }
     printf("revoked key %lld\n", id);
 done:
+    em_storage_close(st);
+    return status;
+}
+
+/* Write len bytes of data to path: a file beside it (mode 0600) renamed over
+ * it at the end, so a failed export leaves path as it was. */
+static int write_out(const char *path, const char *data, size_t len)
+{
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
+        return em_cli_fail(2, "keys export: --output: %s: the path is too long", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return em_cli_fail(2, "keys export: %s: %s", tmp, strerror(errno));
+    size_t off = 0;
+    while (off < len) {
+        ssize_t w = write(fd, data + off, len - off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            break;
+        off += (size_t)w;
+    }
+    int e = off < len ? errno : 0;
+    if (!e && fsync(fd))
+        e = errno;
+    if (close(fd) && !e)
+        e = errno;
+    if (!e && rename(tmp, path))
+        e = errno;
+    if (e) {
+        unlink(tmp);
+        return em_cli_fail(1, "keys export: %s: %s", path, strerror(e ? e : EIO));
+    }
+    return 0;
+}
+
+static int keys_export(int argc, char **argv)
+{
+    const char *db = "ember.db", *output = NULL;
+    em_cli_opt opts[] = {
+        { "--db", NULL, EM_OPT_STR, &db, 0, 0 },
+        { "--output", "-o", EM_OPT_STR, &output, 0, 0 },
+        { NULL, NULL, 0, NULL, 0, 0 },
+    };
+    int rc = em_cli_parse("keys export", argc, argv, opts, NULL, 0, NULL, usage);
+    if (rc)
+        return rc;
+    em_err err = { 0 };
+    if (output && em_cli_check_out_path("--output", output, &err))
+        return em_cli_fail_err(&err);
+    em_storage *st = NULL;
+    char *doc = NULL;
+    int status = 0;
+    if (open_db(db, 0, &st, &err) || em_storage_keys_export(st, &doc, &err)) {
+        status = em_cli_fail_err(&err);
+        goto done;
+    }
+    if (output) {
+        status = write_out(output, doc, strlen(doc));
+    } else if (fputs(doc, stdout) == EOF || fflush(stdout)) {
+        status = em_cli_fail(1, "keys export: stdout: %s", strerror(errno));
+    }
+done:
+    free(doc);
+    em_storage_close(st);
+    return status;
+}
+
+static int keys_import(int argc, char **argv)
+{
+    const char *db, *pos[1];
+    int rc = parse_db_arg("keys import", argc, argv, &db, pos, "give the FILE ember keys export wrote (- for stdin)");
+    if (rc)
+        return rc;
+    em_err err = { 0 };
+    char *data = NULL;
+    size_t len = 0;
+    const char *src = strcmp(pos[0], "-") ? pos[0] : "/dev/stdin";
+    if (em_cli_read_file(src, &data, &len, &err))
+        return em_cli_fail_err(&err);
+    em_storage *st = NULL;
+    em_keys_import_stats s;
+    int status = 0;
+    if (open_db(db, 1, &st, &err)) {
+        status = em_cli_fail_err(&err);
+        goto done;
+    }
+    if (em_storage_keys_import(st, data, len, &s, &err)) {
+        em_err_prefix(&err, err.code, "keys import: %s: nothing imported", pos[0]);
+        status = em_cli_fail_err(&err);
+        goto done;
+    }
+    printf("imported %zu key(s) into %s: %zu added, %zu updated, %zu unchanged\n", s.added + s.updated + s.unchanged,
+           db, s.added, s.updated, s.unchanged);
+done:
+    free(data);
     em_storage_close(st);
     return status;
 }
@@ -206,7 +324,11 @@ int em_cmd_keys(int argc, char **argv)
         rc = keys_list(argc - 1, argv + 1);
     else if (strcmp(sub, "revoke") == 0)
         rc = keys_revoke(argc - 1, argv + 1);
+    else if (strcmp(sub, "export") == 0)
+        rc = keys_export(argc - 1, argv + 1);
+    else if (strcmp(sub, "import") == 0)
+        rc = keys_import(argc - 1, argv + 1);
     else
-        return em_cli_fail(2, "keys: unknown subcommand '%s' (add, list, revoke)", sub);
+        return em_cli_fail(2, "keys: unknown subcommand '%s' (add, list, revoke, export, import)", sub);
     return rc < 0 ? 0 : rc;
 }

@@ -34,7 +34,7 @@ int em_sto_hash_equal(em_storage *st, const unsigned char *a, const unsigned cha
     return sodium_memcmp(a, b, HASH_BYTES) == 0;
 }
 
-static int valid_name(const char *name)
+int em_sto_key_name_ok(const char *name)
 {
     size_t n = name ? strlen(name) : 0;
     if (n == 0 || n >= EM_STORAGE_NAME_MAX)
@@ -68,11 +68,10 @@ static void copy_col(char *dst, size_t cap, sqlite3_stmt *s, int col)
     dst[n] = 0;
 }
 
-/* Columns: id, name, prefix, default_class, rate_limit_per_min, created_ms, revoked_ms, admin. */
-#define KEY_COLS "id, name, prefix, default_class, rate_limit_per_min, created_ms, revoked_ms, admin"
+#define KEY_COLS EM_STO_KEY_COLUMNS
 #define KEY_COL_HASH 8   /* the column after KEY_COLS in key_verify's query */
 
-static void row_to_info(sqlite3_stmt *s, em_key_info *k)
+void em_sto_key_row(sqlite3_stmt *s, em_key_info *k)
 {
     memset(k, 0, sizeof *k);
     k->id = sqlite3_column_int64(s, 0);
@@ -99,7 +98,7 @@ static int key_add(em_storage *st, const char *name, em_usage_class default_clas
         goto done;
     }
     key_out[0] = 0;
-    if (!valid_name(name)) {
+    if (!em_sto_key_name_ok(name)) {
         ret = em_err_set(err, EM_EINVAL,
                          "api key: the name must be 1 to %d printable characters",
                          EM_STORAGE_NAME_MAX - 1);
@@ -204,7 +203,7 @@ int em_storage_key_list(em_storage *st, em_key_info **out, size_t *n, em_err *er
             rc = SQLITE_OK;
             goto done;
         }
-        row_to_info(s, &v[cnt++]);
+        em_sto_key_row(s, &v[cnt++]);
     }
     if (rc != SQLITE_DONE) {
         ret = em_sto_fail(st->ops.db, rc, st->path, "listing api keys", err);
@@ -300,7 +299,7 @@ int em_storage_key_verify(em_storage *st, const char *key, em_key_info *out, em_
         const void *h = sqlite3_column_blob(s, KEY_COL_HASH);
         if (h && sqlite3_column_bytes(s, KEY_COL_HASH) == HASH_BYTES && em_sto_hash_equal(st, hash, h) &&
             !found) {
-            row_to_info(s, &match);
+            em_sto_key_row(s, &match);
             found = 1;
         }
     }

@@ -220,6 +220,43 @@ int em_storage_key_revoke(em_storage *st, int64_t id, em_err *err);
  * failed. Messages never contain the key. */
 int em_storage_key_verify(em_storage *st, const char *key, em_key_info *out, em_err *err);
 
+/* ---- API keys between boxes: export and import (key_transfer.c) ------------------ */
+/* The same keys on every box behind a load balancer (docs/DEPLOY.md): a JSON
+ * document that carries each key's hash, never the key (format in
+ * docs/storage.md, "Moving keys between boxes"). */
+
+#define EM_STORAGE_KEYS_FORMAT    "ember.keys"
+#define EM_STORAGE_KEYS_VERSION   1
+#define EM_STORAGE_KEYS_MAX_BYTES ((size_t)16 << 20)   /* a bigger document is refused */
+#define EM_STORAGE_KEYS_MAX_COUNT 100000               /* keys in one document */
+
+/* Every key, active and revoked, by id: name, prefix, hash (hex), class,
+ * rate limit, admin flag, created and revoked times; ids stay behind. One
+ * read transaction. *out: a malloc'd NUL-terminated JSON document ending in
+ * a newline (free() it). */
+int em_storage_keys_export(em_storage *st, char **out, em_err *err);
+
+typedef struct {
+    size_t added;       /* new on this box (new ids) */
+    size_t updated;     /* there already (same hash), some field changed */
+    size_t unchanged;   /* there already, every field the same */
+} em_keys_import_stats;
+
+/* Import the len bytes at json (need not be NUL-terminated) in one
+ * transaction: all of it or nothing. Each key is found by its hash: a new
+ * one is added; one already there takes the document's name, class, rate
+ * limit, admin flag and created time, and stays revoked if it was (a
+ * revoked one in the document revokes it). Importing the same document
+ * twice changes nothing the second time. EM_EFORMAT / EM_EINVAL / EM_ERANGE,
+ * err naming the place ("keys[3].hash: ..."), and nothing imported: not
+ * JSON, another format or version, wrong types, unknown fields, a bad name,
+ * prefix or hash, the same hash twice, more than EM_STORAGE_KEYS_MAX_BYTES
+ * or EM_STORAGE_KEYS_MAX_COUNT; a key whose name or prefix is taken on this
+ * box by a different key (one not in the document) is EM_EINVAL naming
+ * both. stats (optional) gets the counts. */
+int em_storage_keys_import(em_storage *st, const char *json, size_t len, em_keys_import_stats *stats,
+                           em_err *err);
+
 /* ---- conversations ----------------------------------------------------------------- */
 /* Per key: key_id 0 means "no key" (a UI served without authentication).
  * A conversation is visible to and changeable by its own key only: another

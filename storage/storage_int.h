@@ -23,6 +23,12 @@ enum {
     EM_STMT_KEY_BY_PREFIX,
     EM_STMT_KEY_GET,
     EM_STMT_KEY_REVOKE,
+    /* ops connection: keys between boxes (key_transfer.c) */
+    EM_STMT_KEY_EXPORT,
+    EM_STMT_KEY_BY_HASH,
+    EM_STMT_KEY_CLASH,
+    EM_STMT_KEY_IMPORT_INSERT,
+    EM_STMT_KEY_IMPORT_UPDATE,
     /* ops connection: conversations */
     EM_STMT_CONV_INSERT,
     EM_STMT_CONV_LIST,
@@ -198,5 +204,12 @@ struct json_t *em_sto_json_num(double v, double scale);
 /* ---- keys.c ---- */
 /* Constant-time comparison of two 32-byte hashes (sodium_memcmp). */
 int em_sto_hash_equal(em_storage *st, const unsigned char *a, const unsigned char *b);
+/* 1 when name is a valid key name: 1..EM_STORAGE_NAME_MAX-1 bytes, no control bytes. */
+int em_sto_key_name_ok(const char *name);
+/* The api_keys columns em_sto_key_row reads, in its order. */
+#define EM_STO_KEY_COLUMNS \
+    "id, name, prefix, default_class, rate_limit_per_min, created_ms, revoked_ms, admin"
+/* Read the key row s is on (EM_STO_KEY_COLUMNS first) into k. */
+void em_sto_key_row(sqlite3_stmt *s, em_key_info *k);
 
 #endif

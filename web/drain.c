@@ -5,13 +5,24 @@
  * front door refuses alike), /healthz answers 503, the requests already
  * running go on, and the loop returns once none is left or drain_s seconds
  * have passed; em_web_destroy then cancels what still runs (their ledger
- * rows say cancelled). A second signal is em_web_stop: at once. */
+ * rows say cancelled). Before it returns with nothing running, the loop
+ * shuts the listening socket (a load balancer's next connection is refused,
+ * which it retries on another box, instead of being accepted and dropped)
+ * and answers the requests it has already read (their 503s reach the
+ * client: no refusal in the ledger that the client never saw), for at most
+ * CLOSE_GRACE_US. A second signal is em_web_stop: at once. */
 #include <stdio.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "web/web_int.h"
 
 #define WAKE_US (100 * 1000)   /* how often the loop looks at the drain meanwhile */
+#define CLOSE_WAKE_US (10 * 1000)          /* ... once the listening socket is shut */
+#define CLOSE_GRACE_US (1000 * 1000)       /* the most it waits then for answers to go out */
+#define MAX_FD 65536
 
 static long long now_us(void)
 {
@@ -52,6 +63,28 @@ static void wake(lws_sorted_usec_list_t *sul)
     (void)sul;
 }
 
+/* Shut (not close: lws owns it) every listening TCP socket of this process
+ * on our port: connections to it are refused from now on. */
+static void unlisten(em_web *w)
+{
+    long max = sysconf(_SC_OPEN_MAX);
+    if (max < 0 || max > MAX_FD)
+        max = MAX_FD;
+    for (int fd = 0; fd < (int)max; fd++) {
+        int acc = 0;
+        socklen_t len = sizeof acc;
+        struct sockaddr_storage sa;
+        socklen_t sl = sizeof sa;
+        if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &len) || !acc ||
+            getsockname(fd, (struct sockaddr *)&sa, &sl))
+            continue;
+        int port = sa.ss_family == AF_INET ? ntohs(((struct sockaddr_in *)&sa)->sin_port)
+                 : sa.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&sa)->sin6_port) : -1;
+        if (port == w->port)
+            shutdown(fd, SHUT_RDWR);
+    }
+}
+
 int web_drain_step(em_web *w)
 {
     if (!atomic_load(&w->draining))
@@ -63,6 +96,17 @@ int web_drain_step(em_web *w)
         atomic_store(&w->drain_end_us, end);
         fprintf(stderr, "ember: serve: draining: %d request(s) running, new ones refused; stopping when they "
                 "are done or in %u s (a second signal stops at once)\n", running, w->o.drain_s);
+    }
+    if (running == 0 && now < end) {
+        /* nothing runs: stop taking connections, let the answers already made go out */
+        if (!w->unlisten_us) {
+            unlisten(w);
+            w->unlisten_us = now;
+        }
+        if (w->open_tx > 0 && now - w->unlisten_us < CLOSE_GRACE_US) {
+            lws_sul_schedule(w->ctx, 0, &w->drain_sul, wake, CLOSE_WAKE_US);
+            return 0;
+        }
     }
     if (running == 0 || now >= end) {
         if (running)

@@ -229,6 +229,10 @@ void web_live_remove(web_conn *c)
 /* What a transaction holds: its generation, its buffers. */
 static void conn_release(web_conn *c)
 {
+    if (c->tx_open) {   /* its answer is out, or its connection gone */
+        c->tx_open = 0;
+        c->w->open_tx--;
+    }
     if (c->api)
         web_openai_close(c);
     em_buf_free(&c->body);
@@ -394,11 +398,15 @@ static void route(web_conn *c)
 /* A new transaction on c: method, path, address, the headers kept. */
 static int begin(web_conn *c, struct lws *wsi, em_web *w, const char *uri)
 {
+    if (c->w && c->tx_open)
+        w->open_tx--;
     em_buf_free(&c->body);
     em_buf_free(&c->out);
     memset(c, 0, sizeof *c);
     c->wsi = wsi;
     c->w = w;
+    c->tx_open = 1;   /* until conn_release: the drain waits for it */
+    w->open_tx++;
     c->t_received = now_s();
     snprintf(c->path, sizeof c->path, "%s", uri);
     char *q = strchr(c->path, '?');

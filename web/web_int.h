@@ -83,6 +83,7 @@ const char *web_method_name(int method);
 typedef struct web_conn {
     struct lws *wsi;
     em_web     *w;
+    int         tx_open;           /* counted in w->open_tx: a transaction begun, not ended */
     int         method;
     char        path[512];
     char        addr[64];          /* the peer's address */
@@ -149,6 +150,8 @@ struct em_web {
     atomic_int           draining;      /* em_web_drain was called (a signal handler may set it) */
     atomic_llong         drain_end_us;  /* the drain's deadline, monotonic microseconds; 0 before */
     lws_sorted_usec_list_t drain_sul;   /* wakes the service loop while draining */
+    int                  open_tx;       /* HTTP transactions begun and not ended (service thread) */
+    long long            unlisten_us;   /* drain.c: when the listening socket was shut; 0 before */
     struct web_util     *util;          /* utilization.c: the busy-time recorder (service thread) */
     atomic_llong         beat_us;       /* alive.c: the service loop's last turn, monotonic microseconds */
     lws_sorted_usec_list_t beat_sul;    /* alive.c: keeps the loop turning while nothing happens */

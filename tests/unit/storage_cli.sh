@@ -94,6 +94,72 @@ mkdir "$T/cwd"
 (cd "$T/cwd" && "$EMBER" keys add here >/dev/null 2>&1) || fail "keys add with the default --db"
 [ -f "$T/cwd/ember.db" ] || fail "no ./ember.db"
 
+# ---- keys export / import: the same keys on two boxes --------------------
+expect_status 0 "$EMBER" keys export --db "$K" --output "$T/keys.json"
+[ ! -s "$T/out" ] || fail "export --output printed: $(cat "$T/out")"
+[ "$(stat -c %a "$T/keys.json")" = 600 ] || fail "export file mode $(stat -c %a "$T/keys.json")"
+if grep -qF "$secret" "$T/keys.json"; then fail "the export holds a key"; fi
+grep -q '"format": "ember.keys"' "$T/keys.json" || fail "export: no format"
+[ "$(grep -c '"hash": "[0-9a-f]\{64\}"' "$T/keys.json")" -eq 3 ] || fail "export: not 3 hex hashes"
+expect_status 0 "$EMBER" keys export --db "$K"
+grep -q '"name": "root"' "$T/out" || fail "export to stdout: $(head -c 300 "$T/out")"
+if command -v python3 >/dev/null 2>&1; then
+    python3 -m json.tool "$T/keys.json" >/dev/null || fail "the export is not JSON"
+fi
+K2="$T/keys2.db"
+expect_status 0 "$EMBER" keys import "$T/keys.json" --db "$K2"
+[ "$(cat "$T/out")" = "imported 3 key(s) into $K2: 3 added, 0 updated, 0 unchanged" ] || fail "import said: $(cat "$T/out")"
+"$EMBER" keys list --db "$K" | cut -c1-200 >"$T/list1"
+"$EMBER" keys list --db "$K2" | cut -c1-200 >"$T/list2"
+diff -u "$T/list1" "$T/list2" >"$T/diff" || { fail "keys list differs after import:"; cat "$T/diff" >&2; }
+# Box A's key authenticates on box B; the revoked one stays revoked.
+[ "$(printf '%s\n' "$key2" | "$FIXTURE" "$K2" verify -)" = "ok second" ] || fail "key 2 does not verify on B"
+[ "$(printf '%s\n' "$key" | "$FIXTURE" "$K2" verify -)" = "revoked" ] || fail "revoked key 1 is not revoked on B"
+[ "$(printf 'em_%043d\n' 0 | "$FIXTURE" "$K2" verify -)" = "unknown" ] || fail "an unknown key verifies on B"
+expect_status 0 "$EMBER" keys import "$T/keys.json" --db "$K2"
+[ "$(cat "$T/out")" = "imported 3 key(s) into $K2: 0 added, 0 updated, 3 unchanged" ] || fail "import twice: $(cat "$T/out")"
+expect_status 0 "$EMBER" keys import - --db "$K2" <"$T/keys.json"
+grep -q "3 unchanged" "$T/out" || fail "import from stdin: $(cat "$T/out")"
+# Revoked on B, active in an older file: stays revoked.
+expect_status 0 "$EMBER" keys revoke 2 --db "$K2"
+expect_status 0 "$EMBER" keys import "$T/keys.json" --db "$K2"
+[ "$(printf '%s\n' "$key2" | "$FIXTURE" "$K2" verify -)" = "revoked" ] || fail "import un-revoked key 2"
+# A different key with the same name: refused, nothing imported.
+K3="$T/keys3.db"
+expect_status 0 "$EMBER" keys add zed --db "$K3"
+expect_status 0 "$EMBER" keys add second --db "$K3"
+expect_status 2 "$EMBER" keys import "$T/keys.json" --db "$K3"
+grep -q "^ember: keys import: $T/keys.json: nothing imported: keys\[1\] \"second\" (em_......): its name second is taken in $K3 by a different key, 2 \"second\"" "$T/err" \
+    || fail "clash: $(cat "$T/err")"
+[ "$("$EMBER" keys list --db "$K3" | wc -l)" -eq 3 ] || fail "a refused import added keys"
+# Hostile files: exit 2, a message naming the file, nothing imported.
+K4="$T/keys4.db"
+expect_status 0 "$EMBER" keys add only --db "$K4"
+printf 'not json' >"$T/bad.json"
+expect_status 2 "$EMBER" keys import "$T/bad.json" --db "$K4"
+grep -q "^ember: keys import: $T/bad.json: nothing imported: not JSON" "$T/err" || fail "bad JSON: $(cat "$T/err")"
+sed 's/"hash": "\([0-9a-f]\{10\}\)[0-9a-f]*"/"hash": "\1"/' "$T/keys.json" >"$T/short.json"
+expect_status 2 "$EMBER" keys import "$T/short.json" --db "$K4"
+grep -q "keys\[0\].hash: not 64 hexadecimal digits" "$T/err" || fail "short hash: $(cat "$T/err")"
+sed 's/"rate_limit_per_min": 30/"rate_limit_per_min": "30"/' "$T/keys.json" >"$T/type.json"
+expect_status 2 "$EMBER" keys import "$T/type.json" --db "$K4"
+grep -q "keys\[0\].rate_limit_per_min: not an integer" "$T/err" || fail "wrong type: $(cat "$T/err")"
+sed 's/"version": 1/"version": 9/' "$T/keys.json" >"$T/v9.json"
+expect_status 2 "$EMBER" keys import "$T/v9.json" --db "$K4"
+grep -q "version 9: this build reads version 1" "$T/err" || fail "version: $(cat "$T/err")"
+head -c $((17 * 1024 * 1024)) /dev/zero | tr '\0' ' ' >"$T/huge.json"
+expect_status 2 "$EMBER" keys import "$T/huge.json" --db "$K4"
+grep -q "MiB" "$T/err" || fail "huge file: $(cat "$T/err")"
+rm -f "$T/huge.json"
+expect_status 2 "$EMBER" keys import "$T/none.json" --db "$K4"
+grep -q "$T/none.json" "$T/err" || fail "missing file: $(cat "$T/err")"
+expect_status 2 "$EMBER" keys import --db "$K4"
+[ "$("$EMBER" keys list --db "$K4" | wc -l)" -eq 2 ] || fail "a hostile file imported keys"
+expect_status 2 "$EMBER" keys export --db "$T/missing.db"
+[ ! -e "$T/missing.db" ] || fail "keys export created a database"
+expect_status 2 "$EMBER" keys export --db "$K" --output "$T/no/such/dir/k.json"
+expect_status 2 "$EMBER" keys export --db "$K" extra
+
 # ---- usage ---------------------------------------------------------------
 expect_status 0 "$EMBER" usage --db "$T/a.db" --since 2024-05-01 --until 2024-05-02 \
     --gpu-cost-per-hour 2 --group-by key

@@ -1,6 +1,8 @@
 /* storage_fixture.c — writes a small fixed ledger through the storage API for
  * the CLI test (storage_cli.sh): `storage_fixture PATH a|b` fills PATH with
- * the requests of box a or box b (fixed times in May 2024, UTC). */
+ * the requests of box a or box b (fixed times in May 2024, UTC);
+ * `storage_fixture PATH verify KEY` checks KEY (read from stdin when "-")
+ * as ember serve does and prints "ok NAME", "revoked" or "unknown". */
 #include <stdio.h>
 #include <string.h>
 
@@ -40,8 +42,38 @@ static const req box_b[] = {
     { NULL, 0, 0, NULL, 0, 0, 0, 0, 0, 0, 0 },
 };
 
+/* `storage_fixture PATH verify KEY`: 0 and "ok NAME", else 1 and why. */
+static int verify(const char *path, const char *key_arg)
+{
+    char key[EM_STORAGE_KEY_MAX + 2] = "";
+    if (strcmp(key_arg, "-"))
+        snprintf(key, sizeof key, "%s", key_arg);
+    else if (fgets(key, sizeof key, stdin))
+        key[strcspn(key, "\n")] = 0;
+    em_storage_opts o;
+    em_storage_opts_init(&o);
+    o.path = path;
+    o.create = 0;
+    em_err err = { 0 };
+    em_storage *st = NULL;
+    em_key_info info;
+    if (em_storage_open(&o, &st, &err)) {
+        fprintf(stderr, "storage_fixture: %s\n", err.msg);
+        return 2;
+    }
+    int rc = em_storage_key_verify(st, key, &info, &err);
+    em_storage_close(st);
+    if (rc == 0)
+        printf("ok %s\n", info.name);
+    else
+        printf("%s\n", rc == EM_ESTATE ? "revoked" : rc == EM_ENOENT ? "unknown" : err.msg);
+    return rc ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 4 && !strcmp(argv[2], "verify"))
+        return verify(argv[1], argv[3]);
     if (argc != 3 || (strcmp(argv[2], "a") && strcmp(argv[2], "b"))) {
         fprintf(stderr, "usage: storage_fixture PATH a|b\n");
         return 2;
