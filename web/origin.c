@@ -71,20 +71,16 @@ int web_origin_upgrade(em_web *w, struct lws *wsi)
     json_decref(j);
     if (!body)
         return -1;
-    size_t n = strlen(body);
-    unsigned char buf[LWS_PRE + 1024 + 1024], *start = buf + LWS_PRE, *p = start, *end = buf + sizeof buf - 1;
+    /* the status line and headers by hand: lws would answer an upgrade request
+     * as HTTP/1.0, which WebSocket clients refuse to read */
+    unsigned char buf[LWS_PRE + 2048];
+    int n = snprintf((char *)buf + LWS_PRE, sizeof buf - LWS_PRE,
+                     "HTTP/1.1 403 Forbidden\r\ncontent-type: application/json\r\ncontent-length: %zu\r\n"
+                     "connection: close\r\n\r\n%s", strlen(body), body);
     int rc = 1;
-    if (n > 1024 || lws_add_http_common_headers(wsi, 403, "application/json", (lws_filepos_t)n, &p, end) ||
-        lws_add_http_header_by_name(wsi, (const unsigned char *)"connection:", (const unsigned char *)"close", 5,
-                                    &p, end) ||
-        lws_finalize_http_header(wsi, &p, end))
+    if (n < 0 || (size_t)n >= sizeof buf - LWS_PRE ||
+        lws_write(wsi, buf + LWS_PRE, (size_t)n, LWS_WRITE_RAW) != n)
         rc = -1;
-    else {
-        memcpy(p, body, n);
-        p += n;
-        if (lws_write(wsi, start, (size_t)(p - start), LWS_WRITE_HTTP_FINAL) != (int)(p - start))
-            rc = -1;
-    }
     free(body);
     return rc;
 }
