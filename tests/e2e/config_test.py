@@ -34,7 +34,7 @@ import tempfile
 import time
 
 sys.path.insert(0, __file__.rsplit('/', 1)[0])
-from serve_util import EMBER, NO_DEVICE, add_key, shared_model, skip  # noqa: E402
+from serve_util import EMBER, Server, add_key, shared_model  # noqa: E402
 
 model = shared_model('stories260K.gguf')
 SRC = os.path.dirname(os.path.abspath(__file__)) + '/../..'
@@ -59,46 +59,20 @@ def free_port():
     return port
 
 
-class Serve:
-    """`ember serve ARGS...` as given (no --port/--db added), until it prints its URL (bounded)."""
+class Serve(Server):
+    """`ember serve ARGS...` as given (no --port/--db added); requests answer parsed JSON."""
 
     def __init__(self, *args):
-        self.err_path = os.path.join(tmp, 'serve-%d.err' % time.monotonic_ns())
-        self.errf = open(self.err_path, 'w')
-        self.p = subprocess.Popen([EMBER, 'serve'] + list(args), stdout=subprocess.PIPE, stderr=self.errf,
-                                  text=True)
-        self.port = None
-        for _ in range(1000):   # lines before the URL: a bound, not a clock
-            line = self.p.stdout.readline()
-            if not line:
-                break
-            m = re.search(r'http://127\.0\.0\.1:(\d+)/', line)
-            if m:
-                self.port = int(m.group(1))
-                break
-        if self.port is None:
-            self.p.wait(timeout=60)
-            err = self.err()
-            if NO_DEVICE.search(err):
-                skip(err.strip())
-            raise AssertionError('ember serve did not start (exit %s): %s' % (self.p.returncode, err))
+        Server.__init__(self, None, argv=args)
 
     def err(self):
+        self.errf.flush()
         with open(self.err_path) as f:
             return f.read()
 
     def request(self, method, path, body=None, headers=None):
-        c = http.client.HTTPConnection('127.0.0.1', self.port, timeout=600)
-        h = dict(headers or {})
-        data = json.dumps(body).encode() if body is not None else None
-        if data is not None:
-            h['Content-Type'] = 'application/json'
-        c.request(method, path, body=data, headers=h)
-        r = c.getresponse()
-        out = r.read()
-        c.close()
-        j = json.loads(out) if r.getheader('content-type', '').startswith('application/json') else out
-        return r.status, {k.lower(): v for k, v in r.getheaders()}, j
+        st, h, out = Server.request(self, method, path, body, headers)
+        return st, h, json.loads(out) if h.get('content-type', '').startswith('application/json') else out
 
     def wait_log(self, text, count=1):
         """Wait (bounded) until the log holds text count times."""
@@ -107,19 +81,6 @@ class Serve:
                 return self.err()
             time.sleep(0.05)
         raise AssertionError('%r not logged %d times: %s' % (text, count, self.err()))
-
-    def stop(self):
-        if self.p.poll() is None:
-            self.p.send_signal(signal.SIGINT)
-            try:
-                self.p.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait()
-        self.errf.close()
-        err = self.err()
-        assert 'AddressSanitizer' not in err and 'runtime error' not in err, err
-        return self.p.returncode, err
 
 
 def run(*args):
