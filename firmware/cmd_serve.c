@@ -6,6 +6,7 @@
  * file's keys a running server can change (firmware/config.h). Refuses to
  * listen beyond loopback while the database holds no API key. */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
@@ -29,7 +30,7 @@
 static const char usage[] =
     "usage: ember serve [--config FILE] [--print-config] [--model PATH] [--device N] [--host H]\n"
     "                   [--port P] [--db PATH] [--ctx N] [--kv-mb N] [--parallel N] [--kv-type f16|q8_0]\n"
-    "                   [--require-key] [--rate-limit N] [--allowed-origins LIST] [--ping-s S]\n"
+    "                   [--tls-cert PEM --tls-key PEM] [--require-key] [--rate-limit N] [--allowed-origins LIST] [--ping-s S]\n"
     "                   [--drain-s N] [--max-queued N] [--max-queued-interactive N]\n"
     "                   [--max-queued-background N] [--step-tokens N] [--bg-step-ms MS]\n"
     "                   [--aging-ms MS] [--no-prefix-cache] [--max-ws-message BYTES] [--max-body BYTES]\n"
@@ -80,12 +81,12 @@ static int is_loopback_host(const char *h)
 }
 
 /* The URLs a browser on the LAN would use: every IPv4 address of the box. */
-static void print_urls(const char *host, int port)
+static void print_urls(const char *host, int port, const char *scheme)
 {
     int any = strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0;
     if (!any) {
-        printf(strchr(host, ':') ? "ember: listening on http://[%s]:%d/\n" : "ember: listening on http://%s:%d/\n",
-               host, port);
+        printf(strchr(host, ':') ? "ember: listening on %s://[%s]:%d/\n" : "ember: listening on %s://%s:%d/\n",
+               scheme, host, port);
         return;
     }
     struct ifaddrs *ifs = NULL, *i;
@@ -96,7 +97,7 @@ static void print_urls(const char *host, int port)
                 continue;
             char a[INET_ADDRSTRLEN];
             inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, a, sizeof a);
-            printf("  http://%s:%d/\n", a, port);
+            printf("  %s://%s:%d/\n", scheme, a, port);
         }
         freeifaddrs(ifs);
     }
@@ -150,6 +151,22 @@ int em_cmd_serve(int argc, char **argv)
     long ctx = em_config_int(cfg, EM_CFG_CONTEXT), kv_mb = em_config_int(cfg, EM_CFG_KV_MB);
     long parallel = em_config_int(cfg, EM_CFG_PARALLEL);
     em_err err = { 0 };
+    const char *tls_cert = em_config_str(cfg, EM_CFG_TLS_CERT), *tls_key = em_config_str(cfg, EM_CFG_TLS_KEY);
+    if (!tls_cert[0] != !tls_key[0]) {
+        em_config_free(cfg);
+        return em_cli_fail(2, "serve: tls_cert and tls_key go together: %s is set, %s is not",
+                           tls_cert[0] ? "tls_cert" : "tls_key", tls_cert[0] ? "tls_key" : "tls_cert");
+    }
+    for (int i = 0; i < 2 && tls_cert[0]; i++) {   /* before the model: a missing file costs no load */
+        const char *f = i ? tls_key : tls_cert;
+        FILE *fp = fopen(f, "r");
+        if (!fp) {
+            em_cli_fail(2, "serve: %s: %s: %s", i ? "tls_key" : "tls_cert", f, strerror(errno));
+            em_config_free(cfg);
+            return 2;
+        }
+        fclose(fp);
+    }
     uint32_t kv_type;
     if (em_fwd_kv_type_parse(kv_name, &kv_type, &err)) {
         em_config_free(cfg);
@@ -270,6 +287,8 @@ int em_cmd_serve(int argc, char **argv)
     wo.require_key = (int)em_config_int(cfg, EM_CFG_REQUIRE_KEY);
     wo.rate_limit_per_min = (int32_t)em_config_int(cfg, EM_CFG_RATE_LIMIT);
     wo.allowed_origins = em_config_str(cfg, EM_CFG_ALLOWED_ORIGINS);
+    wo.tls_cert = tls_cert[0] ? tls_cert : NULL;
+    wo.tls_key = tls_key[0] ? tls_key : NULL;
     wo.drain_s = (uint32_t)em_config_int(cfg, EM_CFG_DRAIN_S);
     wo.max_ws_message = (size_t)em_config_int(cfg, EM_CFG_MAX_WS_MESSAGE);
     wo.max_body = (size_t)em_config_int(cfg, EM_CFG_MAX_BODY);
@@ -293,7 +312,7 @@ int em_cmd_serve(int argc, char **argv)
     em_log(EM_LOG_INFO, NULL, "serve: %s on %s, %s | context %u, %u sequences at once, KV cache %u blocks (%.0f MiB, %s)",
                 model_id, device, em_fwd_variant(fwd), n_ctx, seqs, blocks,
                 (double)blocks * em_fwd_kv_block_bytes(m, kv_type) / (1 << 20), em_fwd_kv_type_name(kv_type));
-    print_urls(host, em_web_port(w));
+    print_urls(host, em_web_port(w), wo.tls_cert ? "https" : "http");
     fflush(stdout);
     if ((rc = em_web_run(w)))
         status = em_cli_fail(1, "serve: the service loop failed");

@@ -29,6 +29,8 @@
     X(KV_TYPE, "model", "kv_type", ENUM, 0, 0, "f16|q8_0", "--kv-type", 0, "f16")                     \
     X(HOST, "server", "host", STR, 0, 0, NULL, "--host", 0, "127.0.0.1")                              \
     X(PORT, "server", "port", INT, 0, 65535, NULL, "--port", 0, "8080")                               \
+    X(TLS_CERT, "server", "tls_cert", STR, 0, 0, NULL, "--tls-cert", 0, "")                          \
+    X(TLS_KEY, "server", "tls_key", STR, 0, 0, NULL, "--tls-key", 0, "")                             \
     X(ALLOWED_ORIGINS, "server", "allowed_origins", STR, 0, 0, NULL, "--allowed-origins", 1, "")      \
     X(PING_S, "server", "ping_s", FLOAT, 0.1, 3600, NULL, "--ping-s", 0, "10")                        \
     X(DRAIN_S, "server", "drain_s", INT, 0, 3600, NULL, "--drain-s", 0, "30")                         \

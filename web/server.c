@@ -579,6 +579,9 @@ int em_web_create(const em_web_opts *o, em_web **out, em_err *err)
     ci.protocols = protocols;
     ci.timeout_secs = 30;
     ci.max_http_header_data = 8192;
+    int tls = o->tls_cert && o->tls_cert[0];
+    if (tls)
+        ci.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
     w->ctx = lws_create_context(&ci);
     if (!w->ctx) {
         rc = em_err_set(err, EM_EIO, "serve: cannot create the libwebsockets context");
@@ -594,7 +597,18 @@ int em_web_create(const em_web_opts *o, em_web **out, em_err *err)
     vi.vhost_name = "ember";
     vi.options = strchr(w->host, ':') || any ? 0 : LWS_SERVER_OPTION_DISABLE_IPV6;
     vi.keepalive_timeout = 30;
+    if (tls) {   /* OpenSSL reads both files here: a bad one fails the vhost */
+        vi.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;   /* lws looks for it on the vhost too */
+        vi.ssl_cert_filepath = o->tls_cert;
+        vi.ssl_private_key_filepath = o->tls_key;
+    }
     w->vhost = lws_create_vhost(w->ctx, &vi);
+    if (!w->vhost && tls) {
+        rc = em_err_set(err, EM_EINVAL, "serve: cannot listen on %s:%d with TLS: the certificate %s or the key %s "
+                        "is not a readable PEM file that OpenSSL accepts (or the port is in use)", w->host, o->port,
+                        o->tls_cert, o->tls_key ? o->tls_key : "");
+        goto fail;
+    }
     if (!w->vhost) {
         rc = em_err_set(err, EM_EIO, "serve: cannot listen on %s:%d (in use, or not an address of "
                         "this machine)", w->host, o->port);

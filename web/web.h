@@ -46,6 +46,8 @@ typedef struct {
     uint32_t    max_connections;    /* in all */
     double      ping_s;             /* an SSE stream silent this long gets ": ping" */
     uint32_t    drain_s;            /* em_web_drain: how long running requests may take to finish */
+    const char *tls_cert, *tls_key; /* PEM files: HTTPS and WSS on the port (both or neither; NULL or
+                                       "": plain HTTP) */
     const char *allowed_origins;    /* browser origins allowed besides the server's own, separated by
                                        commas or spaces ("https://app.example:8443"); "*": any; NULL or
                                        "": none (em_web_create copies it) */

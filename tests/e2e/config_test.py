@@ -28,6 +28,7 @@ import os
 import re
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -40,6 +41,10 @@ model = shared_model('stories260K.gguf')
 SRC = os.path.dirname(os.path.abspath(__file__)) + '/../..'
 TIME = r'\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z'
 PLAIN = re.compile(r'^(' + TIME + r') (error|warn|info|debug) (?:\[([A-Za-z0-9_-]+)\] )?(.*)$')
+try:
+    import websockets
+except ImportError:
+    websockets = None
 SECRET = 'zebraquokka'   # a prompt word no log line may hold unless log_content
 tmp = tempfile.mkdtemp(prefix='ember-config-')
 
@@ -279,10 +284,6 @@ try:
         (status, body)
     assert upgrade('http://good.example')[0] == b'HTTP/1.1 101 Switching Protocols'
     assert upgrade(own)[0] == b'HTTP/1.1 101 Switching Protocols'
-    try:
-        import websockets
-    except ImportError:
-        websockets = None
     if websockets:
         async def ws(o):
             async with websockets.connect('ws://127.0.0.1:%d/ws' % srv.port, subprotocols=['ember.chat.v1'],
@@ -356,4 +357,48 @@ finally:
     rc, err = srv.stop()
 assert rc == 0, err
 print('config: a bad file on SIGHUP logged, the running configuration kept; log_level warn applied')
+
+# ---- TLS: HTTPS and WSS with a certificate made here ----------------------------------------------
+cert, pkey = os.path.join(tmp, 'cert.pem'), os.path.join(tmp, 'key.pem')
+r = subprocess.run(['openssl', 'req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', pkey, '-out', cert,
+                    '-days', '2', '-subj', '/CN=127.0.0.1', '-addext', 'subjectAltName=IP:127.0.0.1'],
+                   capture_output=True, text=True, timeout=120)
+assert r.returncode == 0, r.stderr
+r = run('--model', model, '--db', bad_db, '--tls-cert', cert)
+assert r.returncode == 2 and 'tls_cert and tls_key go together' in r.stderr, r.stderr
+r = run('--model', model, '--db', bad_db, '--tls-cert', cert, '--tls-key', os.path.join(tmp, 'nokey.pem'))
+assert r.returncode == 2 and r.stderr.startswith('ember: serve: tls_key: ') and 'No such file' in r.stderr, r.stderr
+assert not os.path.exists(bad_db)
+conf = write('tls.conf', '[server]\nport = 0\ntls_cert = %s\ntls_key = %s\n[storage]\ndb = %s\n' % (cert, pkey, db))
+srv = Serve('--config', conf, '--model', model)
+try:
+    ctx = ssl.create_default_context(cafile=cert)
+    c = http.client.HTTPSConnection('127.0.0.1', srv.port, timeout=600, context=ctx)
+    c.request('GET', '/healthz')
+    r = c.getresponse()
+    assert r.status == 200 and json.loads(r.read())['status'] == 'ok'
+    c.request('POST', '/v1/completions', body=json.dumps({'prompt': 'Once', 'max_tokens': 3}),
+              headers={'Content-Type': 'application/json', 'Origin': 'https://127.0.0.1:%d' % srv.port})
+    r = c.getresponse()
+    body = json.loads(r.read())
+    assert r.status == 200 and body['usage']['completion_tokens'] == 3, body
+    c.close()
+    try:   # plain HTTP on the TLS port gets no HTTP answer
+        plain = http.client.HTTPConnection('127.0.0.1', srv.port, timeout=60)
+        plain.request('GET', '/healthz')
+        st = plain.getresponse().status
+    except (http.client.HTTPException, ConnectionError):
+        st = None
+    assert st != 200, st
+    if websockets:
+        async def wss():
+            async with websockets.connect('wss://127.0.0.1:%d/ws' % srv.port, subprotocols=['ember.chat.v1'],
+                                          ssl=ctx, open_timeout=300, ping_interval=None) as w:
+                return json.loads(await asyncio.wait_for(w.recv(), 300))['type']
+        assert asyncio.run(wss()) == 'ready'
+finally:
+    rc, err = srv.stop()
+assert rc == 0, err
+print('config: TLS — HTTPS and WSS with a self-signed certificate, plain HTTP refused, '
+      'a lone or missing tls_cert/tls_key refused before start')
 print('config: ok')

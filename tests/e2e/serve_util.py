@@ -60,7 +60,7 @@ class Server:
             line = self.p.stdout.readline()
             if not line:
                 break
-            m = re.search(r'http://[^:/]+:(\d+)/', line)
+            m = re.search(r'https?://[^:/]+:(\d+)/', line)
             if m:
                 self.port = int(m.group(1))
                 break
