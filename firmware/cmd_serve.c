@@ -212,7 +212,7 @@ int em_cmd_serve(int argc, char **argv)
                 active += keys[i].revoked_ms == 0;
         free(keys);
         if (!active) {
-            status = em_cli_fail(2, "serve: --host %s would let other machines in, but %s holds no API key: "
+            status = em_cli_fail(2, "serve: host %s would let other machines in, but %s holds no API key: "
                                  "make one with `ember keys add NAME --db %s` (clients then send it as "
                                  "\"Authorization: Bearer KEY\")", host, db, db);
             goto done;
@@ -222,7 +222,9 @@ int em_cmd_serve(int argc, char **argv)
         goto done;
     const em_hparams *hp = em_model_hparams(m);
     uint32_t n_ctx = ctx > 0 ? (uint32_t)ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
-    em_cli_warn_ctx("serve", n_ctx, hp->n_ctx_train);
+    if (n_ctx > hp->n_ctx_train)
+        em_log(EM_LOG_WARN, NULL, "a %u-token context is longer than the %u tokens the model was trained for; "
+               "text past position %u is likely to degrade", n_ctx, hp->n_ctx_train, hp->n_ctx_train);
     em_vk_opts vo = EM_VK_OPTS_INIT;
     vo.device = (int)em_config_int(cfg, EM_CFG_DEVICE);   /* -1: EMBER_DEVICE, else the best */
     if ((rc = em_vk_create(&vo, &vk, &err))) {
