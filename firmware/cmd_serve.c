@@ -6,7 +6,6 @@
  * file's keys a running server can change (firmware/config.h). Refuses to
  * listen beyond loopback while the database holds no API key. */
 #include <arpa/inet.h>
-#include <errno.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
@@ -30,7 +29,8 @@
 static const char usage[] =
     "usage: ember serve [--config FILE] [--print-config] [--model PATH] [--device N] [--host H]\n"
     "                   [--port P] [--db PATH] [--ctx N] [--kv-mb N] [--parallel N] [--kv-type f16|q8_0]\n"
-    "                   [--tls-cert PEM --tls-key PEM] [--require-key] [--rate-limit N] [--allowed-origins LIST] [--ping-s S]\n"
+    "                   [--tls-cert PEM --tls-key PEM] [--require-key] [--rate-limit N]\n"
+    "                   [--allowed-origins LIST] [--ping-s S]\n"
     "                   [--drain-s N] [--max-queued N] [--max-queued-interactive N]\n"
     "                   [--max-queued-background N] [--step-tokens N] [--bg-step-ms MS]\n"
     "                   [--aging-ms MS] [--no-prefix-cache] [--max-ws-message BYTES] [--max-body BYTES]\n"
@@ -103,35 +103,6 @@ static void print_urls(const char *host, int port, const char *scheme)
     }
 }
 
-/* SIGHUP, on the service thread: the file again (flags still win), and
- * what a running server can change applied (firmware/config.h). */
-typedef struct {
-    em_config *cfg;
-    int        argc;
-    char     **argv;
-} reload_ctx;
-
-static void apply_log(const em_config *cfg)
-{
-    em_log_level lv = EM_LOG_INFO;
-    em_log_level_parse(em_config_str(cfg, EM_CFG_LOG_LEVEL), &lv);
-    em_log_configure(lv, strcmp(em_config_str(cfg, EM_CFG_LOG_FORMAT), "json") == 0,
-                     (int)em_config_int(cfg, EM_CFG_LOG_CONTENT));
-}
-
-static void reload(void *ctx, em_web *w)
-{
-    reload_ctx *r = ctx;
-    int changed[EM_CFG_COUNT];
-    if (em_config_reload(r->cfg, r->argc, r->argv, changed))
-        return;
-    apply_log(r->cfg);
-    em_err err = { 0 };
-    if (em_web_update(w, (int)em_config_int(r->cfg, EM_CFG_REQUIRE_KEY), (int32_t)em_config_int(r->cfg, EM_CFG_RATE_LIMIT),
-                      em_config_str(r->cfg, EM_CFG_ALLOWED_ORIGINS), &err))
-        em_log(EM_LOG_ERROR, NULL, "SIGHUP: %s", err.msg);
-}
-
 int em_cmd_serve(int argc, char **argv)
 {
     em_config *cfg = NULL;
@@ -144,7 +115,7 @@ int em_cmd_serve(int argc, char **argv)
         em_config_free(cfg);
         return 0;
     }
-    apply_log(cfg);
+    em_config_apply_log(cfg);
     const char *model_path = em_config_str(cfg, EM_CFG_MODEL_PATH)[0] ? em_config_str(cfg, EM_CFG_MODEL_PATH) : NULL;
     const char *host = em_config_str(cfg, EM_CFG_HOST), *db = em_config_str(cfg, EM_CFG_DB);
     const char *kv_name = em_config_str(cfg, EM_CFG_KV_TYPE);
@@ -152,20 +123,9 @@ int em_cmd_serve(int argc, char **argv)
     long parallel = em_config_int(cfg, EM_CFG_PARALLEL);
     em_err err = { 0 };
     const char *tls_cert = em_config_str(cfg, EM_CFG_TLS_CERT), *tls_key = em_config_str(cfg, EM_CFG_TLS_KEY);
-    if (!tls_cert[0] != !tls_key[0]) {
+    if ((rc = em_config_check_tls(cfg))) {
         em_config_free(cfg);
-        return em_cli_fail(2, "serve: tls_cert and tls_key go together: %s is set, %s is not",
-                           tls_cert[0] ? "tls_cert" : "tls_key", tls_cert[0] ? "tls_key" : "tls_cert");
-    }
-    for (int i = 0; i < 2 && tls_cert[0]; i++) {   /* before the model: a missing file costs no load */
-        const char *f = i ? tls_key : tls_cert;
-        FILE *fp = fopen(f, "r");
-        if (!fp) {
-            em_cli_fail(2, "serve: %s: %s: %s", i ? "tls_key" : "tls_cert", f, strerror(errno));
-            em_config_free(cfg);
-            return 2;
-        }
-        fclose(fp);
+        return rc;
     }
     uint32_t kv_type;
     if (em_fwd_kv_type_parse(kv_name, &kv_type, &err)) {
@@ -191,7 +151,7 @@ int em_cmd_serve(int argc, char **argv)
     em_web *w = NULL;
     int status = 0;
     struct sigaction sa, old_int, old_term, old_hup;
-    reload_ctx rctx = { cfg, argc, argv };
+    em_config_reload_ctx rctx = { cfg, argc, argv };
     int handlers = 0;
 
     /* the database first: a refusal to start should cost no model load */
@@ -295,7 +255,7 @@ int em_cmd_serve(int argc, char **argv)
     wo.max_ws_message = (size_t)em_config_int(cfg, EM_CFG_MAX_WS_MESSAGE);
     wo.max_body = (size_t)em_config_int(cfg, EM_CFG_MAX_BODY);
     wo.ping_s = em_config_float(cfg, EM_CFG_PING_S);
-    wo.on_reload = reload;
+    wo.on_reload = em_config_serve_reload;
     wo.reload_ctx = &rctx;
     if ((rc = em_web_create(&wo, &w, &err))) {
         status = em_cli_fail_err(&err);

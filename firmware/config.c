@@ -2,7 +2,9 @@
  * table (EM_CONFIG_KEYS), values checked the same way from the INI file
  * (inih, through a reader that counts lines and checks section headers)
  * and from the flags, the sources kept per key, --print-config, and the
- * SIGHUP reload's comparison of the running configuration with the file. */
+ * SIGHUP reload's comparison of the running configuration with the file,
+ * and what `ember serve` does with it (log switches, TLS files checked
+ * before start, the reload hook over em_web_update). */
 #include "firmware/config.h"
 
 #include <errno.h>
@@ -17,6 +19,7 @@
 
 #include "core/log.h"
 #include "firmware/cli.h"
+#include "web/web.h"
 
 typedef enum { K_STR, K_INT, K_FLOAT, K_BOOL, K_ENUM } kind;
 
@@ -447,10 +450,8 @@ static void where(const em_config *c, em_config_key k, char *buf, size_t cap)
 void em_config_print(const em_config *c)
 {
     const char *sec = NULL;
-    printf("# ember serve: the effective configuration%s%s\n", c->file ? " (file " : "",
-           c->file ? c->file : "");
-    if (c->file)
-        printf("#   and flags)\n");
+    printf("# ember serve: the effective configuration (defaults, %s%s%sflags)\n", c->file ? "the file " : "",
+           c->file ? c->file : "", c->file ? ", " : "");
     for (int k = 0; k < EM_CFG_COUNT; k++) {
         if (!sec || strcmp(sec, keys[k].section)) {
             sec = keys[k].section;
@@ -502,4 +503,43 @@ int em_config_reload(em_config *running, int argc, char **argv, int changed[EM_C
            "read from the database on every request", running->file, n_changed);
     em_config_free(c);
     return 0;
+}
+
+/* ---- ember serve ------------------------------------------------------------- */
+
+void em_config_apply_log(const em_config *c)
+{
+    em_log_level lv = EM_LOG_INFO;
+    em_log_level_parse(em_config_str(c, EM_CFG_LOG_LEVEL), &lv);
+    em_log_configure(lv, strcmp(em_config_str(c, EM_CFG_LOG_FORMAT), "json") == 0,
+                     (int)em_config_int(c, EM_CFG_LOG_CONTENT));
+}
+
+int em_config_check_tls(const em_config *c)
+{
+    const char *cert = em_config_str(c, EM_CFG_TLS_CERT), *key = em_config_str(c, EM_CFG_TLS_KEY);
+    if (!cert[0] != !key[0])
+        return em_cli_fail(2, "serve: tls_cert and tls_key go together: %s is set, %s is not",
+                           cert[0] ? "tls_cert" : "tls_key", cert[0] ? "tls_key" : "tls_cert");
+    for (int i = 0; i < 2 && cert[0]; i++) {   /* before the model: a missing file costs no load */
+        const char *f = i ? key : cert;
+        FILE *fp = fopen(f, "r");
+        if (!fp)
+            return em_cli_fail(2, "serve: %s: %s: %s", i ? "tls_key" : "tls_cert", f, strerror(errno));
+        fclose(fp);
+    }
+    return 0;
+}
+
+void em_config_serve_reload(void *ctx, struct em_web *w)
+{
+    em_config_reload_ctx *r = ctx;
+    int changed[EM_CFG_COUNT];
+    if (em_config_reload(r->cfg, r->argc, r->argv, changed))
+        return;
+    em_config_apply_log(r->cfg);
+    em_err err = { 0 };
+    if (em_web_update(w, (int)em_config_int(r->cfg, EM_CFG_REQUIRE_KEY), (int32_t)em_config_int(r->cfg, EM_CFG_RATE_LIMIT),
+                      em_config_str(r->cfg, EM_CFG_ALLOWED_ORIGINS), &err))
+        em_log(EM_LOG_ERROR, NULL, "SIGHUP: %s", err.msg);
 }

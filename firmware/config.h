@@ -98,4 +98,24 @@ int  em_config_reload(em_config *running, int argc, char **argv, int changed[EM_
 
 void em_config_free(em_config *c);   /* accepts NULL */
 
+/* ---- what `ember serve` does with it ----------------------------------------- */
+
+/* log_level, log_format and log_content into core/log.h's switches. */
+void em_config_apply_log(const em_config *c);
+
+/* tls_cert and tls_key: both or neither, and both readable; 0, or 2 after
+ * the error line (before anything starts). */
+int  em_config_check_tls(const em_config *c);
+
+/* The SIGHUP hook for em_web_opts.on_reload (ctx: an em_config_reload_ctx,
+ * borrowed, outliving the server): em_config_reload, then the log switches
+ * and em_web_update with what it applied. */
+typedef struct {
+    em_config *cfg;    /* the running configuration (updated in place) */
+    int        argc;   /* serve's arguments, to read the flags again */
+    char     **argv;
+} em_config_reload_ctx;
+struct em_web;
+void em_config_serve_reload(void *ctx, struct em_web *w);
+
 #endif
