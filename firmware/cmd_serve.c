@@ -116,6 +116,7 @@ int em_cmd_serve(int argc, char **argv)
         return 0;
     }
     em_config_apply_log(cfg);
+    signal(SIGHUP, SIG_IGN);   /* a reload asked while loading must not end the process */
     const char *model_path = em_config_str(cfg, EM_CFG_MODEL_PATH)[0] ? em_config_str(cfg, EM_CFG_MODEL_PATH) : NULL;
     const char *host = em_config_str(cfg, EM_CFG_HOST), *db = em_config_str(cfg, EM_CFG_DB);
     const char *kv_name = em_config_str(cfg, EM_CFG_KV_TYPE);

@@ -164,9 +164,10 @@ print('config: --print-config gives all %d keys with their sources; the sample s
 db = os.path.join(tmp, 'ember.db')
 key = add_key(db, 'alice')
 port = free_port()
-conf = write('serve.conf', '[model]\npath = %s\ncontext = 128\n[server]\nport = %d\n[scheduler]\nparallel = 3\n'
-                           'max_queued_interactive = 1\n[auth]\nrequire_key = true\n[storage]\ndb = %s\n'
-                           '[log]\nlog_format = json\n' % (model, port, db))
+conf = write('serve.conf', '[model]\npath = %s\ncontext = 128\nkv_type = f16\n[server]\nport = %d\n'
+                           'max_body = 2048\n[scheduler]\nparallel = 3\nmax_queued_interactive = 1\n'
+                           '[auth]\nrequire_key = true\n[storage]\ndb = %s\n[log]\nlog_format = json\n'
+                           % (model, port, db))
 srv = Serve('--config', conf)
 try:
     assert srv.port == port, (srv.port, port)
@@ -176,10 +177,15 @@ try:
     assert st == 401 and body['error']['code'] == 'missing_api_key', body   # require_key from loopback
     st, h, body = srv.request('GET', '/v1/models', headers={'Authorization': 'Bearer ' + key})
     assert st == 200 and body['data'][0]['id'] == 'stories260K', body
+    st, h, body = complete(srv, 'x' * 3000, key)
+    assert st == 413 and body['error']['code'] == 'request_too_large' and '2048 bytes' in body['error']['message'], body
     st, h, body = complete(srv, 'Once upon a time ' + SECRET, key)
     assert st == 200, body
     rid = body['id']
     err = srv.wait_log(rid)
+    start = [json.loads(x)['msg'] for x in err.splitlines() if 'KV cache' in x]
+    assert len(start) == 1 and re.search(r'context 128, 3 sequences at once, KV cache 24 blocks \(0 MiB, f16\)',
+                                         start[0]), start
     lines = [json.loads(x) for x in err.splitlines()]   # every line is JSON
     for x in lines:
         assert re.fullmatch(TIME, x['time']) and x['level'] in ('error', 'warn', 'info', 'debug'), x
@@ -202,7 +208,9 @@ try:
 finally:
     rc, err = srv.stop()
 assert rc == 0, err
-print('config: port, context, parallel, require_key and JSON logs from the file; --port, --ctx, --parallel, '
+r = run('--model', model, '--db', os.path.join(tmp, 'dev.db'), '--port', '0', '--device', '99')
+assert r.returncode == 2 and 'vulkan: device 99: no such device' in r.stderr, (r.returncode, r.stderr)
+print('config: port, context, kv_type, max_body, parallel, require_key and JSON logs from the file; --port, --ctx, --parallel, '
       '--log-format over it')
 
 # ---- max_queued_interactive = 1 from the file: a queue that holds one -----------------------------
