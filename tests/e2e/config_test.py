@@ -10,8 +10,8 @@
 #  - --print-config: every key, with its source (default, file PATH:LINE,
 #    flag --port); the sample firmware/ember.conf sets every key;
 #  - a file's values take effect (port, context and parallel in /healthz and
-#    /v1/models, require_key, max_queued_interactive, JSON logs) and flags
-#    override them;
+#    /v1/models, kv_type, max_body, require_key, max_queued_interactive,
+#    JSON logs) and flags override them;
 #  - allowed origins: another site's Origin gets 403 origin_not_allowed over
 #    HTTP and on a WebSocket upgrade; the server's own, a listed one and none
 #    pass;
@@ -20,7 +20,10 @@
 #    unless log_content = true;
 #  - SIGHUP: origins, require_key, rate_limit and log_level reloaded, a
 #    restart-only key (port) named in the log, a bad file logged and the
-#    running configuration kept.
+#    running configuration kept;
+#  - retention_days: a conversation older than it removed at start;
+#  - TLS: HTTPS and WSS with a self-signed certificate made by openssl req,
+#    tls_cert without tls_key (or a missing file) refused before start.
 import asyncio
 import http.client
 import json
@@ -28,6 +31,7 @@ import os
 import re
 import signal
 import socket
+import sqlite3
 import ssl
 import subprocess
 import sys
@@ -365,6 +369,33 @@ finally:
     rc, err = srv.stop()
 assert rc == 0, err
 print('config: a bad file on SIGHUP logged, the running configuration kept; log_level warn applied')
+
+# ---- retention_days and store_content from the file ---------------------------------------------
+db2 = os.path.join(tmp, 'retention.db')
+add_key(db2, 'carol')   # creates the schema
+now = int(time.time() * 1000)
+con = sqlite3.connect(db2)
+con.execute("INSERT INTO conversations (key_id, title, created_ms, updated_ms) VALUES (NULL, 'old', ?, ?)",
+            (now - 10 * 86400000, now - 10 * 86400000))
+con.execute("INSERT INTO conversations (key_id, title, created_ms, updated_ms) VALUES (NULL, 'new', ?, ?)",
+            (now - 2 * 86400000, now - 2 * 86400000))
+con.commit()
+con.close()
+conf = write('retention.conf', '[server]\nport = 0\n[storage]\ndb = %s\nretention_days = 7\n' % db2)
+srv = Serve('--config', conf, '--model', model)
+try:
+    for _ in range(200):
+        con = sqlite3.connect(db2, timeout=30)
+        titles = sorted(t for (t,) in con.execute('SELECT title FROM conversations'))
+        con.close()
+        if titles == ['new']:
+            break
+        time.sleep(0.05)
+    assert titles == ['new'], titles   # 10 days old: gone; 2 days: kept
+finally:
+    rc, err = srv.stop()
+assert rc == 0, err
+print('config: retention_days = 7 from the file removed the 10-day-old conversation, kept the 2-day-old one')
 
 # ---- TLS: HTTPS and WSS with a certificate made here ----------------------------------------------
 cert, pkey = os.path.join(tmp, 'cert.pem'), os.path.join(tmp, 'key.pem')
