@@ -64,12 +64,16 @@ static void ledger(em_web *w, const em_usage_record *r)
     if (r->status != EM_USAGE_ADMITTED) {
         web_metrics_count(w, r);   /* every request's final row: /metrics counts it here */
         /* one line per request: its outcome and counts, never its text */
+        char times[96] = "";   /* unknown durations (-1) left out */
+        if (r->queue_ms >= 0)
+            snprintf(times, sizeof times, ", queue %.0f ms", r->queue_ms);
+        if (r->ttft_ms >= 0)
+            snprintf(times + strlen(times), sizeof times - strlen(times), ", ttft %.0f ms", r->ttft_ms);
         em_log(r->status == EM_USAGE_FAILED ? EM_LOG_WARN : EM_LOG_INFO, r->request_id,
-               "%s %s: %s, %lld prompt tokens (%lld cached), %lld completion tokens, queue %.0f ms, "
-               "ttft %.0f ms%s%s%s%s", r->client_addr, em_storage_class_name(r->cls),
-               em_storage_status_name(r->status), (long long)r->prompt_tokens, (long long)r->cached_tokens,
-               (long long)r->completion_tokens, r->queue_ms, r->ttft_ms, r->finish_reason[0] ? ", finish " : "",
-               r->finish_reason, r->error[0] ? ": " : "", r->error);
+               "%s %s: %s, %lld prompt tokens (%lld cached), %lld completion tokens%s%s%s%s%s",
+               r->client_addr, em_storage_class_name(r->cls), em_storage_status_name(r->status),
+               (long long)r->prompt_tokens, (long long)r->cached_tokens, (long long)r->completion_tokens, times,
+               r->finish_reason[0] ? ", finish " : "", r->finish_reason, r->error[0] ? ": " : "", r->error);
     }
     if (w->o.storage)
         em_storage_submit(w->o.storage, r);
