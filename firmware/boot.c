@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/log.h"
 #include "firmware/cli.h"
 
 static double stage_start;
@@ -23,7 +24,7 @@ void em_boot_end(em_web_boot *b, const char *name)
         b->stage[b->n].ms = ms;
         b->n++;
     }
-    fprintf(stderr, "ember: serve: boot: %s in %.0f ms\n", name, ms);
+    em_log(EM_LOG_INFO, NULL, "serve: boot: %s in %.0f ms", name, ms);
     stage_start = em_cli_now();
 }
 

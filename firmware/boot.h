@@ -12,7 +12,7 @@
 /* Start timing a stage (the clock starts now). */
 void em_boot_begin(void);
 /* End the stage begun last: record it in b as name (static) and print
- * "ember: serve: boot: NAME in N ms" on stderr. */
+ * "serve: boot: NAME in N ms" in the service log (core/log.h). */
 void em_boot_end(em_web_boot *b, const char *name);
 
 /* The shader caches of a server whose database is db_path: the pipeline

@@ -2,9 +2,11 @@
  * scheduler over the batched forward pass, open the ledger, and serve HTTP
  * and WebSocket on one port until SIGINT/SIGTERM (web/web.h): the first
  * signal drains (new requests refused, running ones finish, --drain-s
- * bounds the wait), a second stops at once. Refuses to listen beyond
- * loopback while the database holds no API key, and to serve at all when
- * the boot self-test (core/selftest.h) finds the device's kernels wrong. */
+ * bounds the wait), a second stops at once; SIGHUP reloads the --config
+ * file's keys a running server can change (firmware/config.h). Refuses to
+ * listen beyond loopback while the database holds no API key, and to serve
+ * at all when the boot self-test (core/selftest.h) finds the device's
+ * kernels wrong. */
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <net/if.h>
@@ -16,22 +18,33 @@
 
 #include "core/forward.h"
 #include "core/kparams.h"
+#include "core/log.h"
 #include "core/model.h"
 #include "core/selftest.h"
 #include "core/tokenizer.h"
 #include "core/vk.h"
 #include "firmware/boot.h"
 #include "firmware/cli.h"
+#include "firmware/config.h"
 #include "firmware/notify.h"
 #include "scheduler/scheduler.h"
 #include "storage/storage.h"
 #include "web/web.h"
 
 static const char usage[] =
-    "usage: ember serve [--model PATH] [--host H] [--port P] [--db PATH] [--ctx N] [--kv-mb N]\n"
-    "                   [--parallel N] [--kv-type f16|q8_0] [--require-key] [--ping-s S]\n"
-    "                   [--drain-s N] [--max-queued N] [--max-ws-message BYTES] [--no-store-content]\n"
-    "                   [--verbose]\n"
+    "usage: ember serve [--config FILE] [--print-config] [--model PATH] [--device N] [--host H]\n"
+    "                   [--port P] [--db PATH] [--ctx N] [--kv-mb N] [--parallel N] [--kv-type f16|q8_0]\n"
+    "                   [--tls-cert PEM --tls-key PEM] [--require-key] [--rate-limit N]\n"
+    "                   [--allowed-origins LIST] [--ping-s S]\n"
+    "                   [--drain-s N] [--max-queued N] [--max-queued-interactive N]\n"
+    "                   [--max-queued-background N] [--step-tokens N] [--bg-step-ms MS]\n"
+    "                   [--aging-ms MS] [--no-prefix-cache] [--max-ws-message BYTES] [--max-body BYTES]\n"
+    "                   [--no-store-content] [--retention-days N] [--log-level error|warn|info|debug]\n"
+    "                   [--log-format plain|json] [--log-content] [--verbose]\n"
+    "  Every setting can also come from the INI file given with --config (firmware/ember.conf\n"
+    "  documents each key, docs/config.md); flags win over the file. --print-config prints the\n"
+    "  effective configuration with where each value came from and exits. SIGHUP reloads the\n"
+    "  file's require_key, rate_limit, allowed_origins and log settings.\n"
     "  Serves the model over HTTP and WebSocket on one port: the OpenAI-compatible API\n"
     "  (/v1/chat/completions, /v1/completions, /v1/models), /healthz, /metrics\n"
     "  (Prometheus) and /api/usage (docs/api.md). Default 127.0.0.1:8080 and\n"
@@ -59,9 +72,12 @@ static volatile sig_atomic_t signals_seen;
 
 static void on_signal(int sig)
 {
-    (void)sig;
     if (!the_web)
         return;
+    if (sig == SIGHUP) {   /* the service loop calls reload() */
+        em_web_reload(the_web);
+        return;
+    }
     if (signals_seen++ == 0) {
         em_web_drain(the_web);
         em_notify_stopping(the_notify);   /* STOPPING=1 */
@@ -75,12 +91,12 @@ static int is_loopback_host(const char *h)
 }
 
 /* The URLs a browser on the LAN would use: every IPv4 address of the box. */
-static void print_urls(const char *host, int port)
+static void print_urls(const char *host, int port, const char *scheme)
 {
     int any = strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0;
     if (!any) {
-        printf(strchr(host, ':') ? "ember: listening on http://[%s]:%d/\n" : "ember: listening on http://%s:%d/\n",
-               host, port);
+        printf(strchr(host, ':') ? "ember: listening on %s://[%s]:%d/\n" : "ember: listening on %s://%s:%d/\n",
+               scheme, host, port);
         return;
     }
     struct ifaddrs *ifs = NULL, *i;
@@ -91,7 +107,7 @@ static void print_urls(const char *host, int port)
                 continue;
             char a[INET_ADDRSTRLEN];
             inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, a, sizeof a);
-            printf("  http://%s:%d/\n", a, port);
+            printf("  %s://%s:%d/\n", scheme, a, port);
         }
         freeifaddrs(ifs);
     }
@@ -99,42 +115,42 @@ static void print_urls(const char *host, int port)
 
 int em_cmd_serve(int argc, char **argv)
 {
-    const char *model_path = NULL, *host = "127.0.0.1", *db = "ember.db", *kv_name = "f16";
-    long port = 8080, ctx = 0, kv_mb = 0, parallel = 0, drain_s = 30;
-    long max_ws_message = 1 << 20, max_queued = 0;
-    int require_key = 0, verbose = 0, no_store = 0;
-    double ping_s = 10;
-    em_cli_opt opts[] = {
-        { "--model", "-m", EM_OPT_STR, &model_path, 0, 0 },
-        { "--host", NULL, EM_OPT_STR, &host, 0, 0 },
-        { "--port", NULL, EM_OPT_INT, &port, 0, 65535 },
-        { "--db", NULL, EM_OPT_STR, &db, 0, 0 },
-        { "--ctx", NULL, EM_OPT_INT, &ctx, 16, 1 << 20 },
-        { "--kv-mb", NULL, EM_OPT_INT, &kv_mb, 1, 1 << 24 },
-        { "--parallel", NULL, EM_OPT_INT, &parallel, 1, 1024 },
-        { "--kv-type", NULL, EM_OPT_STR, &kv_name, 0, 0 },
-        { "--require-key", NULL, EM_OPT_FLAG, &require_key, 0, 0 },
-        { "--ping-s", NULL, EM_OPT_FLOAT, &ping_s, 0.1, 3600 },
-        { "--drain-s", NULL, EM_OPT_INT, &drain_s, 0, 3600 },
-        { "--max-ws-message", NULL, EM_OPT_INT, &max_ws_message, 256, 1 << 30 },
-        { "--max-queued", NULL, EM_OPT_INT, &max_queued, 1, 1 << 20 },
-        { "--no-store-content", NULL, EM_OPT_FLAG, &no_store, 0, 0 },
-        { "--verbose", "-v", EM_OPT_FLAG, &verbose, 0, 0 },
-        { NULL, NULL, 0, NULL, 0, 0 },
-    };
-    int rc = em_cli_parse("serve", argc, argv, opts, NULL, 0, NULL, usage);
+    em_config *cfg = NULL;
+    int print_config = 0;
+    int rc = em_config_load(argc, argv, usage, &cfg, &print_config);
     if (rc)
         return rc;
+    if (print_config) {
+        em_config_print(cfg);
+        em_config_free(cfg);
+        return 0;
+    }
+    em_config_apply_log(cfg);
+    signal(SIGHUP, SIG_IGN);   /* a reload asked while loading must not end the process */
+    const char *model_path = em_config_str(cfg, EM_CFG_MODEL_PATH)[0] ? em_config_str(cfg, EM_CFG_MODEL_PATH) : NULL;
+    const char *host = em_config_str(cfg, EM_CFG_HOST), *db = em_config_str(cfg, EM_CFG_DB);
+    const char *kv_name = em_config_str(cfg, EM_CFG_KV_TYPE);
+    long ctx = em_config_int(cfg, EM_CFG_CONTEXT), kv_mb = em_config_int(cfg, EM_CFG_KV_MB);
+    long parallel = em_config_int(cfg, EM_CFG_PARALLEL);
     em_err err = { 0 };
+    const char *tls_cert = em_config_str(cfg, EM_CFG_TLS_CERT), *tls_key = em_config_str(cfg, EM_CFG_TLS_KEY);
+    if ((rc = em_config_check_tls(cfg))) {
+        em_config_free(cfg);
+        return rc;
+    }
     uint32_t kv_type;
-    if (em_fwd_kv_type_parse(kv_name, &kv_type, &err))
+    if (em_fwd_kv_type_parse(kv_name, &kv_type, &err)) {
+        em_config_free(cfg);
         return em_cli_fail(2, "serve: %s", err.msg);
+    }
     char default_path[4096];
     if (!model_path) {
-        if (em_cli_default_model(default_path, sizeof default_path, &err))
+        if (em_cli_default_model(default_path, sizeof default_path, &err)) {
+            em_config_free(cfg);
             return em_cli_fail(2, "serve: %s", err.msg);
+        }
         model_path = default_path;
-        em_cli_note("using model %s", model_path);
+        em_log(EM_LOG_INFO, NULL, "using model %s", model_path);
     }
 
     em_model *m = NULL;
@@ -146,7 +162,8 @@ int em_cmd_serve(int argc, char **argv)
     em_web *w = NULL;
     em_notify *nt = NULL;
     int status = 0;
-    struct sigaction sa, old_int, old_term;
+    struct sigaction sa, old_int, old_term, old_hup;
+    em_config_reload_ctx rctx = { cfg, argc, argv };
     int handlers = 0;
     em_web_boot boot = { .n = 0 };
     em_selftest_report selftest;
@@ -156,7 +173,8 @@ int em_cmd_serve(int argc, char **argv)
     em_storage_opts so;
     em_storage_opts_init(&so);
     so.path = db;
-    so.store_content = !no_store;
+    so.store_content = (int)em_config_int(cfg, EM_CFG_STORE_CONTENT);
+    so.retention_days = (int)em_config_int(cfg, EM_CFG_RETENTION_DAYS);
     if ((rc = em_storage_open(&so, &st, &err))) {
         status = em_cli_fail_err(&err);
         goto done;
@@ -169,7 +187,7 @@ int em_cmd_serve(int argc, char **argv)
                 active += keys[i].revoked_ms == 0;
         free(keys);
         if (!active) {
-            status = em_cli_fail(2, "serve: --host %s would let other machines in, but %s holds no API key: "
+            status = em_cli_fail(2, "serve: host %s would let other machines in, but %s holds no API key: "
                                  "make one with `ember keys add NAME --db %s` (clients then send it as "
                                  "\"Authorization: Bearer KEY\")", host, db, db);
             goto done;
@@ -181,8 +199,11 @@ int em_cmd_serve(int argc, char **argv)
     em_boot_end(&boot, "model");
     const em_hparams *hp = em_model_hparams(m);
     uint32_t n_ctx = ctx > 0 ? (uint32_t)ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
-    em_cli_warn_ctx("serve", n_ctx, hp->n_ctx_train);
+    if (n_ctx > hp->n_ctx_train)
+        em_log(EM_LOG_WARN, NULL, "a %u-token context is longer than the %u tokens the model was trained for; "
+               "text past position %u is likely to degrade", n_ctx, hp->n_ctx_train, hp->n_ctx_train);
     em_vk_opts vo = EM_VK_OPTS_INIT;
+    vo.device = (int)em_config_int(cfg, EM_CFG_DEVICE);   /* -1: EMBER_DEVICE, else the best */
     char pipeline_cache[4200];
     em_boot_caches(db, pipeline_cache, sizeof pipeline_cache);
     vo.cache_path = pipeline_cache;
@@ -193,7 +214,7 @@ int em_cmd_serve(int argc, char **argv)
     em_boot_end(&boot, "device");
     int cpu_device = em_vk_info(vk)->type == VK_PHYSICAL_DEVICE_TYPE_CPU;
     uint32_t seqs = parallel > 0 ? (uint32_t)parallel : cpu_device ? EM_SERVE_PARALLEL_CPU : EM_SERVE_PARALLEL_GPU;
-    uint32_t T = EM_SERVE_STEP_TOKENS;   /* tokens per step: prompt chunks and decodes */
+    uint32_t T = (uint32_t)em_config_int(cfg, EM_CFG_STEP_TOKENS);   /* tokens per step: prompt chunks and decodes */
     uint32_t blocks = em_fwd_kv_blocks(vk, m, kv_type, (uint64_t)kv_mb, seqs, n_ctx, T);
     uint32_t min_blocks = (n_ctx + EM_KV_BLOCK - 1) / EM_KV_BLOCK;
     if (blocks < min_blocks) {
@@ -231,8 +252,12 @@ int em_cmd_serve(int argc, char **argv)
     em_sched_opts sco;
     em_sched_opts_init(&sco);
     sco.step_tokens = T;
-    if (max_queued > 0)   /* past it a request is answered 503 with Retry-After */
-        sco.max_waiting[EM_CLASS_INTERACTIVE] = sco.max_waiting[EM_CLASS_BACKGROUND] = (uint32_t)max_queued;
+    /* past them a request is answered 503 with Retry-After */
+    sco.max_waiting[EM_CLASS_INTERACTIVE] = (uint32_t)em_config_int(cfg, EM_CFG_MAX_QUEUED_INTERACTIVE);
+    sco.max_waiting[EM_CLASS_BACKGROUND] = (uint32_t)em_config_int(cfg, EM_CFG_MAX_QUEUED_BACKGROUND);
+    sco.bg_step_ms = em_config_float(cfg, EM_CFG_BG_STEP_MS);
+    sco.aging_ms = em_config_float(cfg, EM_CFG_AGING_MS);
+    sco.prefix_cache = (int)em_config_int(cfg, EM_CFG_PREFIX_CACHE);
     if ((rc = em_sched_create(&sco, &be, tok, &s, &err))) {
         status = em_cli_fail_err(&err);
         goto done;
@@ -250,7 +275,7 @@ int em_cmd_serve(int argc, char **argv)
     em_web_opts wo;
     em_web_opts_init(&wo);
     wo.host = host;
-    wo.port = (int)port;
+    wo.port = (int)em_config_int(cfg, EM_CFG_PORT);
     wo.sched = s;
     wo.model = m;
     wo.tok = tok;
@@ -259,11 +284,17 @@ int em_cmd_serve(int argc, char **argv)
     wo.device = device;
     wo.n_ctx = n_ctx;
     wo.parallel = seqs;
-    wo.require_key = require_key;
-    wo.drain_s = (uint32_t)drain_s;
-    wo.max_ws_message = (size_t)max_ws_message;
-    wo.verbose = verbose;
-    wo.ping_s = ping_s;
+    wo.require_key = (int)em_config_int(cfg, EM_CFG_REQUIRE_KEY);
+    wo.rate_limit_per_min = (int32_t)em_config_int(cfg, EM_CFG_RATE_LIMIT);
+    wo.allowed_origins = em_config_str(cfg, EM_CFG_ALLOWED_ORIGINS);
+    wo.tls_cert = tls_cert[0] ? tls_cert : NULL;
+    wo.tls_key = tls_key[0] ? tls_key : NULL;
+    wo.drain_s = (uint32_t)em_config_int(cfg, EM_CFG_DRAIN_S);
+    wo.max_ws_message = (size_t)em_config_int(cfg, EM_CFG_MAX_WS_MESSAGE);
+    wo.max_body = (size_t)em_config_int(cfg, EM_CFG_MAX_BODY);
+    wo.ping_s = em_config_float(cfg, EM_CFG_PING_S);
+    wo.on_reload = em_config_serve_reload;
+    wo.reload_ctx = &rctx;
     wo.boot = &boot;
     if ((rc = em_web_create(&wo, &w, &err))) {
         status = em_cli_fail_err(&err);
@@ -275,6 +306,7 @@ int em_cmd_serve(int argc, char **argv)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
+    sigaction(SIGHUP, &sa, &old_hup);
     signal(SIGPIPE, SIG_IGN);
     handlers = 1;
     signals_seen = 0;
@@ -285,19 +317,20 @@ int em_cmd_serve(int argc, char **argv)
         goto done;
     }
     the_notify = nt;
-    em_cli_note("serve: %s on %s, %s | context %u, %u sequences at once, KV cache %u blocks (%.0f MiB, %s)",
+    em_log(EM_LOG_INFO, NULL, "serve: %s on %s, %s | context %u, %u sequences at once, KV cache %u blocks (%.0f MiB, %s)",
                 model_id, device, em_fwd_variant(fwd), n_ctx, seqs, blocks,
                 (double)blocks * em_fwd_kv_block_bytes(m, kv_type) / (1 << 20), em_fwd_kv_type_name(kv_type));
-    print_urls(host, em_web_port(w));
+    print_urls(host, em_web_port(w), wo.tls_cert ? "https" : "http");
     fflush(stdout);
     if ((rc = em_web_run(w)))
         status = em_cli_fail(1, "serve: the service loop failed");
-    em_cli_note("serve: stopping");
+    em_log(EM_LOG_INFO, NULL, "serve: stopping");
 done:
     the_web = NULL;
     if (handlers) {
         sigaction(SIGINT, &old_int, NULL);
         sigaction(SIGTERM, &old_term, NULL);
+        sigaction(SIGHUP, &old_hup, NULL);
     }
     the_notify = NULL;
     em_notify_stop(nt);         /* STOPPING=1 unless the drain sent it */
@@ -308,5 +341,6 @@ done:
     em_storage_close(st);       /* commits the last ledger rows */
     em_tokenizer_destroy(tok);
     em_model_close(m);
+    em_config_free(cfg);
     return status;
 }

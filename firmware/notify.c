@@ -23,6 +23,8 @@
 #include <systemd/sd-daemon.h>
 
 #include "firmware/notify.h"
+
+#include "core/log.h"
 #include "scheduler/scheduler.h"
 #include "web/web.h"
 
@@ -110,11 +112,11 @@ static void *thread_main(void *arg)
         if (period && now >= next_ping) {
             if (!stuck) {
                 if (n->stale)
-                    fprintf(stderr, "ember: serve: watchdog: both threads beat again: pinging\n");
+                    em_log(EM_LOG_WARN, NULL, "serve: watchdog: both threads beat again: pinging");
                 sd_notify(0, "WATCHDOG=1");
             } else if (!n->stale) {
-                fprintf(stderr, "ember: serve: watchdog: %s has shown no sign of life for %.0f s: no more "
-                        "pings (the service manager restarts the service)\n", stuck, age_s);
+                em_log(EM_LOG_ERROR, NULL, "serve: watchdog: %s has shown no sign of life for %.0f s: no more "
+                       "pings (the service manager restarts the service)", stuck, age_s);
                 send_status(n, "", stuck, age_s);   /* say why at once */
             }
             n->stale = stuck != NULL;

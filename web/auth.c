@@ -4,7 +4,8 @@
  * its hash is stored; a failed check is logged without the key), the
  * loopback rule (a client on 127.0.0.0/8 or ::1 may go without a key unless
  * --require-key), and each key's requests-per-minute limit as a token
- * bucket (429 with Retry-After past it). An admin key says so in
+ * bucket (429 with Retry-After past it; a key without a limit of its own
+ * gets the server's rate_limit). An admin key says so in
  * em_web_auth.admin. Service thread only. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,7 +41,8 @@ int web_auth_key(em_web *w, const char *key, int loopback, const char *how, em_w
     a->key_id = ki.id;
     snprintf(a->key_name, sizeof a->key_name, "%s", ki.name);
     a->default_class = ki.default_class == EM_USAGE_BACKGROUND ? EM_CLASS_BACKGROUND : EM_CLASS_INTERACTIVE;
-    a->rate_limit_per_min = ki.rate_limit_per_min;
+    /* the key's own limit, else the server's (auth.rate_limit; 0: none) */
+    a->rate_limit_per_min = ki.rate_limit_per_min > 0 ? ki.rate_limit_per_min : w->o.rate_limit_per_min;
     a->admin = ki.admin;   /* may read every key's usage (usage_api.c) */
     return 0;
 }

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/log.h"
 #include "web/web_int.h"
 
 #define WAKE_US (100 * 1000)   /* how often the loop looks at the drain meanwhile */
@@ -94,8 +95,8 @@ int web_drain_step(em_web *w)
     if (!end) {
         end = now + (long long)w->o.drain_s * 1000000;
         atomic_store(&w->drain_end_us, end);
-        fprintf(stderr, "ember: serve: draining: %d request(s) running, new ones refused; stopping when they "
-                "are done or in %u s (a second signal stops at once)\n", running, w->o.drain_s);
+        em_log(EM_LOG_INFO, NULL, "draining: %d request(s) running, new ones refused; stopping when they "
+               "are done or in %u s (a second signal stops at once)", running, w->o.drain_s);
     }
     if (running == 0 && now < end) {
         /* nothing runs: stop taking connections, let the answers already made go out */
@@ -110,9 +111,9 @@ int web_drain_step(em_web *w)
     }
     if (running == 0 || now >= end) {
         if (running)
-            fprintf(stderr, "ember: serve: drain: %u s passed, cancelling %d request(s)\n", w->o.drain_s, running);
+            em_log(EM_LOG_WARN, NULL, "drain: %u s passed, cancelling %d request(s)", w->o.drain_s, running);
         else
-            fprintf(stderr, "ember: serve: drained\n");
+            em_log(EM_LOG_INFO, NULL, "drained");
         lws_sul_cancel(&w->drain_sul);
         return 1;
     }

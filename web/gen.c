@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "core/chat_tmpl.h"
+#include "core/log.h"
 #include "core/model.h"
 #include "core/tokenizer.h"
 #include "web/web_int.h"
@@ -60,8 +61,20 @@ static void gen_notify(void *user)
 
 static void ledger(em_web *w, const em_usage_record *r)
 {
-    if (r->status != EM_USAGE_ADMITTED)
+    if (r->status != EM_USAGE_ADMITTED) {
         web_metrics_count(w, r);   /* every request's final row: /metrics counts it here */
+        /* one line per request: its outcome and counts, never its text */
+        char times[96] = "";   /* unknown durations (-1) left out */
+        if (r->queue_ms >= 0)
+            snprintf(times, sizeof times, ", queue %.0f ms", r->queue_ms);
+        if (r->ttft_ms >= 0)
+            snprintf(times + strlen(times), sizeof times - strlen(times), ", ttft %.0f ms", r->ttft_ms);
+        em_log(r->status == EM_USAGE_FAILED ? EM_LOG_WARN : EM_LOG_INFO, r->request_id,
+               "%s %s: %s, %lld prompt tokens (%lld cached), %lld completion tokens%s%s%s%s%s",
+               r->client_addr, em_storage_class_name(r->cls), em_storage_status_name(r->status),
+               (long long)r->prompt_tokens, (long long)r->cached_tokens, (long long)r->completion_tokens, times,
+               r->finish_reason[0] ? ", finish " : "", r->finish_reason, r->error[0] ? ": " : "", r->error);
+    }
     if (w->o.storage)
         em_storage_submit(w->o.storage, r);
 }
@@ -178,6 +191,9 @@ int em_gen_start(em_web *w, const em_gen_params *p, em_gen **out, em_web_error *
         em_web_fail(e, 500, "server_error", NULL, NULL, "tokenizing the prompt failed: %s", err.msg);
         goto fail;
     }
+    if (em_log_content())   /* log_content = true: the prompt as the model sees it */
+        em_log(EM_LOG_DEBUG, p->request_id, "prompt: %.*s", (int)(text ? text_len : p->prompt ? p->prompt_len : 0),
+               text ? text : p->prompt ? p->prompt : "");
     if (n_ids == 0) {
         em_web_fail(e, 400, "invalid_request_error", NULL, p->param_name, "the prompt is empty");
         goto fail;
@@ -258,8 +274,11 @@ int em_gen_pump(em_gen *g, em_buf *delta)
         if (i == 1)
             submit_rest(g);
         while (!g->done[i] && g->req[i] && em_request_next(g->req[i], &ev, 0)) {
-            if (ev.text_len)
+            if (ev.text_len) {
                 em_buf_add(&delta[i], ev.text, ev.text_len);
+                if (em_log_content())
+                    em_log(EM_LOG_DEBUG, g->rec.request_id, "output %u: %.*s", i, (int)ev.text_len, ev.text);
+            }
             if (ev.kind == EM_EV_TOKEN)
                 g->seen[i]++;
             if (ev.kind == EM_EV_DONE) {

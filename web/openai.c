@@ -443,6 +443,7 @@ static void completions(web_conn *c, int chat)
     int started = 0;   /* em_gen_start wrote the ledger row itself */
     char id[64];
     web_new_id(w, chat ? "chatcmpl-" : "cmpl-", id, sizeof id);
+    snprintf(c->rid, sizeof c->rid, "%s", id);   /* for the log lines of this request */
     em_gen_params gp = { .n = 1, .max_tokens = -1, .auth = &auth, .client_addr = c->addr, .request_id = id };
     if (web_auth(w, c, &auth, &e) || web_rate_check(w, &auth, &e))
         goto fail;

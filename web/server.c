@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "core/grow.h"
+#include "core/log.h"
 #include "web/web_int.h"
 
 #define WRITE_CHUNK (16 * 1024)   /* bytes per lws_write */
@@ -146,10 +147,9 @@ void web_respond_error(web_conn *c, const em_web_error *e)
     json_t *j = em_web_error_json(e);
     web_respond_json(c, e->status, j);
     json_decref(j);
-    if (c->w->o.verbose || e->status == 401)   /* failed auth is always logged, never the key */
-        fprintf(stderr, "ember: serve: %s %s %s: %d %s\n", c->addr,
-                web_method_name(c->method), c->path,
-                e->status, e->message);
+    /* failed auth is always logged (never the key), other refusals at info */
+    em_log(e->status == 401 || e->status == 403 ? EM_LOG_WARN : e->status >= 500 ? EM_LOG_WARN : EM_LOG_INFO,
+           c->rid, "%s %s %s: %d %s", c->addr, web_method_name(c->method), c->path, e->status, e->message);
 }
 
 void web_stream_begin(web_conn *c, int status, const char *ctype)
@@ -384,6 +384,10 @@ static void route(web_conn *c)
         web_respond_error(c, &e);
         return;
     }
+    if (web_origin_check(c->w, c->wsi, &e)) {   /* a page of another site: 403 */
+        web_respond_error(c, &e);
+        return;
+    }
     if (web_openai_route(c) == 0 || web_metrics_route(c) == 0)   /* /metrics, /healthz, /api/usage, /api/utilization */
         return;
     if (web_api_route(c) == 0)   /* /api/conversations */
@@ -454,6 +458,8 @@ static int callback_http(struct lws *wsi, enum lws_callback_reasons reason, void
         return 0;
     case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
         return -1;   /* a WebSocket without the ember.chat.v1 subprotocol */
+    case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
+        return web_origin_upgrade(w, wsi);   /* 1: refused with a 403 written */
     case LWS_CALLBACK_HTTP:
         if (begin(c, wsi, w, (const char *)in))
             return 0;
@@ -535,8 +541,7 @@ void em_web_opts_init(em_web_opts *o)
 
 static void log_emit(int level, const char *line)
 {
-    (void)level;
-    fprintf(stderr, "ember: serve: lws: %s", line);
+    em_log(level & LLL_ERR ? EM_LOG_ERROR : EM_LOG_WARN, NULL, "lws: %s", line);
 }
 
 int em_web_create(const em_web_opts *o, em_web **out, em_err *err)
@@ -566,6 +571,13 @@ int em_web_create(const em_web_opts *o, em_web **out, em_err *err)
     w->o.host = w->host;
     w->o.model_id = w->model_id;
     w->o.device = w->device;
+    w->origins = strdup(o->allowed_origins ? o->allowed_origins : "");
+    w->o.allowed_origins = NULL;   /* w->origins holds them */
+    atomic_init(&w->reload, 0);
+    if (!w->origins) {
+        rc = em_err_set(err, EM_ENOMEM, "serve: out of memory");
+        goto fail;
+    }
     lws_set_log_level(LLL_ERR, log_emit);
 
     struct lws_context_creation_info ci;
@@ -576,6 +588,9 @@ int em_web_create(const em_web_opts *o, em_web **out, em_err *err)
     ci.protocols = protocols;
     ci.timeout_secs = 30;
     ci.max_http_header_data = 8192;
+    int tls = o->tls_cert && o->tls_cert[0];
+    if (tls)
+        ci.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
     w->ctx = lws_create_context(&ci);
     if (!w->ctx) {
         rc = em_err_set(err, EM_EIO, "serve: cannot create the libwebsockets context");
@@ -591,7 +606,18 @@ int em_web_create(const em_web_opts *o, em_web **out, em_err *err)
     vi.vhost_name = "ember";
     vi.options = strchr(w->host, ':') || any ? 0 : LWS_SERVER_OPTION_DISABLE_IPV6;
     vi.keepalive_timeout = 30;
+    if (tls) {   /* OpenSSL reads both files here: a bad one fails the vhost */
+        vi.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;   /* lws looks for it on the vhost too */
+        vi.ssl_cert_filepath = o->tls_cert;
+        vi.ssl_private_key_filepath = o->tls_key;
+    }
     w->vhost = lws_create_vhost(w->ctx, &vi);
+    if (!w->vhost && tls) {
+        rc = em_err_set(err, EM_EINVAL, "serve: cannot listen on %s:%d with TLS: the certificate %s or the key %s "
+                        "is not a readable PEM file that OpenSSL accepts (or the port is in use)", w->host, o->port,
+                        o->tls_cert, o->tls_key ? o->tls_key : "");
+        goto fail;
+    }
     if (!w->vhost) {
         rc = em_err_set(err, EM_EIO, "serve: cannot listen on %s:%d (in use, or not an address of "
                         "this machine)", w->host, o->port);
@@ -626,6 +652,8 @@ int em_web_run(em_web *w)
         web_alive_beat(w);
         if (web_drain_step(w))   /* drain.c: drained, or its time is up */
             break;
+        if (atomic_exchange(&w->reload, 0) && w->o.on_reload)
+            w->o.on_reload(w->o.reload_ctx, w);
     }
     web_alive_stop(w);
     return rc;
@@ -636,6 +664,26 @@ void em_web_stop(em_web *w)
     atomic_store(&w->stop, 1);
     if (w->ctx)
         lws_cancel_service(w->ctx);
+}
+
+void em_web_reload(em_web *w)
+{
+    atomic_store(&w->reload, 1);
+    if (w->ctx)
+        lws_cancel_service(w->ctx);
+}
+
+int em_web_update(em_web *w, int require_key, int32_t rate_limit_per_min, const char *allowed_origins,
+                  em_err *err)
+{
+    char *o = strdup(allowed_origins ? allowed_origins : "");
+    if (!o)
+        return em_err_set(err, EM_ENOMEM, "serve: out of memory");
+    free(w->origins);
+    w->origins = o;
+    w->o.require_key = require_key;
+    w->o.rate_limit_per_min = rate_limit_per_min;
+    return 0;
 }
 
 void em_web_destroy(em_web *w)
@@ -658,6 +706,7 @@ void em_web_destroy(em_web *w)
     free(w->fds);
     free(w->rates);
     free(w->host);
+    free(w->origins);
     free(w->model_id);
     free(w->device);
     free(w);

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/log.h"
 #include "web/web_int.h"
 
 #define HOUR_MS   3600000LL
@@ -51,13 +52,12 @@ static void record(struct web_util *u)
         em_err err = { 0 };
         if (em_storage_util_add(u->w->o.storage, &s, &err)) {
             if (!u->failing)
-                fprintf(stderr, "ember: serve: utilization not recorded (retried with the next span): %s\n",
-                        err.msg);
+                em_log(EM_LOG_WARN, NULL, "utilization not recorded (retried with the next span): %s", err.msg);
             u->failing = 1;
             return;
         }
         if (u->failing)
-            fprintf(stderr, "ember: serve: utilization recorded again\n");
+            em_log(EM_LOG_INFO, NULL, "utilization recorded again");
         u->failing = 0;
         u->last_ms = end;
         u->busy_s += s.busy_s;

@@ -64,7 +64,14 @@ typedef struct {
     uint32_t    max_connections;    /* in all */
     double      ping_s;             /* an SSE stream silent this long gets ": ping" */
     uint32_t    drain_s;            /* em_web_drain: how long running requests may take to finish */
-    int         verbose;            /* one line per request on stderr */
+    const char *tls_cert, *tls_key; /* PEM files: HTTPS and WSS on the port (both or neither; NULL or
+                                       "": plain HTTP) */
+    const char *allowed_origins;    /* browser origins allowed besides the server's own, separated by
+                                       commas or spaces ("https://app.example:8443"); "*": any; NULL or
+                                       "": none (em_web_create copies it) */
+    int32_t     rate_limit_per_min; /* requests per minute of a key without a limit of its own; 0: none */
+    void      (*on_reload)(void *ctx, em_web *w);   /* em_web_reload's work, on the service thread */
+    void       *reload_ctx;         /* passed to on_reload, never dereferenced */
     const em_web_boot *boot;        /* borrowed, outlives the server; NULL: not shown */
 } em_web_opts;
 
@@ -98,6 +105,17 @@ void em_web_drain(em_web *w);
  * that stops moving means the lws thread is stuck (the systemd watchdog,
  * firmware/notify.h, stops its pings then). Any thread. */
 long long em_web_heartbeat_us(em_web *w);
+
+/* SIGHUP (async-signal-safe, like em_web_stop): have the service loop call
+ * o.on_reload(o.reload_ctx, w) once, on its own thread. Without on_reload,
+ * nothing. */
+void em_web_reload(em_web *w);
+
+/* What a reload may change while serving: require_key, rate_limit_per_min
+ * and allowed_origins (copied) take effect for the next request. Service
+ * thread only (from on_reload). EM_ENOMEM leaves the old origins. */
+int  em_web_update(em_web *w, int require_key, int32_t rate_limit_per_min, const char *allowed_origins,
+                   em_err *err);
 
 /* Close every connection (cancelling their requests) and free. Accepts NULL. */
 void em_web_destroy(em_web *w);

@@ -91,6 +91,7 @@ typedef struct web_conn {
     char        authz[512];        /* the Authorization header as received */
     char        if_none_match[80]; /* the If-None-Match header (assets.c) */
     double      t_received;        /* monotonic seconds */
+    char        rid[64];           /* the request id once one is made (log lines), else "" */
     /* the request body */
     em_buf      body;
     size_t      content_length;
@@ -155,6 +156,8 @@ struct em_web {
     struct web_util     *util;          /* utilization.c: the busy-time recorder (service thread) */
     atomic_llong         beat_us;       /* alive.c: the service loop's last turn, monotonic microseconds */
     lws_sorted_usec_list_t beat_sul;    /* alive.c: keeps the loop turning while nothing happens */
+    atomic_int           reload;        /* em_web_reload was called (a signal handler may set it) */
+    char                *origins;       /* allowed_origins as given (origin.c; service thread) */
 };
 
 /* alive.c (service thread): start the timer that turns the loop at least
@@ -304,6 +307,17 @@ uint32_t web_drain_retry_s(em_web *w);
 /* The service loop, after each lws_service: 1 when em_web_run should return
  * (drained, or the drain's time is up: em_web_destroy cancels the rest). */
 int      web_drain_step(em_web *w);
+
+/* ---- origin.c: which browser pages may call ------------------------------------ */
+
+/* The request's Origin header against the server's own (the Host header)
+ * and allowed_origins: 0 when it may go on (no Origin header: not a
+ * browser's cross-site call), else -1 with e filled (403 origin_not_allowed). */
+int  web_origin_check(em_web *w, struct lws *wsi, em_web_error *e);
+/* Refuse a WebSocket upgrade whose origin is not allowed: writes the 403
+ * (JSON error) itself; returns 1 when it did (the upgrade is then refused),
+ * 0 to let it proceed. */
+int  web_origin_upgrade(em_web *w, struct lws *wsi);
 
 /* ---- ws_chat.c: the WebSocket protocol ember.chat.v1 (docs/protocol.md) ------- */
 

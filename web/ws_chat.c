@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/log.h"
 #include "web/web_int.h"
 
 #define WS_MAX_REQUESTS  8             /* requests in flight per socket */
@@ -294,7 +295,7 @@ done:
     if (rc == EM_ESTATE)
         return 0;   /* store_content = 0: nothing is kept */
     if (rc) {
-        fprintf(stderr, "ember: serve: %s: storing conversation %lld: %s\n", c->addr, (long long)conv, err.msg);
+        em_log(EM_LOG_ERROR, r->request_id, "%s: storing conversation %lld: %s", c->addr, (long long)conv, err.msg);
         return conv == r->conv_id ? 0 : conv;
     }
     return conv;
@@ -380,7 +381,7 @@ static void ws_auth(ws_chat *c, json_t *m, const json_t *id)
         return;
     }
     if (web_auth_key(c->w, json_string_value(key), c->loopback, "in {\"type\": \"auth\", \"key\": KEY}", &a, &e)) {
-        fprintf(stderr, "ember: serve: %s: WebSocket auth: %d %s\n", c->addr, e.status, e.message);
+        em_log(EM_LOG_WARN, NULL, "%s: WebSocket auth: %d %s", c->addr, e.status, e.message);
         ws_error_web(c, id, &e);
         if (++c->auth_fails >= WS_MAX_AUTH_FAIL)
             c->close_code = LWS_CLOSE_STATUS_POLICY_VIOLATION;
@@ -606,8 +607,7 @@ static void ws_chat_start(ws_chat *c, json_t *m, const json_t *id)
     r->position = em_gen_queue_position(r->gen);
     ws_send(c, json_pack("{s:s, s:O, s:I, s:s}", "type", "queued", "id", r->id, "position", (json_int_t)r->position,
                          "request_id", r->request_id));   /* the ledger row's id */
-    if (w->o.verbose)
-        fprintf(stderr, "ember: serve: %s WebSocket chat %s\n", c->addr, rid);
+    em_log(EM_LOG_DEBUG, rid, "%s WebSocket chat", c->addr);
     r = NULL;
 done:
     if (e.status) {   /* refused: a ledger row, as over HTTP, and the error */
@@ -681,7 +681,7 @@ static int ws_receive(ws_chat *c, const void *in, size_t len)
     c->rx_n += len;
     if (c->rx_n + lws_remaining_packet_payload(c->wsi) > max) {
         static const char why[] = "message too large";
-        fprintf(stderr, "ember: serve: %s: WebSocket message over %zu bytes: closed (1009)\n", c->addr, max);
+        em_log(EM_LOG_WARN, NULL, "%s: WebSocket message over %zu bytes: closed (1009)", c->addr, max);
         lws_close_reason(c->wsi, LWS_CLOSE_STATUS_MESSAGE_TOO_LARGE, (unsigned char *)why, sizeof why - 1);
         return -1;
     }
@@ -757,7 +757,7 @@ static int ws_open(em_web *w, struct lws *wsi, ws_chat **slot)
     c->loopback = web_is_loopback(c->addr);
     em_web_error e = { 0 };
     if (web_addr_acquire(w, lws_get_socket_fd(wsi), c->addr, &e)) {
-        fprintf(stderr, "ember: serve: %s: WebSocket refused: %s\n", c->addr, e.message);
+        em_log(EM_LOG_WARN, NULL, "%s: WebSocket refused: %s", c->addr, e.message);
         ws_error_web(c, NULL, &e);
         c->close_code = LWS_CLOSE_STATUS_POLICY_VIOLATION;
         return 0;

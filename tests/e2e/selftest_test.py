@@ -102,7 +102,7 @@ try:
         assert m and abs(float(m.group(1)) * 1e3 - s['ms']) < 0.1, (s, m and m.group(0))
     # the stage lines on stderr, in order
     err = open(srv.err_path).read()
-    got = re.findall(r'^ember: serve: boot: (\w+) in \d+ ms$', err, re.M)
+    got = re.findall(r' info serve: boot: (\w+) in \d+ ms$', err, re.M)
     assert got == BOOT, err
     # the pipeline cache beside the database, written once the pipelines were built
     assert os.path.getsize(os.path.join(srv.dir, 'ember-pipelines.cache')) >= 32

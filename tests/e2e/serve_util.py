@@ -40,7 +40,9 @@ def chat_model():
 
 
 class Server:
-    def __init__(self, model, *args, db=None, keys=()):
+    def __init__(self, model, *args, db=None, keys=(), argv=None):
+        """argv: the whole argument list after `serve` (a --config test), instead of --model, --port 0,
+        --db and args."""
         self.dir = tempfile.mkdtemp(prefix='ember-serve-')
         self.db = db or os.path.join(self.dir, 'ember.db')
         self.keys = {}
@@ -48,7 +50,9 @@ class Server:
             self.keys[name] = add_key(self.db, name, *extra)
         self.err_path = os.path.join(self.dir, 'serve.err')
         self.errf = open(self.err_path, 'w')
-        self.p = subprocess.Popen([EMBER, 'serve', '--model', model, '--port', '0', '--db', self.db] + list(args),
+        if argv is None:
+            argv = ['--model', model, '--port', '0', '--db', self.db] + list(args)
+        self.p = subprocess.Popen([EMBER, 'serve'] + list(argv),
                                   stdout=subprocess.PIPE, stderr=self.errf, text=True)
         line = ''
         deadline = time.monotonic() + 600   # loading + a cold shader cache on a slow host
@@ -56,7 +60,7 @@ class Server:
             line = self.p.stdout.readline()
             if not line:
                 break
-            m = re.search(r'http://[^:/]+:(\d+)/', line)
+            m = re.search(r'https?://[^:/]+:(\d+)/', line)
             if m:
                 self.port = int(m.group(1))
                 break

@@ -1,0 +1,86 @@
+/* origin.c — which browser pages may use this server: a request or a
+ * WebSocket upgrade that carries an Origin header must come from the
+ * server's own origin (the scheme's host[:port] equal to the Host header)
+ * or one listed in allowed_origins (comma- or space-separated, "*" for
+ * any); anything else is refused with 403 origin_not_allowed, so that a
+ * page of another site cannot drive the API with a loopback user's
+ * rights. Requests without an Origin (curl, the SDKs) are not browsers'
+ * cross-site calls and go on. Service thread only. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "core/log.h"
+#include "web/web_int.h"
+
+/* Whether origin appears in list (exact, case-insensitive, a trailing '/' ignored). */
+static int listed(const char *list, const char *origin)
+{
+    size_t on = strlen(origin);
+    while (on && origin[on - 1] == '/')
+        on--;
+    for (const char *p = list; *p;) {
+        while (*p == ',' || *p == ' ' || *p == '\t')
+            p++;
+        const char *e = p;
+        while (*e && *e != ',' && *e != ' ' && *e != '\t')
+            e++;
+        size_t n = (size_t)(e - p);
+        while (n && p[n - 1] == '/')
+            n--;
+        if ((n == 1 && *p == '*') || (n && n == on && strncasecmp(p, origin, n) == 0))
+            return 1;
+        p = e;
+    }
+    return 0;
+}
+
+int web_origin_check(em_web *w, struct lws *wsi, em_web_error *e)
+{
+    char origin[256] = "", host[256] = "";
+    int olen = lws_hdr_total_length(wsi, WSI_TOKEN_ORIGIN);
+    if (olen <= 0)
+        return 0;
+    if (olen >= (int)sizeof origin || lws_hdr_copy(wsi, origin, sizeof origin, WSI_TOKEN_ORIGIN) < 0)
+        return em_web_fail(e, 403, "invalid_request_error", "origin_not_allowed", NULL,
+                           "the Origin header is longer than %zu bytes", sizeof origin - 1);
+    if (lws_hdr_total_length(wsi, WSI_TOKEN_HOST) < (int)sizeof host)
+        lws_hdr_copy(wsi, host, sizeof host, WSI_TOKEN_HOST);
+    const char *rest = !strncasecmp(origin, "http://", 7) ? origin + 7 : !strncasecmp(origin, "https://", 8)
+                       ? origin + 8 : NULL;
+    if (rest && host[0] && strcasecmp(rest, host) == 0)
+        return 0;   /* the server's own page */
+    if (listed(w->origins, origin))
+        return 0;
+    return em_web_fail(e, 403, "invalid_request_error", "origin_not_allowed", NULL,
+                       "Origin %s is not allowed: this server answers pages of its own origin (%s) and those "
+                       "listed in allowed_origins", origin, host[0] ? host : "no Host header");
+}
+
+int web_origin_upgrade(em_web *w, struct lws *wsi)
+{
+    em_web_error e = { 0 };
+    if (web_origin_check(w, wsi, &e) == 0)
+        return 0;
+    char addr[64] = "";
+    lws_get_peer_simple(wsi, addr, sizeof addr);
+    em_log(EM_LOG_WARN, NULL, "%s: WebSocket refused: %d %s", addr, e.status, e.message);
+    json_t *j = em_web_error_json(&e);
+    char *body = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(j);
+    if (!body)
+        return -1;
+    /* the status line and headers by hand: lws would answer an upgrade request
+     * as HTTP/1.0, which WebSocket clients refuse to read */
+    unsigned char buf[LWS_PRE + 2048];
+    int n = snprintf((char *)buf + LWS_PRE, sizeof buf - LWS_PRE,
+                     "HTTP/1.1 403 Forbidden\r\ncontent-type: application/json\r\ncontent-length: %zu\r\n"
+                     "connection: close\r\n\r\n%s", strlen(body), body);
+    int rc = 1;
+    if (n < 0 || (size_t)n >= sizeof buf - LWS_PRE ||
+        lws_write(wsi, buf + LWS_PRE, (size_t)n, LWS_WRITE_RAW) != n)
+        rc = -1;
+    free(body);
+    return rc;
+}
