@@ -56,6 +56,16 @@ chmod 0644 "$DESTDIR$UNITDIR/ember.service.tmp"
 mv "$DESTDIR$UNITDIR/ember.service.tmp" "$DESTDIR$UNITDIR/ember.service"
 install -m 0644 "$here/docs/INSTALL.md" "$DESTDIR$PREFIX/share/doc/ember/INSTALL.md"
 install -d -m 0750 "$DESTDIR$state" "$DESTDIR$state/models" "$DESTDIR$conf"
+# the configuration: the sample, set for a service (every interface, the
+# database in the state directory); an existing one is the operator's: kept
+if [ -f "$DESTDIR$conf/ember.conf" ]; then
+    echo "install: $DESTDIR$conf/ember.conf exists: kept"
+else
+    sed -e "s#^host = .*#host = 0.0.0.0#" -e "s#^db = .*#db = $state/ember.db#" \
+        "$here/firmware/ember.conf" > "$DESTDIR$conf/ember.conf.tmp"
+    chmod 0640 "$DESTDIR$conf/ember.conf.tmp"
+    mv "$DESTDIR$conf/ember.conf.tmp" "$DESTDIR$conf/ember.conf"
+fi
 if [ -n "$model" ]; then
     install -m 0640 "$model" "$DESTDIR$state/models/$(basename "$model")"
 fi
@@ -90,7 +100,7 @@ if [ -n "$DESTDIR" ]; then
     exit 0
 fi
 chown -R ember:ember "$state"
-chown root:ember "$conf"
+chown root:ember "$conf" "$conf/ember.conf"
 if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
     systemctl daemon-reload
     echo "install: systemd reloaded; next: a model in $state/models, an API key" \

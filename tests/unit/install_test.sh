@@ -29,7 +29,7 @@ DESTDIR="$D" "$INSTALL" --bin "$EMBER" --model "$T/tiny.gguf" > "$T/out" 2>&1 ||
 cmp -s "$EMBER" "$D/usr/local/bin/ember" || fail "the installed binary differs from $EMBER"
 U="$D/etc/systemd/system/ember.service"
 [ -f "$U" ] || fail "no unit at $U"
-grep -q '^ExecStart=/usr/local/bin/ember serve ' "$U" || fail "ExecStart: $(grep ExecStart= "$U")"
+grep -q '^ExecStart=/usr/local/bin/ember serve --config /etc/ember/ember.conf$' "$U" || fail "ExecStart: $(grep ExecStart= "$U")"
 grep -q '^Type=notify$' "$U" || fail "the unit is not Type=notify"
 [ "$(stat -c %a "$U")" = 644 ] || fail "the unit's mode is $(stat -c %a "$U")"
 [ -f "$D/usr/local/share/doc/ember/INSTALL.md" ] || fail "no INSTALL.md under share/doc/ember"
@@ -38,8 +38,20 @@ grep -q '^Type=notify$' "$U" || fail "the unit is not Type=notify"
 cmp -s "$T/tiny.gguf" "$D/var/lib/ember/models/tiny.gguf" || fail "the model was not copied into models/"
 grep -q 'no user made' "$T/out" || fail "no word about the user: $(cat "$T/out")"
 [ ! -e "$D/etc/passwd" ] || fail "a passwd file appeared under DESTDIR"
+C="$D/etc/ember/ember.conf"
+grep -qx 'host = 0.0.0.0' "$C" || fail "the installed config does not listen on every interface: $(grep '^host' "$C")"
+grep -qx 'db = /var/lib/ember/ember.db' "$C" || fail "the installed config's database: $(grep '^db' "$C")"
+[ "$(stat -c %a "$C")" = 640 ] || fail "the config's mode is $(stat -c %a "$C")"
+# the installed config is one ember reads: --print-config takes it, with its values from the file
+"$EMBER" serve --config "$C" --print-config > "$T/pc" 2>&1 || fail "--print-config of the installed config: $(cat "$T/pc")"
+grep -q "0.0.0.0.*$C:" "$T/pc" || fail "host not from the installed file: $(grep -i host "$T/pc")"
+# an operator's config is kept on a second install
+echo '# mine' >> "$C"
+DESTDIR="$D" "$INSTALL" --bin "$EMBER" > "$T/out2" 2>&1 || fail "second install exited $?"
+tail -n 1 "$C" | grep -qx '# mine' || fail "a second install replaced the operator's config"
+grep -q 'ember.conf exists: kept' "$T/out2" || fail "no word about the kept config: $(cat "$T/out2")"
 n=$(find "$D" -type f | wc -l)
-[ "$n" -eq 4 ] || fail "$n files installed, wanted 4: $(find "$D" -type f)"
+[ "$n" -eq 5 ] || fail "$n files installed, wanted 5: $(find "$D" -type f)"
 
 # ---- another PREFIX: the unit follows it -----------------------------------------------
 PREFIX=/opt/ember DESTDIR="$T/opt" "$INSTALL" --bin "$EMBER" > "$T/out" 2>&1 || fail "PREFIX=/opt/ember exited $?"

@@ -54,13 +54,13 @@ grep -q '^WatchdogSec=[1-9]' "$U" || fail "no WatchdogSec="
 grep -q '^Type=notify$' "$U" || fail "not Type=notify"
 grep -q '^Restart=on-failure$' "$U" || fail "no Restart=on-failure"
 ! grep -q '^MemoryDenyWriteExecute=' "$U" || fail "MemoryDenyWriteExecute= breaks llvmpipe's JIT"
-! grep '^ExecStart=' "$U" | grep -q -- '--config' || fail "ExecStart names --config before the config branch lands"
+grep '^ExecStart=' "$U" | grep -q -- '--config /etc/ember/ember.conf$' || fail "ExecStart does not read /etc/ember/ember.conf"
 for k in 'User=ember' 'StateDirectory=ember' 'ConfigurationDirectory=ember' 'ProtectSystem=strict' \
          'ProtectHome=yes' 'PrivateTmp=yes' 'NoNewPrivileges=yes' 'DevicePolicy=closed' 'DeviceAllow=char-drm rw' \
          'CapabilityBoundingSet=' 'SystemCallFilter=@system-service' 'LockPersonality=yes'; do
     grep -q "^$k\$" "$U" || fail "no $k"
 done
-grep -q '^ExecStart=.* --db /var/lib/ember/ember.db' "$U" || fail "the ledger is not in the state directory"
+grep -q '^WorkingDirectory=/var/lib/ember$' "$U" || fail "not run in the state directory (the installed config's database and models/ are there)"
 
 if [ "$failures" -ne 0 ]; then
     echo "$failures failure(s)" >&2
