@@ -29,6 +29,7 @@ typedef struct api_req {
     em_buf      delta[EM_GEN_MAX_N];
     em_buf      text[EM_GEN_MAX_N];   /* the whole answer (plain responses) */
     int         role_sent[EM_GEN_MAX_N], finish_sent[EM_GEN_MAX_N];
+    int         drain_stopped;     /* cancelled because the drain's time was up */
 } api_req;
 
 static void api_free(api_req *a)
@@ -371,18 +372,33 @@ void web_openai_pump(web_conn *c)
     api_req *a = c->api;
     if (!a || c->complete)
         return;
+    if (web_drain_stopping(c->w) && !a->drain_stopped) {   /* --drain-s is up: stop, and say so below */
+        a->drain_stopped = 1;
+        em_gen_cancel(a->gen);
+    }
     if (a->stream && !c->head_sent)
         return;   /* the headers go first */
     if (web_backlog(c) > BACKLOG_MAX)
         return;   /* the client reads slowly: the events wait and come coalesced */
     uint32_t n = em_gen_n(a->gen);
     int all = em_gen_pump(a->gen, a->delta);
+    /* stopped by the drain: the client gets an error, not a short answer */
+    int stopped = all && a->drain_stopped && !em_gen_error(a->gen) &&
+                  strcmp(em_gen_finish_reason(a->gen, 0), "cancelled") == 0;
+    em_web_error se = { 0 };
+    if (stopped) {
+        uint32_t prompt, cached, comp;
+        em_gen_usage(a->gen, &prompt, &cached, &comp);
+        web_drain_stopped(c->w, comp, &se);
+    }
     if (!a->stream) {
         for (uint32_t i = 0; i < n; i++) {
             em_buf_add(&a->text[i], a->delta[i].s ? a->delta[i].s : "", a->delta[i].n);
             em_buf_reset(&a->delta[i]);
         }
-        if (all)
+        if (stopped)
+            web_respond_error(c, &se);
+        else if (all)
             respond_whole(c, a);
         return;
     }
@@ -396,10 +412,11 @@ void web_openai_pump(web_conn *c)
     if (!all)
         return;
     const char *err = em_gen_error(a->gen);
-    if (err) {
+    if (err || stopped) {
         em_web_error e = { 0 };
-        em_web_fail(&e, 500, "server_error", NULL, NULL, "generation failed: %s", err);
-        json_t *j = em_web_error_json(&e);
+        if (err)
+            em_web_fail(&e, 500, "server_error", NULL, NULL, "generation failed: %s", err);
+        json_t *j = em_web_error_json(err ? &e : &se);
         sse_send(c, j);
         json_decref(j);
     }

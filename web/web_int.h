@@ -153,6 +153,9 @@ struct em_web {
     lws_sorted_usec_list_t drain_sul;   /* wakes the service loop while draining */
     int                  open_tx;       /* HTTP transactions begun and not ended (service thread) */
     long long            unlisten_us;   /* drain.c: when the listening socket was shut; 0 before */
+    atomic_int           drain_stop;    /* drain.c: --drain-s passed: the front doors stop what runs
+                                         * and tell its clients (web_drain_stopping) */
+    long long            stop_us;       /* drain.c: when drain_stop was set (service thread) */
     struct web_util     *util;          /* utilization.c: the busy-time recorder (service thread) */
     atomic_llong         beat_us;       /* alive.c: the service loop's last turn, monotonic microseconds */
     lws_sorted_usec_list_t beat_sul;    /* alive.c: keeps the loop turning while nothing happens */
@@ -304,6 +307,13 @@ void web_util_api(web_conn *c);
 int      web_drain_refuse(em_web *w, em_web_error *e);
 /* Seconds a client should wait before retrying while draining (>= 1). */
 uint32_t web_drain_retry_s(em_web *w);
+/* Whether the drain's time is up: a front door then cancels its running
+ * generations (once) and, when they end cancelled, answers their clients
+ * with the error web_drain_stopped fills instead of a cut-off answer. */
+int  web_drain_stopping(em_web *w);
+/* The error for an answer stopped by the drain after completion_tokens
+ * tokens: 503 server_error / server_shutting_down, Retry-After 1. */
+void web_drain_stopped(em_web *w, uint32_t completion_tokens, em_web_error *e);
 /* The service loop, after each lws_service: 1 when em_web_run should return
  * (drained, or the drain's time is up: em_web_destroy cancels the rest). */
 int      web_drain_step(em_web *w);

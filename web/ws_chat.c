@@ -50,6 +50,7 @@ typedef struct {
     int64_t     conv_id;               /* 0: a new conversation, created when stored */
     int64_t     parent_id;             /* where to_store goes: a message id, EM_STORAGE_ROOT or _LEAF */
     json_t     *to_store;              /* {role, content} to store before the answer (a chain) */
+    int         drain_stopped;         /* cancelled because the drain's time was up */
 } ws_req;
 
 typedef struct ws_chat {
@@ -322,6 +323,16 @@ static void req_done(ws_chat *c, ws_req *r)
     const char *finish = em_gen_finish_reason(r->gen, 0);
     int64_t user_id, answer_id;
     int64_t conv = store_exchange(c, r, comp, finish, &user_id, &answer_id);
+    if (r->drain_stopped && strcmp(finish, "cancelled") == 0) {
+        /* the drain's time was up: kept as a stopped answer, and the client told why */
+        em_web_error e = { 0 };
+        web_drain_stopped(c->w, comp, &e);
+        if (conv)
+            snprintf(e.message + strlen(e.message), sizeof e.message - strlen(e.message),
+                     "; what was generated is kept in conversation %lld", (long long)conv);
+        ws_error_web(c, r->id, &e);
+        return;
+    }
     json_t *j = json_pack("{s:s, s:O, s:o, s:o, s:o, s:s, s:{s:I, s:I, s:I}, s:{s:o, s:o, s:o}}", "type", "done",
                           "id", r->id, "conversation_id", conv ? json_integer(conv) : json_null(),
                           "user_message_id", user_id ? json_integer(user_id) : json_null(), "message_id",
@@ -339,6 +350,10 @@ static void ws_pump(ws_chat *c)
 {
     for (uint32_t i = 0; i < c->n_req;) {
         ws_req *r = c->req[i];
+        if (web_drain_stopping(c->w) && !r->drain_stopped) {   /* --drain-s is up: stop, say so at done */
+            r->drain_stopped = 1;
+            em_gen_cancel(r->gen);
+        }
         size_t had = r->delta.n;
         int all = em_gen_pump(r->gen, &r->delta);
         if (r->delta.n > had)

@@ -7,17 +7,24 @@
 #    ledger row), /metrics says ember_draining 1; the stream completes to
 #    [DONE] with every token; then the process exits 0 by itself and the
 #    ledger has the stream completed;
-#  - --drain-s 0: the running stream is cancelled at once (cut, no [DONE]),
-#    exit 0, ledger cancelled;
+#  - --drain-s 0: what runs is stopped at once and its clients are told: a
+#    stream ends with an error event server_shutting_down and [DONE], a
+#    plain request gets a 503 with that error, a WebSocket chat an error
+#    frame (its text so far kept in its conversation); exit 0, the ledger
+#    rows cancelled;
 #  - a second signal stops at once: exit 0, the stream cancelled.
+import asyncio
 import http.client
 import json
+import threading
 import signal
+import re
 import sys
 import time
 
 sys.path.insert(0, __file__.rsplit('/', 1)[0])
 from serve_util import Server, shared_model  # noqa: E402
+import ws_util  # noqa: E402
 
 model = shared_model('stories260K.gguf')
 N = 4000
@@ -113,15 +120,73 @@ finally:
         srv.p.kill()
         srv.p.wait()
 
-# ---- --drain-s 0: what runs is cancelled at once ---------------------------------------------------
-srv = Server(model, '--ctx', '4096', '--drain-s', '0')
+# ---- --drain-s 0: what runs is stopped at once, and its clients are told ---------------------------
+async def ws_long(srv, started):
+    ws, _ = await ws_util.connect(srv)
+    await ws_util.send(ws, type='chat', id='w', messages=[{'role': 'user', 'content': 'Once upon a time'}],
+                       params={'max_tokens': N, 'ignore_eos': True, 'temperature': 0})
+    frames = []
+    for _ in range(100000):
+        f = await ws_util.recv(ws)
+        frames.append(f)
+        if f['type'] == 'token' and not started.is_set():
+            started.set()
+        if f['type'] in ('done', 'error'):
+            break
+    await ws.close()
+    return frames
+
+
+srv = Server(model, '--ctx', '4096', '--drain-s', '0', '--parallel', '4')
 try:
     c, r, lines = open_stream(srv)
+    plain = {}
+
+    def plain_request():   # a plain (not streamed) request, running when the drain's time is up
+        plain['r'] = srv.post('/v1/completions', {'prompt': 'The cat', 'max_tokens': N, 'ignore_eos': True})
+    t = threading.Thread(target=plain_request)
+    t.start()
+    started = threading.Event()
+    ws_out = {}
+    wt = threading.Thread(target=lambda: ws_out.setdefault('f', asyncio.run(ws_long(srv, started))))
+    wt.start()
+    for _ in range(600):   # both running (bounded)
+        st, h, body = srv.request('GET', '/healthz')
+        if json.loads(body)['requests']['running']['interactive'] == 3 and started.is_set():
+            break
+        time.sleep(0.05)
+    assert json.loads(body)['requests']['running']['interactive'] == 3, body
     srv.p.send_signal(signal.SIGTERM)
-    took = cut_and_gone(srv, c, r, lines)
+    rc, took = wait_exit(srv, 60)
+    assert rc == 0, rc
+    lines = read_rest(r, lines)
+    c.close()
+    t.join(60)
+    wt.join(60)
+    events = [x for x in lines if x.startswith(b'data: ')]
+    assert events[-1] == b'data: [DONE]\n', events[-3:]
+    errs = [json.loads(x[6:]) for x in events[:-1] if b'"error"' in x]
+    assert len(errs) == 1 and errs[0]['error']['code'] == 'server_shutting_down', events[-4:]
+    assert 'shutting down' in errs[0]['error']['message'], errs
+    st, h, body = plain['r']
+    assert st == 503 and body['error']['code'] == 'server_shutting_down' and h['retry-after'] == '1', (st, body)
+    f = ws_out['f']
+    assert f[-1]['type'] == 'error' and f[-1]['id'] == 'w' and f[-1]['code'] == 'server_shutting_down', f[-1]
+    m = re.search(r'kept in conversation (\d+)', f[-1]['message'])
+    assert m, f[-1]
+    got = ''.join(x['text'] for x in f if x['type'] == 'token')
+    rows = ledger_rows(srv)
+    assert len(rows) == 3 and all(x['status'] == 'cancelled' and x['completion_tokens'] < N for x in rows), rows
     rc, err = srv.stop()
-    assert 'cancelling 1 request(s)' in err, err
-    print('drain: --drain-s 0 cancelled the stream, exit 0 in %.1f s' % took)
+    assert 'drain: 0 s passed: stopping 3 request(s)' in err and 'drained' in err, err
+    import sqlite3
+    db = sqlite3.connect(srv.db)
+    ans = db.execute('SELECT content, finish_reason FROM messages WHERE conversation_id = ? AND role = ?',
+                     (int(m.group(1)), 'assistant')).fetchall()
+    db.close()
+    assert len(ans) == 1 and ans[0][1] == 'cancelled' and ans[0][0].startswith(got), (ans, got[:40])
+    print('drain: --drain-s 0 stopped a stream, a plain request and a WebSocket chat, each told why; '
+          'exit 0 in %.1f s' % took)
 finally:
     if srv.p.poll() is None:
         srv.p.kill()
