@@ -54,7 +54,7 @@ class Browser:
     def get(self, url):
         self.d.get(url)
 
-    def wait(self, cond, what, timeout=300):
+    def wait(self, cond, what, timeout=240):
         """Wait (bounded) until cond(driver) is truthy; its value."""
         return WebDriverWait(self.d, timeout, poll_frequency=0.05).until(cond, message='waiting for ' + what)
 
@@ -104,9 +104,11 @@ class Browser:
             pass
 
 
-def until_text_grows(b, selector, observations=3, timeout=300):
+def until_text_grows(b, selector, observations=3, timeout=120):
     """Watch an element's text grow: return the distinct lengths seen (at
-    least `observations` of them, strictly increasing), bounded."""
+    least `observations` of them, strictly increasing), bounded (under the
+    test's own timeout, so that a text that stops growing fails here, saying
+    so, instead of as a timeout)."""
     seen = []
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

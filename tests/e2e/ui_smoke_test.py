@@ -3,9 +3,10 @@
 # against a real `ember serve`: the page and its libraries load from the
 # binary (ETag + 304 on a repeat), the model's name comes from `ready`, a
 # typed message streams its answer in (the text grows across at least three
-# observations) with the timings line under it, no request leaves
-# 127.0.0.1, the console logs no error, and the page is screenshotted at
-# desktop and phone width (artifacts under the build folder).
+# observations; a long story, stopped with Esc) with the timings line under
+# it, no request leaves 127.0.0.1, the console logs no error, and the page
+# is screenshotted at desktop and phone width (artifacts under the build
+# folder).
 import json
 import sys
 
@@ -35,17 +36,18 @@ try:
     b.get(srv.base + '/')
     b.wait(lambda d: 'SmolLM2' in d.find_element(By.ID, 'model').text, 'the model name from ready')
     box = b.d.find_element(By.ID, 'input')
-    box.send_keys('Name three colours.')
+    box.send_keys('Tell me a story about a dragon who bakes bread.')   # long: it streams for seconds
     box.send_keys(Keys.ENTER)
-    grew = until_text_grows(b, '.msg.assistant:last-of-type', observations=3)
-    b.wait(lambda d: d.find_elements(By.CSS_SELECTOR, '.meta'), 'the timings line')
-    meta = b.d.find_element(By.CSS_SELECTOR, '.meta').text
+    grew = until_text_grows(b, '#chat .msg.assistant.live .body', observations=3)
+    b.d.find_element(By.ID, 'input').send_keys(Keys.ESCAPE)   # enough: stop it
+    b.wait(lambda d: d.find_elements(By.CSS_SELECTOR, '#chat .msg.assistant[data-id] .meta'), 'the timings line')
+    meta = b.d.find_element(By.CSS_SELECTOR, '#chat .msg.assistant[data-id] .meta').text
     assert 'tokens' in meta and 'tok/s' in meta and 'first token' in meta, meta
     n = b.assert_local_only(srv.port)
     b.assert_no_console_errors()
-    desk = b.screenshot('chat-desktop')
+    desk = b.screenshot('smoke-desktop')
     b.size(375, 812)
-    phone = b.screenshot('chat-phone')
+    phone = b.screenshot('smoke-phone')
     print('ui-smoke: answer grew %s; %d requests, all to 127.0.0.1:%d; %s, %s' % (grew, n, srv.port, desk, phone))
 finally:
     if b:

@@ -16,7 +16,7 @@ def send_message(b, text):
     box.send_keys(Keys.ENTER)
 
 
-def wait_answer(b, n, timeout=300):
+def wait_answer(b, n, timeout=240):
     """Wait until n answers are on screen and filed (each has its stored id, none is still
     streaming); the stats lines of those that have one (the model's)."""
     def filed(d):
