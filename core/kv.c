@@ -401,6 +401,16 @@ uint32_t em_kv_seq_blocks(const em_kv *kv, int32_t slot) { return kv->s[slot].n_
 uint32_t em_kv_seq_len(const em_kv *kv, int32_t slot) { return kv->s[slot].len; }
 uint32_t em_kv_available(const em_kv *kv) { return kv->n_free + kv->n_cached; }
 
+void em_kv_drop_cached(em_kv *kv)
+{
+    while (kv->lru_head >= 0) {
+        int32_t id = kv->lru_head;
+        lru_remove(kv, id);
+        index_remove(kv, id);
+        free_push(kv, id);
+    }
+}
+
 void em_kv_get_stats(const em_kv *kv, em_kv_stats *st)
 {
     *st = kv->st;

@@ -97,6 +97,11 @@ uint32_t       em_kv_seq_len(const em_kv *kv, int32_t slot);   /* committed posi
 /* Blocks a new allocation can get now: free + evictable cached. */
 uint32_t em_kv_available(const em_kv *kv);
 
+/* Forget every cached block (the prefix cache's finished prefixes): each
+ * goes back to the free list, out of the index. Blocks in use stay. For a
+ * device that was lost and rebuilt: what the cache pointed at is gone. */
+void em_kv_drop_cached(em_kv *kv);
+
 void em_kv_get_stats(const em_kv *kv, em_kv_stats *st);
 
 /* Verify the invariants (counts, reference counts against the tables, the

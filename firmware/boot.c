@@ -28,6 +28,32 @@ void em_boot_end(em_web_boot *b, const char *name)
     stage_start = em_cli_now();
 }
 
+int em_boot_rebuild(void *arg, em_fwd **f, em_err *err)
+{
+    em_boot_device *d = arg;
+    em_fwd_destroy(*d->fwd);
+    em_vk_destroy(*d->vk);
+    *d->fwd = NULL;
+    *d->vk = NULL;
+    *f = NULL;
+    int rc = em_vk_create(&d->vo, d->vk, err);
+    if (!rc)
+        rc = em_fwd_create(*d->vk, d->m, &d->fo, d->fwd, err);
+    if (!rc)
+        rc = em_selftest_run(*d->fwd, d->m, &d->report, err);
+    if (!rc && !d->report.ok)
+        rc = em_err_set(err, EM_EDEVICE, "the rebuilt device fails its self-test: %s", d->report.failure);
+    if (rc) {
+        em_fwd_destroy(*d->fwd);
+        em_vk_destroy(*d->vk);
+        *d->fwd = NULL;
+        *d->vk = NULL;
+        return rc;
+    }
+    *f = *d->fwd;
+    return 0;
+}
+
 void em_boot_caches(const char *db_path, char *path, size_t cap)
 {
     char dir[4096];

@@ -7,6 +7,9 @@
 
 #include <stddef.h>
 
+#include "core/forward.h"
+#include "core/selftest.h"
+#include "core/vk.h"
 #include "web/web.h"
 
 /* Start timing a stage (the clock starts now). */
@@ -22,5 +25,24 @@ void em_boot_end(em_web_boot *b, const char *name);
  * without a home), MESA_SHADER_CACHE_DIR set to `mesa-shader-cache` beside
  * it. Call before the Vulkan device is created. */
 void em_boot_caches(const char *db_path, char *path, size_t cap);
+
+/* A server's device and forward pass, and how to make them again: what
+ * em_boot_rebuild needs after the device failed. vk and fwd point at the
+ * caller's variables (which then always hold the current ones); the
+ * options are copies (vo.cache_path must outlive the server). */
+typedef struct {
+    em_vk             **vk;
+    em_fwd            **fwd;
+    const em_model     *m;
+    em_vk_opts          vo;
+    em_fwd_opts         fo;
+    em_selftest_report  report;   /* the last rebuild's self-test */
+} em_boot_device;
+
+/* The GPU backend's rebuild (em_sched_backend_gpu_recovery; arg is an
+ * em_boot_device): destroy the failed forward pass and device, create both
+ * again with the same options, run the self-test; 0 with *f the new
+ * forward pass, else the error (the self-test's failure named) and *f NULL. */
+int em_boot_rebuild(void *arg, em_fwd **f, em_err *err);
 
 #endif

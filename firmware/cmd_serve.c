@@ -166,6 +166,7 @@ int em_cmd_serve(int argc, char **argv)
     em_config_reload_ctx rctx = { cfg, argc, argv };
     int handlers = 0;
     em_web_boot boot = { .n = 0 };
+    em_boot_device dev;
     em_selftest_report selftest;
 
     /* the database first: a refusal to start should cost no model load */
@@ -249,6 +250,14 @@ int em_cmd_serve(int argc, char **argv)
     em_boot_end(&boot, "selftest");
     em_sched_backend be;
     em_sched_backend_gpu(fwd, vk, hp->n_vocab, T, seqs, seqs, n_ctx, blocks, &be);
+    /* a device lost or a kernel failure mid-step: the scheduler fails what
+     * ran, then the backend makes device and forward pass again (boot.c) */
+    dev.vk = &vk;
+    dev.fwd = &fwd;
+    dev.m = m;
+    dev.vo = vo;
+    dev.fo = fo;
+    em_sched_backend_gpu_recovery(&be, em_boot_rebuild, &dev);
     em_sched_opts sco;
     em_sched_opts_init(&sco);
     sco.step_tokens = T;

@@ -13,6 +13,8 @@ typedef struct {
     int32_t *src, *dst;
     uint32_t cap;
     unsigned long steps, hang_at;   /* EMBER_TEST_HANG_STEP: the step that never returns; 0: none */
+    int (*rebuild)(void *arg, em_fwd **f, em_err *err);   /* em_sched_backend_gpu_recovery */
+    void *rebuild_arg;
 } gpu_ctx;
 
 static int gpu_copy(void *ctx, const em_kv_copy *copies, uint32_t n, em_err *err)
@@ -32,6 +34,8 @@ static int gpu_copy(void *ctx, const em_kv_copy *copies, uint32_t n, em_err *err
         g->src[i] = copies[i].src;
         g->dst[i] = copies[i].dst;
     }
+    if (!g->f)
+        return em_err_set(err, EM_EDEVICE, "the device could not be rebuilt after it failed");
     return em_fwd_copy_blocks(g->f, g->src, g->dst, n, err);
 }
 
@@ -41,9 +45,33 @@ static int gpu_step(void *ctx, const em_sched_batch *b, float *logits, em_err *e
     if (g->hang_at && ++g->steps == g->hang_at)
         for (;;)
             pause();   /* a signal handler runs and the step stays stuck */
+    if (!g->f)
+        return em_err_set(err, EM_EDEVICE, "the device could not be rebuilt after it failed");
     em_fwd_batch fb = { b->n_tokens, b->tokens, b->pos, b->seq, b->n_logits, b->logit_rows, b->tables,
                         b->decode };
     return em_fwd_step(g->f, &fb, logits, err);
+}
+
+static int gpu_recover(void *ctx, em_err *err)
+{
+    gpu_ctx *g = ctx;
+    em_fwd *f = g->f;
+    int rc = g->rebuild(g->rebuild_arg, &f, err);
+    g->f = f;
+    if (!rc && !f)
+        rc = em_err_set(err, EM_EDEVICE, "scheduler: the rebuilt device has no forward pass");
+    return rc;
+}
+
+void em_sched_backend_gpu_recovery(em_sched_backend *be, int (*rebuild)(void *arg, struct em_fwd **f, em_err *err),
+                                   void *arg)
+{
+    gpu_ctx *g = be->ctx;
+    if (!g)
+        return;
+    g->rebuild = rebuild;
+    g->rebuild_arg = arg;
+    be->recover = rebuild ? gpu_recover : NULL;
 }
 
 static void gpu_destroy(void *ctx)

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "core/kparams.h"
+#include "core/log.h"
 #include "scheduler/sched_int.h"
 
 #define RATE_WINDOW 64   /* steps in the tokens/s window */
@@ -43,6 +44,7 @@ struct em_sched {
     float              *logits;
 
     em_sched_stats      st;
+    double              recover_after;   /* recover_device: no rebuild before this (monotonic s) */
     double              win_t[RATE_WINDOW], win_busy[RATE_WINDOW];
     uint32_t            win_tok[RATE_WINDOW], win_rows[RATE_WINDOW], win_i;
     double              t_created;   /* monotonic seconds: the rate window starts no earlier */
@@ -336,6 +338,35 @@ static void fail_all(em_sched *s, const char *msg)
 
 static void plan_and_run(em_sched *s);
 
+/* A step failed on the device and its requests have the error: have the
+ * backend rebuild the device (at most every EM_SCHED_RECOVER_S), and
+ * forget the prefix cache, whose blocks held what the old device computed. */
+static void recover_device(em_sched *s, const em_err *why)
+{
+    pthread_mutex_lock(&s->mu);
+    s->st.device_failures++;
+    pthread_mutex_unlock(&s->mu);
+    double now = em_sched_now();
+    if (!s->be.recover || now < s->recover_after)
+        return;
+    em_log(EM_LOG_ERROR, NULL, "scheduler: the device failed (%s): the requests running got the error; "
+           "rebuilding the device", why->msg[0] ? why->msg : "device error");
+    em_err err = { 0 };
+    double t0 = em_sched_now();
+    if (s->be.recover(s->be.ctx, &err)) {
+        s->recover_after = em_sched_now() + EM_SCHED_RECOVER_S;
+        em_log(EM_LOG_ERROR, NULL, "scheduler: the device could not be rebuilt: %s (trying again in %.0f s)",
+               err.msg, EM_SCHED_RECOVER_S);
+        return;
+    }
+    em_kv_drop_cached(s->kv);
+    pthread_mutex_lock(&s->mu);
+    s->st.device_resets++;
+    pthread_mutex_unlock(&s->mu);
+    em_log(EM_LOG_WARN, NULL, "scheduler: the device is rebuilt and checked (%.0f ms): serving again",
+           (em_sched_now() - t0) * 1e3);
+}
+
 /* One step, then the KV counters for em_sched_get_stats. */
 static void step_once(em_sched *s)
 {
@@ -498,6 +529,8 @@ static void plan_and_run(em_sched *s)
     double t1 = em_sched_now();
     if (rc) {
         fail_all(s, err.msg[0] ? err.msg : em_err_str(rc));
+        if (rc == EM_EDEVICE)
+            recover_device(s, &err);
         return;
     }
     advance(s, T, L, t1);

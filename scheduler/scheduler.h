@@ -57,8 +57,15 @@ typedef struct em_sched_backend {
     int  (*copy)(void *ctx, const em_kv_copy *copies, uint32_t n, em_err *err);
     /* Run one step; logits[n_logits][n_vocab]. */
     int  (*step)(void *ctx, const em_sched_batch *b, float *logits, em_err *err);
+    /* After a step failed with EM_EDEVICE (the device lost, a kernel
+     * failure) and the running requests got the error: rebuild the device
+     * so that steps work again (0), or fail (tried again at most every
+     * EM_SCHED_RECOVER_S). NULL: no recovery. Scheduler thread. */
+    int  (*recover)(void *ctx, em_err *err);
     void (*destroy)(void *ctx);
 } em_sched_backend;
+
+#define EM_SCHED_RECOVER_S 5.0
 
 struct em_fwd;
 struct em_vk;
@@ -69,6 +76,14 @@ struct em_vk;
 void em_sched_backend_gpu(struct em_fwd *f, struct em_vk *vk, uint32_t n_vocab, uint32_t max_tokens,
                           uint32_t max_logits, uint32_t max_seqs, uint32_t max_ctx,
                           uint32_t n_blocks, em_sched_backend *out);
+
+/* Give the GPU backend out its recovery: rebuild(arg, &f, err) replaces
+ * the forward pass after a device failure (destroying the old one and its
+ * device, making new ones with the same options, checking them) and
+ * returns 0 with *f the new one; on failure *f is NULL or still usable.
+ * arg is borrowed and must outlive the scheduler. */
+void em_sched_backend_gpu_recovery(em_sched_backend *be, int (*rebuild)(void *arg, struct em_fwd **f, em_err *err),
+                                   void *arg);
 
 /* ---- requests --------------------------------------------------------------- */
 
@@ -190,6 +205,8 @@ typedef struct {
     uint64_t tokens_prefilled;
     uint64_t preemptions;
     uint64_t rejected_busy;
+    uint64_t device_resets;    /* device failures after which the backend rebuilt the device */
+    uint64_t device_failures;  /* steps that failed with EM_EDEVICE */
     /* the KV pool's tokens_live and tokens_alloc added up after every step:
      * 1 - (difference of live) / (difference of alloc) between two reads is
      * the share of allocated KV positions that held no token, step-weighted */

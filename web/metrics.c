@@ -294,6 +294,12 @@ static void metrics(web_conn *c)
            st.kv.lookups);
     scalar(&t, "ember_prefix_cache_hit_blocks_total", "counter", "KV blocks attached from the prefix cache.",
            st.kv.hit_blocks);
+    scalar(&t, "ember_device_failures_total", "counter",
+           "Steps that failed on the device (lost, or a kernel failure): their requests got the error.",
+           st.device_failures);
+    scalar(&t, "ember_device_resets_total", "counter",
+           "Times the device and forward pass were rebuilt and checked after a failure, and serving resumed.",
+           st.device_resets);
     scalar(&t, "ember_preemptions_total", "counter",
            "Sequences preempted (their blocks freed, to be recomputed) to make room.", st.preemptions);
     family(&t, "ember_busy_seconds_total", "counter",

@@ -199,6 +199,8 @@ FAMILIES = {
     'ember_prefix_cache_lookups_total': ('counter', set()),
     'ember_prefix_cache_hit_blocks_total': ('counter', set()),
     'ember_preemptions_total': ('counter', set()),
+    'ember_device_failures_total': ('counter', set()),
+    'ember_device_resets_total': ('counter', set()),
     'ember_busy_seconds_total': ('counter', set()),
     'ember_generation_tokens_per_second': ('gauge', set()),
     'ember_ledger_degraded': ('gauge', set()),
