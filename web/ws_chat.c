@@ -344,6 +344,17 @@ static void req_done(ws_chat *c, ws_req *r)
     ws_send(c, j);
 }
 
+/* Take r's new text: onto delta (not framed yet) and the whole answer.
+ * 1 once it is done. */
+static int req_pull(ws_req *r)
+{
+    size_t had = r->delta.n;
+    int all = em_gen_pump(r->gen, &r->delta);
+    if (r->delta.n > had)
+        em_buf_add(&r->answer, r->delta.s + had, r->delta.n - had);
+    return all;
+}
+
 /* Move every request's new events into frames: a position that changed,
  * all new text in one token frame, then done. */
 static void ws_pump(ws_chat *c)
@@ -354,10 +365,7 @@ static void ws_pump(ws_chat *c)
             r->drain_stopped = 1;
             em_gen_cancel(r->gen);
         }
-        size_t had = r->delta.n;
-        int all = em_gen_pump(r->gen, &r->delta);
-        if (r->delta.n > had)
-            em_buf_add(&r->answer, r->delta.s + had, r->delta.n - had);
+        int all = req_pull(r);
         uint32_t pos = all ? 0 : em_gen_queue_position(r->gen);
         if (!all && pos != r->position) {
             r->position = pos;
@@ -722,10 +730,7 @@ static int ws_receive(ws_chat *c, const void *in, size_t len)
  * connection loses neither the user's message nor the text so far. */
 static void store_cut_off(ws_chat *c, ws_req *r)
 {
-    size_t had = r->delta.n;
-    int all = em_gen_pump(r->gen, &r->delta);
-    if (r->delta.n > had)
-        em_buf_add(&r->answer, r->delta.s + had, r->delta.n - had);
+    int all = req_pull(r);
     if (em_gen_error(r->gen))
         return;
     uint32_t prompt, cached, comp;
