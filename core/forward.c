@@ -1244,6 +1244,24 @@ const char *em_fwd_variant(const em_fwd *f)
     return f->variant;
 }
 
+uint32_t em_fwd_pipes(const em_fwd *f, em_fwd_pipe_info *out, uint32_t max)
+{
+    for (uint32_t i = 0; i < f->n_pipes && i < max; i++)
+        out[i] = (em_fwd_pipe_info){ f->pipes[i].kernel, f->pipes[i].tn, f->pipes[i].flags, f->pipes[i].pipe };
+    return f->n_pipes;
+}
+
+em_vk *em_fwd_device(const em_fwd *f)
+{
+    return f->vk;
+}
+
+void em_fwd_mm_geometry(const em_fwd *f, uint32_t *lanes, uint32_t *rpw)
+{
+    *lanes = f->L;
+    *rpw = f->RPW;
+}
+
 const em_fwd_opts *em_fwd_get_opts(const em_fwd *f)
 {
     return &f->o;

@@ -206,4 +206,21 @@ const char *em_fwd_variant(const em_fwd *f);
 /* The options f runs with (n_blocks and max_logits resolved); borrowed. */
 const em_fwd_opts *em_fwd_get_opts(const em_fwd *f);
 
+/* A pipeline f has built: the kernel (index in em_kernels[]), the matrix
+ * kernel's tn and flags spec constants (0 for other kernels), and the
+ * pipeline itself (borrowed: it lives as long as f). */
+typedef struct {
+    uint32_t    kernel, tn, flags;
+    em_vk_pipe *pipe;
+} em_fwd_pipe_info;
+
+/* The pipelines built so far (steps build them at first use), in the order
+ * they were built: fills up to max entries of out, returns how many there
+ * are. */
+uint32_t em_fwd_pipes(const em_fwd *f, em_fwd_pipe_info *out, uint32_t max);
+/* The device f runs on (borrowed), and the matrix kernel's lanes and rows
+ * per workgroup (its spec constants 0 and 1). */
+em_vk *em_fwd_device(const em_fwd *f);
+void   em_fwd_mm_geometry(const em_fwd *f, uint32_t *lanes, uint32_t *rpw);
+
 #endif

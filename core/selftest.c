@@ -1,6 +1,7 @@
 /* selftest.c — the boot known-answer check (selftest.h): fixed tokens
  * through the device's forward pass and through the CPU reference, their
- * logits compared stage by stage. */
+ * logits compared stage by stage; then each matrix pipeline the stages
+ * built, alone on random inputs (core/kcheck.c). */
 #include "core/selftest.h"
 
 #include <math.h>
@@ -9,8 +10,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/kcheck.h"
 #include "core/kparams.h"
+#include "core/quant.h"
 #include "core/ref.h"
+#include "shaders/em_kernels.h"
 
 #define N_PRE   6   /* prompt tokens of sequence A (prefill) */
 #define N_DEC   2   /* then decode steps of A, one token each */
@@ -36,21 +40,6 @@ static void fixed_tokens(int32_t *t, uint32_t n, uint32_t salt, uint32_t n_vocab
     }
 }
 
-/* NMSE of a against the reference b over n values; NAN when a holds a
- * value that is not finite. */
-static double nmse(const float *a, const float *b, size_t n)
-{
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(a[i]))
-            return NAN;
-        double d = (double)a[i] - b[i];
-        num += d * d;
-        den += (double)b[i] * b[i];
-    }
-    return den > 0 ? num / den : num;
-}
-
 static void fault(em_selftest_stage s, float *logits, size_t n)
 {
     static const char *const names[EM_SELFTEST_N] = { "prefill", "decode", "batch" };
@@ -64,8 +53,78 @@ static void fault(em_selftest_stage s, float *logits, size_t n)
 static void judge(em_selftest_stage_result *r, const float *dev, const float *ref, size_t n)
 {
     r->ran = 1;
-    r->nmse = nmse(dev, ref, n);
+    r->nmse = em_kcheck_nmse(dev, ref, n);
     r->ok = isfinite(r->nmse) && r->nmse < EM_SELFTEST_NMSE;
+}
+
+/* The weight type whose packed rows matrix kernel k reads; -1 for a kernel
+ * that is not a matrix kernel. */
+static int mm_type(uint32_t k)
+{
+    static const uint32_t types[] = { EM_T_F32, EM_T_F16, EM_T_Q8_0, EM_T_Q4_0, EM_T_Q4_K, EM_T_Q5_K, EM_T_Q6_K };
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        if ((uint32_t)em_fwd_mm_kernel(types[i]) == k)
+            return (int)types[i];
+    return -1;
+}
+
+/* The non-matrix kernels among the pipelines that stage s runs, as
+ * "a, b, c" into out (prefill has no decode attention, decode no prefill
+ * attention; the mixed step both). */
+static void other_names(const em_fwd_pipe_info *pi, uint32_t n, int s, char *out, size_t cap)
+{
+    size_t len = 0;
+    out[0] = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const char *name = em_kernels[pi[i].kernel].name;
+        int dec = strncmp(name, "attn_dec", 8) == 0 || strcmp(name, "attn_reduce") == 0;
+        int pre = strncmp(name, "attn_pre", 8) == 0;
+        if (mm_type(pi[i].kernel) >= 0 || (s == EM_SELFTEST_PREFILL && dec) || (s == EM_SELFTEST_DECODE && pre))
+            continue;
+        if (len < cap)
+            len += (size_t)snprintf(out + len, cap - len, "%s%s", len ? ", " : "", name);
+    }
+}
+
+/* Each matrix pipeline f built, alone: several token tiles (one partial),
+ * rows past a whole number of workgroups, the variant's epilogues. */
+static int kernel_checks(em_fwd *f, const em_fwd_pipe_info *pi, uint32_t n, em_selftest_report *rep,
+                         em_err *err)
+{
+    uint32_t lanes, rpw;
+    em_fwd_mm_geometry(f, &lanes, &rpw);
+    const char *fault = getenv("EMBER_SELFTEST_FAULT");
+    double t0 = now_ms();
+    for (uint32_t i = 0; i < n && rep->n_kernels < EM_SELFTEST_MAX_KERNELS; i++) {
+        int type = mm_type(pi[i].kernel);
+        if (type < 0)
+            continue;
+        em_selftest_kernel_result *k = &rep->kernel[rep->n_kernels++];
+        char fl[48];
+        em_kcheck_flags_name(pi[i].flags, fl, sizeof fl);
+        snprintf(k->kernel, sizeof k->kernel, "%s", em_kernels[pi[i].kernel].name);
+        snprintf(k->flags, sizeof k->flags, "%s", fl);
+        snprintf(k->name, sizeof k->name, "%s tn=%u %s", em_kernels[pi[i].kernel].name, pi[i].tn, fl);
+        k->tn = pi[i].tn;
+        uint32_t blck = em_ttype_get((uint32_t)type)->blck;
+        em_kcheck_mm_case c = {
+            .src_type = (uint32_t)type,
+            .K = blck == 256 ? 512 : 128,
+            .N = 2 * rpw + 6,
+            .T = pi[i].tn == 1 ? 3 : 2 * pi[i].tn + 3,
+            .flags = pi[i].flags,
+            .tn = pi[i].tn,
+            .seed = 1000 + i,
+        };
+        if (fault && strcmp(fault, em_kernels[pi[i].kernel].name) == 0)
+            c.flags ^= EM_MM_BIAS;   /* the check expects what the pipeline does not do */
+        int rc = em_kcheck_mm(em_fwd_device(f), pi[i].pipe, lanes, rpw, &c, &k->nmse, err);
+        if (rc)
+            return em_err_set(err, rc, "self-test: the check of %s could not run: %s", k->name, err->msg);
+        k->ok = isfinite(k->nmse) && k->nmse < EM_SELFTEST_KERNEL_NMSE;
+    }
+    rep->kernels_ms = now_ms() - t0;
+    return 0;
 }
 
 int em_selftest_run(em_fwd *f, const em_model *m, em_selftest_report *rep, em_err *err)
@@ -190,15 +249,39 @@ int em_selftest_run(em_fwd *f, const em_model *m, em_selftest_report *rep, em_er
         rep->stage[EM_SELFTEST_BATCH].skipped = "one sequence slot";
     }
 
+    /* every matrix pipeline alone */
+    em_fwd_pipe_info pi[EM_SELFTEST_MAX_KERNELS];
+    uint32_t n_pi = em_fwd_pipes(f, pi, EM_SELFTEST_MAX_KERNELS);
+    if (n_pi > EM_SELFTEST_MAX_KERNELS)
+        n_pi = EM_SELFTEST_MAX_KERNELS;
+    if ((rc = kernel_checks(f, pi, n_pi, rep, err)))
+        goto done;
+    other_names(pi, n_pi, EM_SELFTEST_BATCH, rep->others, sizeof rep->others);
+
     rep->ok = 1;
-    for (int s = 0; s < EM_SELFTEST_N; s++) {
-        const em_selftest_stage_result *x = &rep->stage[s];
-        if (x->ran && !x->ok && rep->ok) {
+    for (uint32_t i = 0; i < rep->n_kernels && rep->ok; i++) {
+        const em_selftest_kernel_result *k = &rep->kernel[i];
+        if (!k->ok) {
             rep->ok = 0;
             snprintf(rep->failure, sizeof rep->failure,
-                     "the %s stage (%s) gives logits %s against the CPU reference (NMSE %.3g, limit %.0e)",
+                     "the matrix kernel %s gives output %s against the CPU reference on random inputs "
+                     "(NMSE %.3g, limit %.0e)",
+                     k->name, isfinite(k->nmse) ? "far off" : "that is not finite", k->nmse,
+                     EM_SELFTEST_KERNEL_NMSE);
+        }
+    }
+    for (int s = 0; s < EM_SELFTEST_N && rep->ok; s++) {
+        const em_selftest_stage_result *x = &rep->stage[s];
+        if (x->ran && !x->ok) {
+            /* the matrix kernels passed alone: name the stage's others */
+            char names[160];
+            other_names(pi, n_pi, s, names, sizeof names);
+            rep->ok = 0;
+            snprintf(rep->failure, sizeof rep->failure,
+                     "the %s stage (%s) gives logits %s against the CPU reference (NMSE %.3g, limit %.0e) "
+                     "while every matrix kernel passes alone: suspect %s",
                      x->name, x->kernels, isfinite(x->nmse) ? "far off" : "that are not finite", x->nmse,
-                     EM_SELFTEST_NMSE);
+                     EM_SELFTEST_NMSE, names);
         }
     }
 done:

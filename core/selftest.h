@@ -14,7 +14,13 @@
  * reference's (NMSE over the stage's rows): a driver that miscompiles a
  * kernel lands far above it (a wrong nibble in one weight type: ~1e-1).
  * Running the stages builds and warms every pipeline those paths use, so a
- * first request no longer pays for shader compilation.
+ * first request no longer pays for shader compilation. Then every matrix
+ * pipeline they built (one per weight type, token tile and fused epilogue
+ * the model's steps use) checks alone on small random inputs against the
+ * reference (core/kcheck.h), within EM_SELFTEST_KERNEL_NMSE: a failure is
+ * named down to that variant; when the matrix kernels pass but a stage
+ * fails, the message names the stage's other kernels (attention, RoPE,
+ * embedding).
  *
  * The check writes KV blocks 0 and 1 of the em_fwd: run it before anything
  * else (the scheduler) owns the pool. */
@@ -28,6 +34,8 @@
 #include "core/model.h"
 
 #define EM_SELFTEST_NMSE 1e-3
+#define EM_SELFTEST_KERNEL_NMSE 1e-6   /* llvmpipe: below 1e-9 (summation order) */
+#define EM_SELFTEST_MAX_KERNELS 48
 
 typedef enum { EM_SELFTEST_PREFILL, EM_SELFTEST_DECODE, EM_SELFTEST_BATCH, EM_SELFTEST_N } em_selftest_stage;
 
@@ -42,19 +50,36 @@ typedef struct {
     double      device_ms; /* the stage's steps on the device, pipeline creation included */
 } em_selftest_stage_result;
 
+/* One matrix pipeline checked alone. */
+typedef struct {
+    char     name[64];    /* "mm_q4_k tn=8 norm_in+bias" */
+    char     kernel[24];  /* "mm_q4_k" */
+    char     flags[48];   /* "norm_in+bias", "none" */
+    uint32_t tn;
+    double   nmse;        /* NAN when a value was not finite */
+    int      ok;
+} em_selftest_kernel_result;
+
 typedef struct em_selftest_report {
     em_selftest_stage_result stage[EM_SELFTEST_N];
-    int    ok;            /* every stage that ran passed */
+    em_selftest_kernel_result kernel[EM_SELFTEST_MAX_KERNELS];
+    uint32_t n_kernels;
+    double kernels_ms;    /* the kernel checks' share */
+    char   others[160];   /* the non-matrix kernels the stages used ("embed_f16, rope_kv, ...") */
+    int    ok;            /* every stage that ran and every kernel passed */
     double ref_ms;        /* the CPU reference's share */
     double total_ms;
-    char   failure[320];  /* the first failed stage, in words ("" when ok) */
+    char   failure[480];  /* the first failed kernel, else stage, in words ("" when ok) */
 } em_selftest_report;
 
 /* Run the check on f (its model m; both borrowed). Returns 0 with rep
  * filled, rep->ok telling the outcome; a failure to run at all (out of
  * memory, the device lost) is the error code with err set.
  * EMBER_SELFTEST_FAULT=prefill|decode|batch (tests only) perturbs that
- * stage's device logits, as a miscompiled kernel would. */
+ * stage's device logits, as a miscompiled kernel would;
+ * EMBER_SELFTEST_FAULT=<kernel name>, e.g. mm_f32, checks that matrix
+ * kernel's pipelines against a reference with the bias epilogue toggled, so
+ * the device's (right) output is wrong for the check. */
 int em_selftest_run(em_fwd *f, const em_model *m, em_selftest_report *rep, em_err *err);
 
 #endif

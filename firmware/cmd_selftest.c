@@ -97,7 +97,14 @@ int em_cmd_selftest(int argc, char **argv)
             printf("%-8s %5u %11.3e %8.0e %10.1f  %s\n", s->name, s->rows, s->nmse, EM_SELFTEST_NMSE,
                    s->device_ms, s->ok ? "ok" : "FAILED");
         }
-        printf("CPU reference %.1f ms, total %.1f ms\n", rep.ref_ms, rep.total_ms);
+        printf("%-32s %11s %8s  %s\n", "matrix kernel (alone)", "NMSE", "limit", "result");
+        for (uint32_t i = 0; i < rep.n_kernels; i++) {
+            const em_selftest_kernel_result *k = &rep.kernel[i];
+            printf("%-32s %11.3e %8.0e  %s\n", k->name, k->nmse, EM_SELFTEST_KERNEL_NMSE, k->ok ? "ok" : "FAILED");
+        }
+        printf("other kernels (checked by the stages): %s\n", rep.others[0] ? rep.others : "none");
+        printf("CPU reference %.1f ms, kernel checks %.1f ms, total %.1f ms\n", rep.ref_ms, rep.kernels_ms,
+               rep.total_ms);
     }
     fflush(stdout);
     status = rep.ok ? 0 : em_cli_fail(1, "selftest: on %s (%s), %s", di->name, di->type_name, rep.failure);

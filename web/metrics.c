@@ -200,9 +200,18 @@ json_t *em_web_selftest_json(const em_selftest_report *rep)
         }
         json_array_append_new(stages, o);
     }
-    return json_pack("{s:b, s:f, s:o, s:f, s:f, s:s*}", "ok", rep->ok, "limit_nmse", EM_SELFTEST_NMSE,
-                     "stages", stages, "reference_ms", round(rep->ref_ms * 10) / 10, "total_ms",
-                     round(rep->total_ms * 10) / 10, "failure", rep->ok ? NULL : rep->failure);
+    json_t *kernels = json_array();
+    for (uint32_t i = 0; i < rep->n_kernels; i++) {
+        const em_selftest_kernel_result *k = &rep->kernel[i];
+        json_array_append_new(kernels, json_pack("{s:s, s:o, s:b}", "name", k->name, "nmse",
+                                                 isfinite(k->nmse) ? json_real(k->nmse) : json_null(), "ok",
+                                                 k->ok));
+    }
+    return json_pack("{s:b, s:f, s:o, s:f, s:o, s:s, s:f, s:f, s:f, s:s*}", "ok", rep->ok, "limit_nmse",
+                     EM_SELFTEST_NMSE, "stages", stages, "kernel_limit_nmse", EM_SELFTEST_KERNEL_NMSE, "kernels",
+                     kernels, "other_kernels", rep->others, "kernels_ms", round(rep->kernels_ms * 10) / 10,
+                     "reference_ms", round(rep->ref_ms * 10) / 10, "total_ms", round(rep->total_ms * 10) / 10,
+                     "failure", rep->ok ? NULL : rep->failure);
 }
 
 /* {"stages": [{name, ms}], "selftest": report or null}; NULL without boot info. */
@@ -237,6 +246,15 @@ static void boot_metrics(text *t, const em_web_boot *b)
         if (b->selftest->stage[i].ran && isfinite(b->selftest->stage[i].nmse))
             put(t, "ember_selftest_nmse{stage=\"%s\"} %.9g\n", b->selftest->stage[i].name,
                 b->selftest->stage[i].nmse);
+    family(t, "ember_selftest_kernel_nmse", "gauge",
+           "The boot self-test's check of each matrix kernel variant alone on random inputs, NMSE against the "
+           "CPU reference (limit 1e-6).");
+    for (uint32_t i = 0; i < b->selftest->n_kernels; i++) {
+        const em_selftest_kernel_result *k = &b->selftest->kernel[i];
+        if (isfinite(k->nmse))
+            put(t, "ember_selftest_kernel_nmse{kernel=\"%s\",tn=\"%u\",flags=\"%s\"} %.9g\n", k->kernel, k->tn,
+                k->flags, k->nmse);
+    }
 }
 
 static void metrics(web_conn *c)

@@ -211,6 +211,7 @@ FAMILIES = {
     'ember_boot_stage_seconds': ('gauge', {'stage'}),
     'ember_selftest_passed': ('gauge', set()),
     'ember_selftest_nmse': ('gauge', {'stage'}),
+    'ember_selftest_kernel_nmse': ('gauge', {'kernel', 'tn', 'flags'}),
 }
 HISTS = {'ember_time_to_first_token_seconds': 'ttft_ms', 'ember_time_per_output_token_seconds': 'tpot_mean_ms',
          'ember_queue_time_seconds': 'queue_ms'}

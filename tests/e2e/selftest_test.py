@@ -2,9 +2,13 @@
 # selftest_test.py — the boot known-answer self-test (core/selftest.c):
 #  - `ember selftest` on the stories model: every stage ran and passed,
 #    NMSE against the CPU reference under the limit, table and JSON agree;
+#  - every matrix pipeline the stages built checked alone (one per weight
+#    type, token tile and epilogue), listed by name with its NMSE;
 #  - a stage whose device logits go wrong (EMBER_SELFTEST_FAULT, as a
-#    miscompiled kernel would): exit 1, the stage, the device and the figures
-#    named, in the table, the JSON and the error line;
+#    miscompiled kernel would): exit 1, the stage, the device, the figures
+#    and the stage's non-matrix kernels named, in the table, the JSON and
+#    the error line; a matrix kernel whose output is wrong for its check
+#    (EMBER_SELFTEST_FAULT=mm_f32): that variant named, the others still ok;
 #  - `ember serve` with a failing self-test refuses to serve: exit 1 before
 #    the port opens, the failing stage and the device named;
 #  - a passing boot: /healthz shows the boot stages in order and the report,
@@ -50,10 +54,23 @@ assert [s['name'] for s in rep['stages']] == STAGES, rep
 for s in rep['stages']:
     assert s['ran'] and s['ok'] and 0 <= s['nmse'] < 1e-3 and s['rows'] >= 1, s
 assert rep['device'] and rep['reference_ms'] > 0 and rep['total_ms'] >= rep['reference_ms'], rep
+# the stories model is F32: its matrix pipelines are mm_f32 ones, one per token tile (decode tn=1, the
+# prompt's tiles) and epilogue (the norm-fused QKV and gate/up+SwiGLU, the residual-adding outputs, the
+# gathered logits rows)
+KERNEL = re.compile(r'^mm_f32 tn=(\d+) ((?:norm_in|bias|add_out|swiglu|gather_in)(?:\+\w+)*|none)$')
+names = [k['name'] for k in rep['kernels']]
+assert names and all(KERNEL.match(n) for n in names) and len(set(names)) == len(names), names
+assert {KERNEL.match(n).group(1) for n in names} >= {'1'}, names
+assert any('swiglu' in n for n in names) and any('add_out' in n for n in names), names
+assert all(k['ok'] and 0 <= k['nmse'] < rep['kernel_limit_nmse'] == 1e-6 for k in rep['kernels']), rep['kernels']
+others = rep['other_kernels'].split(', ')
+assert 'rope_kv' in others and 'embed_f32' in others and any(o.startswith('attn_dec') for o in others), others
 t = selftest()
 assert t.returncode == 0, t.stderr
 rows = {ln.split()[0]: ln.split() for ln in t.stdout.splitlines() if ln.split() and ln.split()[0] in STAGES}
 assert sorted(rows) == sorted(STAGES) and all(v[-1] == 'ok' for v in rows.values()), t.stdout
+for n in names:   # a table row per kernel: name, NMSE, limit, ok
+    assert re.search(r'^%s +\S+ +1e-06 +ok$' % re.escape(n), t.stdout, re.M), (n, t.stdout)
 q8 = selftest('--kv-type', 'q8_0')   # the stories model's 8-wide heads: refused, clearly
 assert q8.returncode == 2 and 'q8_0' in q8.stderr and q8.stderr.count('\n') == 1, q8.stderr
 
@@ -68,8 +85,29 @@ for stage in STAGES:
     assert err.startswith('ember: selftest: on ') and ('the %s stage' % stage) in err and 'limit 1e-03' in err, err
     assert rep['device'].split(' (')[0] in err, (rep['device'], err)
     assert rep['failure'] in err, (rep['failure'], err)
+    # the matrix kernels pass alone, so the stage's other kernels are the suspects
+    assert all(k['ok'] for k in rep['kernels']), rep['kernels']
+    sus = err.split('suspect ', 1)[1].split(', ')
+    assert sus and set(sus) <= set(others), (sus, others)
+    if stage == 'decode':
+        assert any(s.startswith('attn_dec') for s in sus) and not any(s.startswith('attn_pre') for s in sus), sus
+    if stage == 'prefill':
+        assert any(s.startswith('attn_pre') for s in sus) and not any(s.startswith('attn_dec') for s in sus), sus
 t = selftest(env=faulty('decode'))
 assert t.returncode == 1 and re.search(r'^decode .* FAILED$', t.stdout, re.M), t.stdout
+
+# one matrix kernel wrong: each of its variants fails alone, named; the stages still pass
+r = selftest('--json', env=faulty('mm_f32'))
+assert r.returncode == 1, (r.returncode, r.stderr)
+rep = json.loads(r.stdout)
+assert all(s['ok'] for s in rep['stages'] if s['ran']), rep['stages']
+bad = [k for k in rep['kernels'] if not k['ok']]
+assert [k['name'] for k in bad] == names and all(k['nmse'] > 1e-6 for k in bad), rep['kernels']
+err = r.stderr.strip().splitlines()[-1]
+assert ('the matrix kernel %s gives output far off' % names[0]) in err and 'limit 1e-06' in err, err
+assert rep['device'].split(' (')[0] in err, err
+r = selftest('--json', env=faulty('mm_q4_k'))   # a kernel this model does not use: nothing changes
+assert r.returncode == 0 and json.loads(r.stdout)['ok'] is True, r.stderr
 
 # ---- ember serve refuses to serve wrong numbers ----
 d = tempfile.mkdtemp(prefix='ember-selftest-')
@@ -81,6 +119,11 @@ last = p.stderr.strip().splitlines()[-1]
 assert last.startswith('ember: serve: self-test failed on ') and 'the batch stage' in last and \
     'refusing to serve' in last, last
 assert 'boot: port' not in p.stderr and 'boot: selftest' not in p.stderr, p.stderr
+p = subprocess.run([EMBER, 'serve', '--model', model, '--port', '0', '--db', os.path.join(d, 'e.db')],
+                   capture_output=True, text=True, env=faulty('mm_f32'), timeout=600)
+last = p.stderr.strip().splitlines()[-1]
+assert p.returncode == 1 and 'listening' not in p.stdout, (p.returncode, p.stdout, p.stderr)
+assert ('the matrix kernel %s gives output far off' % names[0]) in last and 'refusing to serve' in last, last
 
 # ---- a passing boot, shown in /healthz and /metrics ----
 srv = Server(model)
@@ -97,6 +140,11 @@ try:
     for s in sel['stages']:
         m = re.search(r'^ember_selftest_nmse\{stage="%s"\} (\S+)$' % s['name'], text, re.M)
         assert m and abs(float(m.group(1)) - s['nmse']) <= 1e-6 * s['nmse'] + 1e-15, (s, m and m.group(0))
+    for k in sel['kernels']:
+        kern, tn, flags = KERNEL.match(k['name']).group(0).split(' ')
+        m = re.search(r'^ember_selftest_kernel_nmse\{kernel="%s",tn="%s",flags="%s"\} (\S+)$' %
+                      (kern, tn[3:], re.escape(flags)), text, re.M)
+        assert m and abs(float(m.group(1)) - k['nmse']) <= 1e-6 * k['nmse'] + 1e-20, (k, m and m.group(0))
     for s in h['boot']['stages']:
         m = re.search(r'^ember_boot_stage_seconds\{stage="%s"\} (\S+)$' % s['name'], text, re.M)
         assert m and abs(float(m.group(1)) * 1e3 - s['ms']) < 0.1, (s, m and m.group(0))
