@@ -1,22 +1,38 @@
-/* sample.c — token sampling: greedy, or temperature + top-k + top-p + min-p
- * over the softmax, with a xoshiro256** PRNG seeded through splitmix64. */
+/* sample.c — token sampling: the penalties over a sparse record of the
+ * tokens a sequence has seen and logit_bias on a copy of the logits, then
+ * greedy, or temperature + top-k + top-p + min-p over the softmax with a
+ * xoshiro256** PRNG seeded through splitmix64; log-probabilities and the
+ * most likely alternatives on request. */
 #include "core/sample.h"
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct { float p; int32_t id; } cand;
+
+/* A token the sequence has seen: open addressing, id -1 = empty. */
+typedef struct {
+    int32_t  id;
+    uint32_t n_gen;      /* times generated */
+    uint8_t  in_prompt;
+} seen;
 
 struct em_sampler {
     em_sample_params prm;
     uint32_t         n_vocab;
     uint64_t         rng[4];
     cand            *c;        /* [n_vocab] scratch */
+    float           *adj;      /* [n_vocab] the logits after penalties and bias (when any) */
+    em_logit_bias   *bias;     /* prm.logit_bias, owned */
+    seen            *tab;      /* [cap], cap a power of two */
+    uint32_t         cap, used;
+    int              penalize;
 };
 
 em_sample_params em_sample_defaults(void)
 {
-    em_sample_params p = { 0.8f, 40, 0.95f, 0.05f, 0 };
+    em_sample_params p = { .temp = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f, .repetition_penalty = 1 };
     return p;
 }
 
@@ -50,13 +66,40 @@ int em_sampler_create(const em_sample_params *p, uint32_t n_vocab, em_sampler **
         return em_err_set(err, EM_EINVAL,
                           "sampling: parameters out of range (temp %g, top_k %d, top_p %g, min_p %g)",
                           p->temp, p->top_k, p->top_p, p->min_p);
+    if (!(p->presence_penalty >= -2 && p->presence_penalty <= 2))
+        return em_err_set(err, EM_EINVAL, "sampling: presence_penalty %g is not in [-2, 2]", p->presence_penalty);
+    if (!(p->frequency_penalty >= -2 && p->frequency_penalty <= 2))
+        return em_err_set(err, EM_EINVAL, "sampling: frequency_penalty %g is not in [-2, 2]", p->frequency_penalty);
+    if (!(p->repetition_penalty >= 0 && p->repetition_penalty <= 10))
+        return em_err_set(err, EM_EINVAL, "sampling: repetition_penalty %g is not in (0, 10] (0: off)",
+                          p->repetition_penalty);
+    if (p->n_logit_bias > EM_SAMPLE_MAX_BIAS)
+        return em_err_set(err, EM_EINVAL, "sampling: %u logit_bias entries (at most %d)", p->n_logit_bias,
+                          EM_SAMPLE_MAX_BIAS);
+    for (uint32_t i = 0; i < p->n_logit_bias; i++) {
+        const em_logit_bias *b = &p->logit_bias[i];
+        if (b->id < 0 || (uint32_t)b->id >= n_vocab)
+            return em_err_set(err, EM_EINVAL, "sampling: logit_bias names token %d, past the vocabulary of %u",
+                              b->id, n_vocab);
+        if (!(b->bias >= -100 && b->bias <= 100))
+            return em_err_set(err, EM_EINVAL, "sampling: logit_bias of token %d is %g (it must be in [-100, 100])",
+                              b->id, b->bias);
+    }
     em_sampler *s = calloc(1, sizeof *s);
-    if (!s || !(s->c = malloc((size_t)n_vocab * sizeof *s->c))) {
-        free(s);
+    int penalize = p->presence_penalty != 0 || p->frequency_penalty != 0 ||
+                   (p->repetition_penalty != 0 && p->repetition_penalty != 1);
+    if (!s || !(s->c = malloc((size_t)n_vocab * sizeof *s->c)) ||
+        ((penalize || p->n_logit_bias) && !(s->adj = malloc((size_t)n_vocab * sizeof *s->adj))) ||
+        (p->n_logit_bias && !(s->bias = malloc(p->n_logit_bias * sizeof *s->bias)))) {
+        em_sampler_destroy(s);
         return em_err_set(err, EM_ENOMEM, "sampling: out of memory");
     }
     s->prm = *p;
     s->n_vocab = n_vocab;
+    s->penalize = penalize;
+    if (p->n_logit_bias)
+        memcpy(s->bias, p->logit_bias, p->n_logit_bias * sizeof *s->bias);
+    s->prm.logit_bias = s->bias;
     uint64_t x = p->seed;
     for (int i = 0; i < 4; i++)
         s->rng[i] = splitmix64(&x);
@@ -69,7 +112,115 @@ void em_sampler_destroy(em_sampler *s)
     if (!s)
         return;
     free(s->c);
+    free(s->adj);
+    free(s->bias);
+    free(s->tab);
     free(s);
+}
+
+static uint32_t slot_of(const em_sampler *s, int32_t id)
+{
+    uint32_t h = ((uint32_t)id * 0x9e3779b1u) & (s->cap - 1);
+    while (s->tab[h].id != id && s->tab[h].id != -1)
+        h = (h + 1) & (s->cap - 1);
+    return h;
+}
+
+int em_sampler_accept(em_sampler *s, int32_t id, int generated)
+{
+    if (!s->penalize || id < 0 || (uint32_t)id >= s->n_vocab)
+        return 0;
+    if (2 * (s->used + 1) > s->cap) {   /* keep the table at most half full */
+        uint32_t cap = s->cap ? s->cap * 2 : 256;
+        seen *t = malloc(cap * sizeof *t), *old = s->tab;
+        if (!t)
+            return EM_ENOMEM;
+        for (uint32_t i = 0; i < cap; i++)
+            t[i].id = -1;
+        uint32_t old_cap = s->cap;
+        s->tab = t;
+        s->cap = cap;
+        for (uint32_t i = 0; i < old_cap; i++)
+            if (old[i].id != -1)
+                s->tab[slot_of(s, old[i].id)] = old[i];
+        free(old);
+    }
+    seen *e = &s->tab[slot_of(s, id)];
+    if (e->id == -1) {
+        e->id = id;
+        e->n_gen = 0;
+        e->in_prompt = 0;
+        s->used++;
+    }
+    if (generated)
+        e->n_gen++;
+    else
+        e->in_prompt = 1;
+    return 0;
+}
+
+void em_sampler_forget(em_sampler *s)
+{
+    for (uint32_t i = 0; i < s->cap; i++)
+        s->tab[i].id = -1;
+    s->used = 0;
+}
+
+/* The logits the draw sees: a copy with the penalties and the bias applied
+ * (only the seen and the biased tokens change), or the logits themselves. */
+static const float *steered(em_sampler *s, const float *logits)
+{
+    if (!s->adj)
+        return logits;
+    const em_sample_params *p = &s->prm;
+    memcpy(s->adj, logits, (size_t)s->n_vocab * sizeof *s->adj);
+    for (uint32_t i = 0; i < s->cap; i++) {
+        const seen *e = &s->tab[i];
+        if (e->id == -1)
+            continue;
+        float *x = &s->adj[e->id];
+        if (p->repetition_penalty != 0 && p->repetition_penalty != 1)
+            *x = *x > 0 ? *x / p->repetition_penalty : *x * p->repetition_penalty;
+        if (e->n_gen)
+            *x -= p->frequency_penalty * (float)e->n_gen + p->presence_penalty;
+    }
+    for (uint32_t i = 0; i < p->n_logit_bias; i++)
+        s->adj[s->bias[i].id] += s->bias[i].bias;
+    return s->adj;
+}
+
+/* log-softmax figures of x: the chosen id's, and the n_top largest. */
+static void logprobs(const em_sampler *s, const float *x, int32_t chosen, uint32_t n_top, em_sample_lp *lp)
+{
+    uint32_t n = s->n_vocab;
+    float max = x[em_argmax(x, n)];
+    double sum = 0;
+    for (uint32_t i = 0; i < n; i++)
+        sum += exp((double)x[i] - max);
+    double lse = max + log(sum);
+    lp->logprob = (float)(x[chosen] - lse);
+    if (n_top > EM_SAMPLE_MAX_TOP)
+        n_top = EM_SAMPLE_MAX_TOP;
+    if (n_top > n)
+        n_top = n;
+    /* the n_top largest by insertion into a short sorted list (ties: lower id first) */
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < n && n_top; i++) {
+        float v = x[i];
+        if (!(v == v))
+            continue;   /* NaN */
+        if (k == n_top && !(v > x[lp->top_id[k - 1]]))
+            continue;
+        uint32_t j = k < n_top ? k++ : k - 1;
+        while (j > 0 && v > x[lp->top_id[j - 1]]) {
+            lp->top_id[j] = lp->top_id[j - 1];
+            j--;
+        }
+        lp->top_id[j] = (int32_t)i;
+    }
+    lp->n_top = k;
+    for (uint32_t i = 0; i < k; i++)
+        lp->top_lp[i] = (float)(x[lp->top_id[i]] - lse);
 }
 
 int32_t em_argmax(const float *v, uint32_t n)
@@ -89,7 +240,8 @@ static int cmp_cand(const void *a, const void *b)
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
-int32_t em_sampler_sample(em_sampler *s, const float *logits)
+/* The draw over the steered logits. */
+static int32_t draw(em_sampler *s, const float *logits)
 {
     const em_sample_params *p = &s->prm;
     uint32_t n = s->n_vocab;
@@ -145,4 +297,18 @@ int32_t em_sampler_sample(em_sampler *s, const float *logits)
             return s->c[i].id;
     }
     return s->c[m - 1].id;
+}
+
+int32_t em_sampler_sample(em_sampler *s, const float *logits)
+{
+    return draw(s, steered(s, logits));
+}
+
+int32_t em_sampler_sample_lp(em_sampler *s, const float *logits, uint32_t n_top, em_sample_lp *lp)
+{
+    const float *x = steered(s, logits);
+    int32_t id = draw(s, x);
+    if (lp)
+        logprobs(s, x, id, n_top, lp);
+    return id;
 }

@@ -1,6 +1,11 @@
-/* sample.h — choose the next token from logits: greedy, or temperature with
- * top-k / top-p / min-p filtering, driven by a seeded PRNG so that a run is
- * reproducible from its seed. One em_sampler per sequence; not thread-safe. */
+/* sample.h — choose the next token from logits: the sampling chain of a
+ * sequence, in order — repetition, frequency and presence penalties over
+ * the tokens it has seen, logit_bias, then greedy (temperature 0: argmax) or
+ * temperature with top-k / top-p / min-p filtering and a draw from a seeded
+ * PRNG, so that a run is reproducible from its seed whatever else runs
+ * beside it. Optionally the chosen token's log-probability and the most
+ * likely alternatives (logprobs). One em_sampler per sequence; not
+ * thread-safe. */
 #ifndef EM_SAMPLE_H
 #define EM_SAMPLE_H
 
@@ -8,27 +13,73 @@
 
 #include "core/err.h"
 
+#define EM_SAMPLE_MAX_BIAS 1024   /* logit_bias entries */
+#define EM_SAMPLE_MAX_TOP  20     /* alternatives per token in logprobs */
+
+typedef struct {
+    int32_t id;
+    float   bias;     /* added to the token's logit; -100 bans it, +100 all but forces it */
+} em_logit_bias;
+
 typedef struct {
     float    temp;     /* 0: greedy (argmax, lowest id on ties) */
     int32_t  top_k;    /* keep the k most likely; 0 = off */
     float    top_p;    /* keep the smallest set with cumulative p >= top_p; 1 = off */
     float    min_p;    /* drop tokens with p < min_p * p_max; 0 = off */
     uint64_t seed;
+    /* penalties (OpenAI's): a token's logit less presence_penalty once it
+     * was generated, and frequency_penalty times the number of times it
+     * was; each in [-2, 2], 0 = off. Over the generated tokens only. */
+    float    presence_penalty, frequency_penalty;
+    /* the CTRL / llama.cpp repetition penalty over the prompt and the
+     * generated tokens: a seen token's logit divided by it when positive,
+     * multiplied when negative; (0, 10], 1 (or 0) = off */
+    float    repetition_penalty;
+    /* added to the named tokens' logits; borrowed until em_sampler_create,
+     * which copies them (ids must be < n_vocab, |bias| <= 100) */
+    const em_logit_bias *logit_bias;
+    uint32_t n_logit_bias;
 } em_sample_params;
 
-/* Defaults: temp 0.8, top_k 40, top_p 0.95, min_p 0.05, seed 0. */
+/* Defaults: temp 0.8, top_k 40, top_p 0.95, min_p 0.05, seed 0, no
+ * penalties, no bias. */
 em_sample_params em_sample_defaults(void);
 
 typedef struct em_sampler em_sampler;
 
-/* EM_EINVAL for out-of-range parameters (temp < 0, top_p not in (0,1], ...). */
+/* EM_EINVAL for out-of-range parameters (temp < 0, top_p not in (0,1], a
+ * bias id past the vocabulary, ...), err naming the parameter. */
 int  em_sampler_create(const em_sample_params *p, uint32_t n_vocab, em_sampler **out, em_err *err);
 void em_sampler_destroy(em_sampler *s);   /* accepts NULL */
 
+/* Tell the sampler about a token of the sequence: a prompt token
+ * (generated 0: counts for the repetition penalty only) or the token just
+ * sampled and kept (generated 1: every penalty). EM_ENOMEM when the
+ * record of seen tokens cannot grow (the penalties then miss it). */
+int em_sampler_accept(em_sampler *s, int32_t id, int generated);
+
+/* Forget the tokens accepted so far (a new completion by the same sampler:
+ * `ember chat`'s next turn); the PRNG goes on. */
+void em_sampler_forget(em_sampler *s);
+
+/* The log-probabilities a sample came from: log-softmax of the logits after
+ * the penalties and logit_bias, before temperature and filtering (what the
+ * model, so steered, thinks of each token). */
+typedef struct {
+    float    logprob;                    /* of the chosen token */
+    uint32_t n_top;                      /* as asked, at most EM_SAMPLE_MAX_TOP */
+    int32_t  top_id[EM_SAMPLE_MAX_TOP];  /* most likely first; ties by lowest id */
+    float    top_lp[EM_SAMPLE_MAX_TOP];
+} em_sample_lp;
+
 /* Pick a token from logits[n_vocab] (borrowed, not modified). Always an id
  * in [0, n_vocab), even for NaN or infinite logits (callers that can say
- * why should refuse those first). */
+ * why should refuse those first). It does not accept the token: call
+ * em_sampler_accept when the sequence keeps it. lp: NULL, or filled with
+ * the chosen token's log-probability and the n_top most likely tokens
+ * (n_top <= EM_SAMPLE_MAX_TOP). */
 int32_t em_sampler_sample(em_sampler *s, const float *logits);
+int32_t em_sampler_sample_lp(em_sampler *s, const float *logits, uint32_t n_top, em_sample_lp *lp);
 
 /* Index of the largest value (lowest index on ties). */
 int32_t em_argmax(const float *v, uint32_t n);

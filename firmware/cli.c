@@ -400,6 +400,20 @@ uint64_t em_cli_seed(long seed)
     return v;
 }
 
+em_sample_params em_cli_sample_params(const em_cli_sampling *s)
+{
+    em_sample_params p = em_sample_defaults();
+    p.temp = (float)s->temp;
+    p.top_k = (int32_t)s->top_k;
+    p.top_p = (float)s->top_p;
+    p.min_p = (float)s->min_p;
+    p.seed = em_cli_seed(s->seed);
+    p.presence_penalty = (float)s->presence;
+    p.frequency_penalty = (float)s->frequency;
+    p.repetition_penalty = (float)s->repeat;
+    return p;
+}
+
 int em_cli_open_model(const char *cmd, const char *path, em_model **m, em_tokenizer **tok)
 {
     em_err err = { 0 };

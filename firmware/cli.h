@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "core/err.h"
+#include "core/sample.h"
 
 typedef enum {
     EM_OPT_FLAG,    /* int*: set to 1 when present, takes no value */
@@ -106,15 +107,36 @@ double em_cli_percentile(double *v, size_t n, double q);
 int em_cli_parse_list(const char *cmd, const char *flag, const char *s, uint32_t *v, uint32_t max,
                       uint32_t *n, uint32_t hi);
 
-/* The sampling flags `run` and `chat` share, as rows of an em_cli_opt table:
- * --temp, --top-k, --top-p, --min-p, --seed into the named variables
- * (double, long, double, double, long; seed -1: not given). */
-#define EM_CLI_SAMPLING_OPTS(temp, top_k, top_p, min_p, seed)       \
-    { "--temp", NULL, EM_OPT_FLOAT, &(temp), 0, 100 },              \
-    { "--top-k", NULL, EM_OPT_INT, &(top_k), 0, 1 << 24 },          \
-    { "--top-p", NULL, EM_OPT_FLOAT, &(top_p), 1e-6, 1 },           \
-    { "--min-p", NULL, EM_OPT_FLOAT, &(min_p), 0, 1 },              \
-    { "--seed", NULL, EM_OPT_INT, &(seed), -1, 4294967295.0 }
+/* The sampling flags `run` and `chat` share: --temp, --top-k, --top-p,
+ * --min-p, --seed (-1: not given), --presence-penalty, --frequency-penalty,
+ * --repeat-penalty into the fields of an em_cli_sampling (preset with the
+ * command's defaults: EM_CLI_SAMPLING_INIT), as rows of an em_cli_opt table. */
+typedef struct {
+    double temp, top_p, min_p, presence, frequency, repeat;
+    long   top_k, seed;
+} em_cli_sampling;
+
+#define EM_CLI_SAMPLING_INIT { .temp = 0.8, .top_p = 0.95, .min_p = 0.05, .repeat = 1, .top_k = 40, .seed = -1 }
+
+#define EM_CLI_SAMPLING_OPTS(s)                                                   \
+    { "--temp", NULL, EM_OPT_FLOAT, &(s).temp, 0, 100 },                          \
+    { "--top-k", NULL, EM_OPT_INT, &(s).top_k, 0, 1 << 24 },                      \
+    { "--top-p", NULL, EM_OPT_FLOAT, &(s).top_p, 1e-6, 1 },                       \
+    { "--min-p", NULL, EM_OPT_FLOAT, &(s).min_p, 0, 1 },                          \
+    { "--seed", NULL, EM_OPT_INT, &(s).seed, -1, 4294967295.0 },                  \
+    { "--presence-penalty", NULL, EM_OPT_FLOAT, &(s).presence, -2, 2 },           \
+    { "--frequency-penalty", NULL, EM_OPT_FLOAT, &(s).frequency, -2, 2 },         \
+    { "--repeat-penalty", NULL, EM_OPT_FLOAT, &(s).repeat, 1e-6, 10 }
+
+/* The sampler's parameters from the flags, with the seed resolved
+ * (em_cli_seed). */
+em_sample_params em_cli_sample_params(const em_cli_sampling *s);
+
+/* The usage lines of those flags. */
+#define EM_CLI_SAMPLING_USAGE                                                                   \
+    "  Sampling: --temp T (0: greedy) --top-k K --top-p P --min-p P --seed S\n"               \
+    "    --presence-penalty X, --frequency-penalty X (OpenAI's, -2..2, over the generated\n"   \
+    "    tokens) --repeat-penalty X (over the prompt and the generated tokens; 1: off)\n"
 
 /* The seed to sample with: seed when given (>= 0), else a random 32-bit one. */
 uint64_t em_cli_seed(long seed);

@@ -28,9 +28,8 @@
 #include "firmware/cli.h"
 
 static const char usage[] =
-    "usage: ember chat [--model PATH] [--system TEXT] [--load FILE] [-n N] [--temp T]\n"
-    "                  [--top-k K] [--top-p P] [--min-p P] [--seed S] [--ctx N]\n"
-    "                  [--backend vulkan|cpu] [--kv-type f16|q8_0]\n"
+    "usage: ember chat [--model PATH] [--system TEXT] [--load FILE] [-n N] [sampling flags]\n"
+    "                  [--ctx N] [--backend vulkan|cpu] [--kv-type f16|q8_0]\n"
     "  A conversation with the model through its chat template. Type a message and press\n"
     "  Enter; the answer streams. Commands: /reset (forget the conversation, keep the\n"
     "  system prompt), /system TEXT (set it), /save FILE (the conversation as JSON\n"
@@ -38,7 +37,8 @@ static const char usage[] =
     "  an answer; Ctrl-D or /quit ends. With stdin not a terminal: one user turn per line,\n"
     "  one answer per line on stdout. -n caps each answer (default: until the model ends\n"
     "  its turn or the context is full). Sampling flags as for `ember run`; --temp 0 is\n"
-    "  greedy. Statistics go to stderr.\n";
+    "  greedy; the penalties count each answer's own tokens. Statistics go to stderr.\n"
+    EM_CLI_SAMPLING_USAGE;
 
 #define MAX_LINE ((size_t)1 << 20)   /* one user turn */
 
@@ -242,6 +242,10 @@ static int turn(chat *c, int *fatal)
     }
     for (uint32_t i = c->n_tok; i < c->n_vocab; i++)   /* ids without text are never chosen */
         c->logits[i] = -INFINITY;
+    em_sampler_forget(c->smp);   /* the penalties count this answer, the prompt for repetition */
+    for (size_t i = 0; i < n_ids; i++)
+        if (em_sampler_accept(c->smp, ids[i], 0))
+            goto oom;
     double t1 = 0;   /* when the first token was chosen */
 
     em_detok dt;
@@ -255,6 +259,8 @@ static int turn(chat *c, int *fatal)
             break;
         }
         int32_t id = em_sampler_sample(c->smp, c->logits);
+        if (em_sampler_accept(c->smp, id, 1))
+            goto oom;
         if (n_out++ == 0)
             t1 = em_cli_now();
         if (em_tokenizer_is_eog(c->tok, id)) {
@@ -345,14 +351,14 @@ static char *read_line(int *eof)
 int em_cmd_chat(int argc, char **argv)
 {
     const char *model_path = NULL, *system = NULL, *load = NULL, *backend_name = "vulkan", *kv_name = "f16";
-    long n_gen = -1, top_k = 40, ctx = 0, seed = -1;
-    double temp = 0.8, top_p = 0.95, min_p = 0.05;
+    long n_gen = -1, ctx = 0;
+    em_cli_sampling smp_o = EM_CLI_SAMPLING_INIT;
     em_cli_opt opts[] = {
         { "--model", "-m", EM_OPT_STR, &model_path, 0, 0 },
         { "--system", NULL, EM_OPT_STR, &system, 0, 0 },
         { "--load", NULL, EM_OPT_STR, &load, 0, 0 },
         { "--n-predict", "-n", EM_OPT_INT, &n_gen, 1, 1 << 20 },
-        EM_CLI_SAMPLING_OPTS(temp, top_k, top_p, min_p, seed),
+        EM_CLI_SAMPLING_OPTS(smp_o),
         { "--ctx", NULL, EM_OPT_INT, &ctx, 0, 1 << 20 },
         { "--backend", NULL, EM_OPT_STR, &backend_name, 0, 0 },
         { "--kv-type", NULL, EM_OPT_STR, &kv_name, 0, 0 },
@@ -401,8 +407,8 @@ int em_cmd_chat(int argc, char **argv)
     c.bos_text = bos >= 0 ? em_tokenizer_token_text(c.tok, bos) : "";
     c.eos_text = eos >= 0 ? em_tokenizer_token_text(c.tok, eos) : "";
     c.n_ctx = ctx > 0 ? (uint32_t)ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
-    uint64_t seed_v = em_cli_seed(seed);
-    em_sample_params sp = { (float)temp, (int32_t)top_k, (float)top_p, (float)min_p, seed_v };
+    em_sample_params sp = em_cli_sample_params(&smp_o);
+    uint64_t seed_v = sp.seed;
     if ((rc = em_sampler_create(&sp, c.n_vocab, &c.smp, &err)) ||
         (rc = em_engine_create(c.m, backend, c.n_ctx, &eo, &c.eng, &err))) {
         status = em_cli_fail_err(&err);

@@ -16,14 +16,14 @@
 #include "firmware/cli.h"
 
 static const char usage[] =
-    "usage: ember run [--model PATH] [--prompt TEXT] [-n N] [--temp T] [--top-k K]\n"
-    "                 [--top-p P] [--min-p P] [--seed S] [--ctx N] [--backend vulkan|cpu]\n"
-    "                 [--kv-type f16|q8_0] [--ids-out FILE] [--special]\n"
+    "usage: ember run [--model PATH] [--prompt TEXT] [-n N] [sampling flags] [--ctx N]\n"
+    "                 [--backend vulkan|cpu] [--kv-type f16|q8_0] [--ids-out FILE] [--special]\n"
     "  Generates up to N tokens (default 256) after the prompt (default \"Once upon a time\")\n"
     "  and prints prompt + continuation. --temp 0 is greedy. Without --model: the first\n"
     "  *.gguf in ./models, else the demo model in ../shared/models.\n"
     "  --ids-out writes \"tokens: <prompt ids>\" and \"greedy: <generated ids>\" lines.\n"
-    "  --special prints control tokens (such as the end-of-text token) as their text.\n";
+    "  --special prints control tokens (such as the end-of-text token) as their text.\n"
+    EM_CLI_SAMPLING_USAGE;
 
 typedef struct {
     int32_t *v;
@@ -71,14 +71,14 @@ int em_cmd_run(int argc, char **argv)
 {
     const char *model_path = NULL, *prompt = "Once upon a time", *backend_name = "vulkan", *kv_name = "f16";
     const char *ids_out = NULL;
-    long n_gen = 256, top_k = 40, ctx = 0, seed = -1;
+    long n_gen = 256, ctx = 0;
     int special = 0;
-    double temp = 0.8, top_p = 0.95, min_p = 0.05;
+    em_cli_sampling smp_o = EM_CLI_SAMPLING_INIT;
     em_cli_opt opts[] = {
         { "--model", "-m", EM_OPT_STR, &model_path, 0, 0 },
         { "--prompt", "-p", EM_OPT_STR, &prompt, 0, 0 },
         { "--n-predict", "-n", EM_OPT_INT, &n_gen, 0, 1 << 20 },
-        EM_CLI_SAMPLING_OPTS(temp, top_k, top_p, min_p, seed),
+        EM_CLI_SAMPLING_OPTS(smp_o),
         { "--ctx", NULL, EM_OPT_INT, &ctx, 0, 1 << 20 },
         { "--backend", NULL, EM_OPT_STR, &backend_name, 0, 0 },
         { "--kv-type", NULL, EM_OPT_STR, &kv_name, 0, 0 },
@@ -132,13 +132,17 @@ int em_cmd_run(int argc, char **argv)
                              n_pids, n_ctx);
         goto done;
     }
-    uint64_t seed_v = em_cli_seed(seed);
-    em_sample_params sp = { (float)temp, (int32_t)top_k, (float)top_p, (float)min_p, seed_v };
+    em_sample_params sp = em_cli_sample_params(&smp_o);
     if ((rc = em_sampler_create(&sp, hp->n_vocab, &smp, &err)) ||
         (rc = em_engine_create(m, backend, n_ctx, &eo, &eng, &err))) {
         status = em_cli_fail_err(&err);
         goto done;
     }
+    for (size_t i = 0; i < n_pids; i++)   /* the repetition penalty sees the prompt */
+        if (em_sampler_accept(smp, pids[i], 0)) {
+            status = em_cli_fail(1, "run: out of memory");
+            goto done;
+        }
     size_t cap = em_tokenizer_detok_cap(tok);
     logits = malloc((size_t)hp->n_vocab * sizeof *logits);
     piece = malloc(cap);
@@ -164,7 +168,7 @@ int em_cmd_run(int argc, char **argv)
     const char *stop = "length";
     for (long i = 0; i < n_gen; i++) {
         int32_t id = em_sampler_sample(smp, logits);
-        if (push_id(&gen, id)) {
+        if (push_id(&gen, id) || em_sampler_accept(smp, id, 1)) {
             status = em_cli_fail(1, "run: out of memory");
             goto done;
         }
@@ -217,7 +221,7 @@ int em_cmd_run(int argc, char **argv)
     double t2 = em_cli_now();
     em_cli_note("%s | %s | prompt %zu tokens %.1f tok/s | generated %zu tokens %.1f tok/s | stop: %s | seed %llu",
                 hp->name, em_engine_describe(eng), n_pids, (double)n_pids / (t1 - t0 + 1e-9), gen.n,
-                gen.n > 1 ? (double)(gen.n - 1) / (t2 - t1 + 1e-9) : 0.0, stop, (unsigned long long)seed_v);
+                gen.n > 1 ? (double)(gen.n - 1) / (t2 - t1 + 1e-9) : 0.0, stop, (unsigned long long)sp.seed);
     if ((rc = em_engine_check(eng, &err))) {
         status = em_cli_fail_err(&err);
         goto done;

@@ -66,6 +66,8 @@ em_request *em_req_new(const em_req_params *p, uint32_t n_vocab, uint64_t order,
     r->n_prompt = p->n_prompt;
     r->max_tokens = p->max_tokens;
     r->ignore_eog = p->ignore_eog;
+    r->logprobs = p->logprobs;
+    r->top_logprobs = p->top_logprobs > EM_SAMPLE_MAX_TOP ? EM_SAMPLE_MAX_TOP : p->top_logprobs;
     r->notify = p->notify;
     r->user = p->user;
     r->order = order;
@@ -99,6 +101,11 @@ em_request *em_req_new(const em_req_params *p, uint32_t n_vocab, uint64_t order,
         em_err_set(err, rc, "scheduler: out of memory");
     else
         rc = em_sampler_create(&r->sp, n_vocab, &r->sampler, err);
+    r->sp.logit_bias = NULL;   /* the caller's; the sampler keeps its copy */
+    r->sp.n_logit_bias = 0;
+    for (uint32_t i = 0; !rc && i < p->n_prompt; i++)   /* the repetition penalty sees the prompt */
+        if ((rc = em_sampler_accept(r->sampler, p->prompt[i], 0)))
+            em_err_set(err, rc, "scheduler: out of memory");
     if (rc) {
         atomic_store(&r->refs, 1);
         em_req_unref(r);
@@ -263,7 +270,7 @@ static size_t held_back(const em_request *r)
     return best;
 }
 
-int em_req_emit_token(em_request *r, const em_tokenizer *tok, int32_t id, double now)
+int em_req_emit_token(em_request *r, const em_tokenizer *tok, int32_t id, const em_sample_lp *lp, double now)
 {
     char piece[512];
     int k = em_detok_push(tok, &r->dt, id, piece, sizeof piece);
@@ -287,6 +294,10 @@ int em_req_emit_token(em_request *r, const em_tokenizer *tok, int32_t id, double
             upto = r->emitted;
     }
     em_event ev = { .kind = EM_EV_TOKEN, .token = id };
+    if (lp) {
+        ev.has_lp = 1;
+        ev.lp = *lp;
+    }
     ev.text = dup_range(r->text + r->emitted, upto - r->emitted);
     ev.text_len = ev.text ? (uint32_t)(upto - r->emitted) : 0;
     r->emitted = upto;

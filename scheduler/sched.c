@@ -306,17 +306,18 @@ static void advance(em_sched *s, uint32_t T, uint32_t L, double now)
         while (li < L && (uint32_t)s->b_rows[li] < i)
             li++;
         const float *lg = s->logits + (size_t)li * s->be.n_vocab;
-        int32_t id = em_sampler_sample(r->sampler, lg);
+        em_sample_lp lp;
+        int32_t id = em_sampler_sample_lp(r->sampler, lg, r->top_logprobs, r->logprobs ? &lp : NULL);
         gen++;
         if ((!r->ignore_eog && em_tokenizer_is_eog(s->tok, id)) || is_stop_token(r, id)) {
             finish_running(s, r, EM_FINISH_STOP, NULL);
             continue;
         }
-        if (em_req_push_token(r, id)) {
+        if (em_req_push_token(r, id) || em_sampler_accept(r->sampler, id, 1)) {
             finish_running(s, r, EM_FINISH_ERROR, "out of memory");
             continue;
         }
-        int stopped = em_req_emit_token(r, s->tok, id, now);
+        int stopped = em_req_emit_token(r, s->tok, id, r->logprobs ? &lp : NULL, now);
         if (stopped)
             finish_running(s, r, EM_FINISH_STOP, NULL);
         else if ((r->max_tokens && r->n_gen >= r->max_tokens) || r->n_toks >= s->be.max_ctx)

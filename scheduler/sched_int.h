@@ -25,6 +25,8 @@ struct em_request {
     char            *stop[EM_MAX_STOP];
     size_t           max_stop_len;
     int              ignore_eog;
+    int              logprobs;
+    uint32_t         top_logprobs;
     void           (*notify)(void *user);
     void            *user;
 
@@ -60,7 +62,8 @@ void        em_req_unref(em_request *r);
 int         em_req_push_token(em_request *r, int32_t id);   /* toks[] += id; EM_ENOMEM */
 /* Emit TOKEN with id's text (stop strings held back); returns 1 if a stop
  * string ended the request (the caller then finishes it with STOP). */
-int         em_req_emit_token(em_request *r, const em_tokenizer *tok, int32_t id, double now);
+int         em_req_emit_token(em_request *r, const em_tokenizer *tok, int32_t id, const em_sample_lp *lp,
+                              double now);
 /* Emit DONE (flushes held-back text unless a stop string matched). */
 void        em_req_finish(em_request *r, const em_tokenizer *tok, em_finish f, const char *error,
                           double now);

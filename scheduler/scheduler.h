@@ -99,6 +99,8 @@ typedef struct {
     uint32_t         n_stop_tokens;
     const char      *stop[EM_MAX_STOP];   /* stop strings (copied), NULL-padded */
     int              ignore_eog;    /* generate through end-of-text tokens (benchmarks) */
+    int              logprobs;      /* TOKEN events carry the token's log-probability */
+    uint32_t         top_logprobs;  /* and the most likely alternatives (<= EM_SAMPLE_MAX_TOP) */
     void           (*notify)(void *user);  /* called on the scheduler thread after events */
     void            *user;          /* passed to notify, never dereferenced */
 } em_req_params;
@@ -136,6 +138,8 @@ typedef enum { EM_EV_TOKEN, EM_EV_DONE } em_event_kind;
 typedef struct {
     em_event_kind  kind;
     int32_t        token;        /* TOKEN: the id */
+    int            has_lp;       /* TOKEN of a request with logprobs: lp is set */
+    em_sample_lp   lp;
     char          *text;         /* malloc'd, NUL-terminated; owned by the event */
     uint32_t       text_len;
     em_finish      finish;       /* DONE */

@@ -35,6 +35,8 @@ struct em_gen {
     em_req_params    rp;
     int32_t         *ids;
     char            *stop[EM_MAX_STOP];
+    em_logit_bias    bias[EM_GEN_MAX_BIAS];   /* rp.sample.logit_bias: the later choices' too */
+    json_t          *lp[EM_GEN_MAX_N];        /* logprob entries not yet taken (logprobs asked) */
     uint64_t         seed;
     em_usage_record  rec;          /* the ledger row */
 };
@@ -111,6 +113,8 @@ static void gen_free(em_gen *g)
 {
     for (int i = 0; i < EM_MAX_STOP; i++)
         free(g->stop[i]);
+    for (uint32_t i = 0; i < EM_GEN_MAX_N; i++)
+        json_decref(g->lp[i]);
     free(g->ids);
     free(g);
 }
@@ -216,8 +220,26 @@ int em_gen_start(em_web *w, const em_gen_params *p, em_gen **out, em_web_error *
         want = 1;
 
     em_req_params rp = { .prompt = ids, .n_prompt = (uint32_t)n_ids, .sample = p->sample, .cls = p->cls,
-                         .max_tokens = (uint32_t)want, .ignore_eog = p->ignore_eos, .notify = gen_notify,
-                         .user = w };
+                         .max_tokens = (uint32_t)want, .ignore_eog = p->ignore_eos, .logprobs = p->logprobs,
+                         .top_logprobs = p->top_logprobs, .notify = gen_notify, .user = w };
+    uint32_t nb = p->sample.n_logit_bias <= EM_GEN_MAX_BIAS ? p->sample.n_logit_bias : EM_GEN_MAX_BIAS;
+    uint32_t n_vocab = em_model_hparams(w->o.model)->n_vocab;
+    for (uint32_t i = 0; i < nb; i++)
+        if ((uint32_t)p->sample.logit_bias[i].id >= n_vocab) {
+            em_web_fail(e, 400, "invalid_request_error", NULL, "logit_bias",
+                        "'logit_bias' names token %d, past the model's vocabulary of %u tokens",
+                        p->sample.logit_bias[i].id, n_vocab);
+            goto fail;
+        }
+    if (nb)
+        memcpy(g->bias, p->sample.logit_bias, nb * sizeof *g->bias);
+    rp.sample.logit_bias = g->bias;
+    rp.sample.n_logit_bias = nb;
+    for (uint32_t i = 0; p->logprobs && i < g->n; i++)
+        if (!(g->lp[i] = json_array())) {
+            em_web_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+            goto fail;
+        }
     for (int i = 0; i < EM_MAX_STOP; i++)
         if (p->stop[i] && !(rp.stop[i] = g->stop[i] = strdup(p->stop[i]))) {
             em_web_fail(e, 500, "server_error", NULL, NULL, "out of memory");
@@ -266,6 +288,47 @@ fail:
     return -1;
 }
 
+/* {"token", "logprob", "bytes"} of token id. */
+static json_t *lp_token(const em_tokenizer *tok, int32_t id, float logprob)
+{
+    char piece[256];
+    int n = em_tokenizer_piece(tok, id, 1, piece, sizeof piece);
+    if (n < 0 || n > (int)sizeof piece)
+        n = 0;
+    json_t *bytes = json_array();
+    for (int i = 0; i < n; i++)
+        json_array_append_new(bytes, json_integer((unsigned char)piece[i]));
+    json_t *text = json_stringn(piece, (size_t)n);   /* NULL when not valid UTF-8 */
+    if (!text) {
+        char esc[4 * sizeof piece + 8];
+        size_t k = (size_t)snprintf(esc, sizeof esc, "bytes:");
+        for (int i = 0; i < n; i++)
+            k += (size_t)snprintf(esc + k, sizeof esc - k, "\\x%02x", (unsigned char)piece[i]);
+        text = json_string(esc);
+    }
+    /* -inf (a banned token among the alternatives) is not JSON: OpenAI's -9999 */
+    double lp = isfinite(logprob) ? logprob : -9999.0;
+    return json_pack("{s:o, s:f, s:o}", "token", text, "logprob", lp, "bytes", bytes);
+}
+
+static json_t *lp_entry(const em_tokenizer *tok, const em_event *ev)
+{
+    json_t *o = lp_token(tok, ev->token, ev->lp.logprob), *top = json_array();
+    for (uint32_t k = 0; k < ev->lp.n_top; k++)
+        json_array_append_new(top, lp_token(tok, ev->lp.top_id[k], ev->lp.top_lp[k]));
+    json_object_set_new(o, "top_logprobs", top);
+    return o;
+}
+
+json_t *em_gen_take_logprobs(em_gen *g, uint32_t i)
+{
+    if (!g->lp[i])
+        return NULL;
+    json_t *taken = g->lp[i];
+    g->lp[i] = json_array();
+    return taken;
+}
+
 int em_gen_pump(em_gen *g, em_buf *delta)
 {
     int all = 1;
@@ -281,6 +344,8 @@ int em_gen_pump(em_gen *g, em_buf *delta)
             }
             if (ev.kind == EM_EV_TOKEN)
                 g->seen[i]++;
+            if (ev.kind == EM_EV_TOKEN && ev.has_lp && g->lp[i])
+                json_array_append_new(g->lp[i], lp_entry(g->w->o.tok, &ev));
             if (ev.kind == EM_EV_DONE) {
                 g->done[i] = 1;
                 g->finish[i] = ev.finish;

@@ -30,12 +30,16 @@ typedef struct api_req {
     em_buf      text[EM_GEN_MAX_N];   /* the whole answer (plain responses) */
     int         role_sent[EM_GEN_MAX_N], finish_sent[EM_GEN_MAX_N];
     int         drain_stopped;     /* cancelled because the drain's time was up */
+    json_t     *lp_all[EM_GEN_MAX_N];   /* every entry so far (plain responses) */
+    size_t      text_off[EM_GEN_MAX_N]; /* completions' text_offset of the next token */
 } api_req;
 
 static void api_free(api_req *a)
 {
     if (!a)
         return;
+    for (uint32_t i = 0; i < EM_GEN_MAX_N; i++)
+        json_decref(a->lp_all[i]);
     em_gen_destroy(a->gen);
     for (int i = 0; i < EM_GEN_MAX_N; i++) {
         em_buf_free(&a->delta[i]);
@@ -96,30 +100,11 @@ static int want_bool(json_t *req, const char *name, int *out, em_web_error *e)
     return 0;
 }
 
-/* What the decoding issue has yet to build: a 400 naming it, unless the
- * value is the one that changes nothing. */
+/* What the decoding issue has yet to build, and what this server does not
+ * offer: a 400 naming it, unless the value is the one that changes nothing. */
 static int refuse_unbuilt(json_t *req, em_web_error *e)
 {
-    static const char *const zero_ok[] = { "presence_penalty", "frequency_penalty", "repetition_penalty" };
-    for (size_t i = 0; i < sizeof zero_ok / sizeof zero_ok[0]; i++) {
-        json_t *v = json_object_get(req, zero_ok[i]);
-        double neutral = strcmp(zero_ok[i], "repetition_penalty") == 0 ? 1.0 : 0.0;
-        if (v && !json_is_null(v) && !(json_is_number(v) && json_number_value(v) == neutral))
-            return em_web_fail(e, 400, "invalid_request_error", "unsupported_parameter", zero_ok[i],
-                               "'%s' is not supported by this server yet", zero_ok[i]);
-    }
     json_t *v;
-    if ((v = json_object_get(req, "logit_bias")) && !json_is_null(v) &&
-        !(json_is_object(v) && json_object_size(v) == 0))
-        return em_web_fail(e, 400, "invalid_request_error", "unsupported_parameter", "logit_bias",
-                           "'logit_bias' is not supported by this server yet");
-    if ((v = json_object_get(req, "logprobs")) && !json_is_null(v) && !json_is_false(v) &&
-        !(json_is_integer(v) && json_integer_value(v) == 0))
-        return em_web_fail(e, 400, "invalid_request_error", "unsupported_parameter", "logprobs",
-                           "'logprobs' is not supported by this server yet");
-    if ((v = json_object_get(req, "top_logprobs")) && !json_is_null(v))
-        return em_web_fail(e, 400, "invalid_request_error", "unsupported_parameter", "top_logprobs",
-                           "'top_logprobs' is not supported by this server yet");
     if ((v = json_object_get(req, "response_format")) && !json_is_null(v)) {
         const char *t = json_string_value(json_object_get(v, "type"));
         if (!t || strcmp(t, "text") != 0)
@@ -144,6 +129,87 @@ static int refuse_unbuilt(json_t *req, em_web_error *e)
         !(json_is_string(v) && !json_string_length(v)))
         return em_web_fail(e, 400, "invalid_request_error", "unsupported_parameter", "suffix",
                            "'suffix' is not supported by this server");
+    return 0;
+}
+
+static int penalties(json_t *obj, em_gen_params *gp, em_web_error *e)
+{
+    double pres = 0, freq = 0, rep = 1;
+    if (want_number(obj, "presence_penalty", -2, 2, &pres, e) ||
+        want_number(obj, "frequency_penalty", -2, 2, &freq, e) ||
+        want_number(obj, "repetition_penalty", 0, 10, &rep, e))
+        return -1;
+    if (rep <= 0)
+        return em_web_fail(e, 400, "invalid_request_error", NULL, "repetition_penalty",
+                           "'repetition_penalty' must be above 0 (1: off)");
+    gp->sample.presence_penalty = (float)pres;
+    gp->sample.frequency_penalty = (float)freq;
+    gp->sample.repetition_penalty = (float)rep;
+    return 0;
+}
+
+/* {"token id": bias, ...}: ids as decimal strings, biases in [-100, 100]
+ * (ids past the vocabulary: the scheduler refuses them, naming the id). */
+static int logit_bias(json_t *obj, em_gen_params *gp, em_web_error *e)
+{
+    json_t *lb = json_object_get(obj, "logit_bias");
+    gp->sample.logit_bias = gp->bias;
+    gp->sample.n_logit_bias = 0;
+    if (!lb || json_is_null(lb))
+        return 0;
+    if (!json_is_object(lb))
+        return em_web_fail(e, 400, "invalid_request_error", NULL, "logit_bias",
+                           "'logit_bias' must be an object mapping token ids to biases");
+    if (json_object_size(lb) > EM_GEN_MAX_BIAS)
+        return em_web_fail(e, 400, "invalid_request_error", NULL, "logit_bias",
+                           "'logit_bias' holds %zu tokens (at most %d)", json_object_size(lb), EM_GEN_MAX_BIAS);
+    const char *k;
+    json_t *v;
+    json_object_foreach(lb, k, v) {
+        char *end = NULL;
+        long id = strtol(k, &end, 10);
+        if (!*k || *end || id < 0 || id > INT32_MAX || (k[0] == '0' && k[1]))
+            return em_web_fail(e, 400, "invalid_request_error", NULL, "logit_bias",
+                               "'logit_bias' key '%s' is not a token id (a non-negative integer)", k);
+        if (!json_is_number(v) || !(json_number_value(v) >= -100 && json_number_value(v) <= 100))
+            return em_web_fail(e, 400, "invalid_request_error", NULL, "logit_bias",
+                               "'logit_bias' of token %ld must be a number between -100 and 100", id);
+        gp->bias[gp->sample.n_logit_bias++] = (em_logit_bias){ (int32_t)id, (float)json_number_value(v) };
+    }
+    return 0;
+}
+
+/* Chat: "logprobs": true with "top_logprobs": 0..20; completions:
+ * "logprobs": 0..20 alternatives (OpenAI stops at 5; ember gives up to 20). */
+static int logprobs(json_t *obj, em_gen_params *gp, em_web_error *e)
+{
+    json_t *lp = json_object_get(obj, "logprobs");
+    long long top = -1;
+    if (want_int(obj, "top_logprobs", 0, EM_SAMPLE_MAX_TOP, &top, e))
+        return -1;
+    gp->logprobs = 0;
+    gp->top_logprobs = 0;
+    if (lp && json_is_integer(lp)) {
+        long long n = json_integer_value(lp);
+        if (n < 0 || n > EM_SAMPLE_MAX_TOP)
+            return em_web_fail(e, 400, "invalid_request_error", NULL, "logprobs",
+                               "%lld is not a valid 'logprobs': it must be between 0 and %d", n, EM_SAMPLE_MAX_TOP);
+        if (top >= 0)
+            return em_web_fail(e, 400, "invalid_request_error", NULL, "top_logprobs",
+                               "'top_logprobs' goes with \"logprobs\": true; a number of alternatives in "
+                               "'logprobs' already says how many");
+        gp->logprobs = 1;
+        gp->top_logprobs = (uint32_t)n;
+        return 0;
+    }
+    if (lp && !json_is_null(lp) && !json_is_boolean(lp))
+        return em_web_fail(e, 400, "invalid_request_error", NULL, "logprobs",
+                           "'logprobs' must be true or false (or, as in completions, a number of alternatives)");
+    gp->logprobs = json_is_true(lp);
+    if (top > 0 && !gp->logprobs)
+        return em_web_fail(e, 400, "invalid_request_error", NULL, "top_logprobs",
+                           "'top_logprobs' needs \"logprobs\": true");
+    gp->top_logprobs = top > 0 ? (uint32_t)top : 0;
     return 0;
 }
 
@@ -175,6 +241,8 @@ int web_gen_params(json_t *obj, const em_web_auth *auth, em_gen_params *gp, em_w
         gp->sample.seed = (uint64_t)time(NULL);
     gp->max_tokens = max_tokens;
     gp->ignore_eos = ignore_eos;
+    if (penalties(obj, gp, e) || logit_bias(obj, gp, e) || logprobs(obj, gp, e))
+        return -1;
     /* stop: a string or up to 4 strings */
     json_t *stop = json_object_get(obj, "stop");
     if (json_is_string(stop)) {
@@ -310,6 +378,35 @@ static void sse_send(web_conn *c, const json_t *j)
     em_buf_free(&b);
 }
 
+/* Chat-shaped entries (em_gen_take_logprobs) in the choice's "logprobs":
+ * chat {"content": [...], "refusal": null}; completions the legacy
+ * {"tokens", "token_logprobs", "top_logprobs": [{token: logprob}],
+ * "text_offset"}. Steals entries; null when logprobs were not asked for. */
+static json_t *choice_logprobs(api_req *a, uint32_t i, json_t *entries)
+{
+    if (!entries)
+        return json_null();
+    if (a->chat)
+        return json_pack("{s:o, s:n}", "content", entries, "refusal");
+    json_t *toks = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+    size_t k;
+    json_t *en;
+    json_array_foreach(entries, k, en) {
+        json_array_append(toks, json_object_get(en, "token"));
+        json_array_append(lps, json_object_get(en, "logprob"));
+        json_t *alt = json_object(), *t;
+        size_t m;
+        json_array_foreach(json_object_get(en, "top_logprobs"), m, t)
+            json_object_set(alt, json_string_value(json_object_get(t, "token")), json_object_get(t, "logprob"));
+        json_array_append_new(tops, alt);
+        json_array_append_new(offs, json_integer((json_int_t)a->text_off[i]));
+        a->text_off[i] += json_array_size(json_object_get(en, "bytes"));
+    }
+    json_decref(entries);
+    return json_pack("{s:o, s:o, s:o, s:o}", "tokens", toks, "token_logprobs", lps, "top_logprobs", tops,
+                     "text_offset", offs);
+}
+
 /* One SSE chunk for choice i with its new text (and finish_reason if done). */
 static void stream_choice(web_conn *c, api_req *a, uint32_t i, int done)
 {
@@ -325,11 +422,12 @@ static void stream_choice(web_conn *c, api_req *a, uint32_t i, int done)
             json_object_set_new(delta, "content", json_stringn(a->delta[i].s, a->delta[i].n));
         else if (json_object_get(delta, "role"))
             json_object_set_new(delta, "content", json_string(""));
-        ch = json_pack("{s:I, s:o, s:n, s:o}", "index", (json_int_t)i, "delta", delta, "logprobs",
-                       "finish_reason", fr);
+        ch = json_pack("{s:I, s:o, s:o, s:o}", "index", (json_int_t)i, "delta", delta, "logprobs",
+                       choice_logprobs(a, i, em_gen_take_logprobs(a->gen, i)), "finish_reason", fr);
     } else {
-        ch = json_pack("{s:s%, s:I, s:n, s:o}", "text", a->delta[i].s ? a->delta[i].s : "", a->delta[i].n,
-                       "index", (json_int_t)i, "logprobs", "finish_reason", fr);
+        ch = json_pack("{s:s%, s:I, s:o, s:o}", "text", a->delta[i].s ? a->delta[i].s : "", a->delta[i].n,
+                       "index", (json_int_t)i, "logprobs", choice_logprobs(a, i, em_gen_take_logprobs(a->gen, i)),
+                       "finish_reason", fr);
     }
     json_t *j = envelope(a, c, a->chat ? "chat.completion.chunk" : "text_completion");
     json_object_set_new(j, "choices", json_pack("[o]", ch));
@@ -353,11 +451,13 @@ static void respond_whole(web_conn *c, api_req *a)
     for (uint32_t i = 0; i < em_gen_n(a->gen); i++) {
         json_t *fr = json_string(em_gen_finish_reason(a->gen, i));
         const char *t = a->text[i].s ? a->text[i].s : "";
+        json_t *lp = choice_logprobs(a, i, a->lp_all[i]);
+        a->lp_all[i] = NULL;
         json_t *ch = a->chat
-            ? json_pack("{s:I, s:{s:s, s:s%, s:n}, s:n, s:o}", "index", (json_int_t)i, "message", "role",
-                        "assistant", "content", t, a->text[i].n, "refusal", "logprobs", "finish_reason", fr)
-            : json_pack("{s:s%, s:I, s:n, s:o}", "text", t, a->text[i].n, "index", (json_int_t)i, "logprobs",
-                        "finish_reason", fr);
+            ? json_pack("{s:I, s:{s:s, s:s%, s:n}, s:o, s:o}", "index", (json_int_t)i, "message", "role",
+                        "assistant", "content", t, a->text[i].n, "refusal", "logprobs", lp, "finish_reason", fr)
+            : json_pack("{s:s%, s:I, s:o, s:o}", "text", t, a->text[i].n, "index", (json_int_t)i, "logprobs",
+                        lp, "finish_reason", fr);
         json_array_append_new(choices, ch);
     }
     json_t *j = envelope(a, c, a->chat ? "chat.completion" : "text_completion");
@@ -395,6 +495,13 @@ void web_openai_pump(web_conn *c)
         for (uint32_t i = 0; i < n; i++) {
             em_buf_add(&a->text[i], a->delta[i].s ? a->delta[i].s : "", a->delta[i].n);
             em_buf_reset(&a->delta[i]);
+            json_t *lp = em_gen_take_logprobs(a->gen, i);
+            if (lp && !a->lp_all[i])
+                a->lp_all[i] = lp;
+            else if (lp) {
+                json_array_extend(a->lp_all[i], lp);
+                json_decref(lp);
+            }
         }
         if (stopped)
             web_respond_error(c, &se);

@@ -190,6 +190,7 @@ int web_rate_check(em_web *w, const em_web_auth *a, em_web_error *e);
 /* ---- gen.c: the one generation path ---------------------------------------- */
 
 #define EM_GEN_MAX_N 8
+#define EM_GEN_MAX_BIAS 300   /* logit_bias entries, as OpenAI allows */
 
 typedef struct em_gen em_gen;
 
@@ -199,10 +200,13 @@ typedef struct {
     size_t        prompt_len;
     uint32_t      n;               /* choices, 1..EM_GEN_MAX_N */
     int64_t       max_tokens;      /* -1: up to the context */
-    em_sample_params sample;
+    em_sample_params sample;       /* its logit_bias points into bias[] */
+    em_logit_bias bias[EM_GEN_MAX_BIAS];
     const char   *stop[EM_MAX_STOP];
     em_class      cls;
     int           ignore_eos;
+    int           logprobs;        /* each token's log-probability (em_gen_take_logprobs) */
+    uint32_t      top_logprobs;    /* and this many alternatives (<= 20) */
     const em_web_auth *auth;
     const char   *client_addr;
     const char   *request_id;      /* for the ledger */
@@ -223,6 +227,14 @@ void em_gen_refused(em_web *w, const char *request_id, const em_web_auth *auth, 
  * choice's new text to delta[i] (caller's buffers, n of them). Returns 1
  * once every choice is done. */
 int  em_gen_pump(em_gen *g, em_buf *delta);
+
+/* The log-probability entries of choice i's tokens taken by em_gen_pump
+ * since the last call, as a new JSON array (the caller's reference) of
+ * OpenAI's chat shape {"token", "logprob", "bytes", "top_logprobs": [{"token",
+ * "logprob", "bytes"}]} ("token" is the piece's text, or "bytes:\\xNN..." for a
+ * piece that is not whole UTF-8); an empty array when none came; NULL when
+ * the request did not ask for logprobs. */
+json_t *em_gen_take_logprobs(em_gen *g, uint32_t i);
 
 /* Ask every choice to stop: a DONE (cancelled) follows through em_gen_pump. */
 void        em_gen_cancel(em_gen *g);
@@ -248,10 +260,13 @@ void em_gen_destroy(em_gen *g);
 int  web_openai_route(web_conn *c);
 /* The generation parameters both front doors take, named as in the OpenAI
  * API: temperature, top_p, top_k, min_p, seed, max_tokens, stop,
- * ignore_eos, priority (the key's class unless named; a background-only key
- * cannot ask for interactive). Fills gp's sample, max_tokens, stop (pointing
- * into obj: keep obj alive while gp is used), ignore_eos and cls; leaves the
- * rest. 0, or -1 with e filled (400, 403). */
+ * presence_penalty, frequency_penalty, repetition_penalty, logit_bias,
+ * logprobs (true/false as in chat, or a count of alternatives as in
+ * completions), top_logprobs, ignore_eos, priority (the key's class unless
+ * named; a background-only key cannot ask for interactive). Fills gp's
+ * sample, bias, max_tokens, stop (pointing into obj: keep obj alive while gp
+ * is used), logprobs, top_logprobs, ignore_eos and cls; leaves the rest. 0,
+ * or -1 with e filled (400, 403). */
 int  web_gen_params(json_t *obj, const em_web_auth *auth, em_gen_params *gp, em_web_error *e);
 /* messages -> a new array of {role, content} with content a string (text
  * parts joined), roles the templates know; NULL with e filled (400). */

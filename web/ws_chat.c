@@ -544,7 +544,8 @@ done:
 static const char *const chat_fields[] = { "type", "id", "conversation_id", "parent_id", "regenerate",
                                            "messages", "message", "params" };
 static const char *const chat_params[] = { "max_tokens", "temperature", "top_p", "top_k", "min_p",
-                                           "seed", "stop", "priority", "ignore_eos" };
+                                           "seed", "stop", "priority", "ignore_eos", "presence_penalty",
+                                           "frequency_penalty", "repetition_penalty", "logit_bias" };
 
 static int known(const char *k, const char *const *names, size_t n)
 {

@@ -106,10 +106,19 @@ try:
         err_of(st, body, 400, param=param)
     st, h, body = gen('/v1/completions', {'prompt': 'x', 'model': 'gpt-4'})
     err_of(st, body, 404, code='model_not_found', param='model')
-    for p in ({'presence_penalty': 0.5}, {'frequency_penalty': 1}, {'logit_bias': {'5': 10}},
-              {'logprobs': 2}, {'response_format': {'type': 'json_object'}}, {'echo': True}):
+    for p in ({'response_format': {'type': 'json_object'}}, {'echo': True}, {'best_of': 2}):
         st, h, body = gen('/v1/completions', dict(p, prompt='x'))
         err_of(st, body, 400, code='unsupported_parameter', param=list(p)[0])
+    # the decoding parameters' bad values, each named
+    for p in ({'presence_penalty': 2.5}, {'frequency_penalty': -3}, {'repetition_penalty': 0},
+              {'logit_bias': []}, {'logit_bias': {'x': 1}}, {'logit_bias': {'-1': 1}}, {'logit_bias': {'5': 101}},
+              {'logit_bias': {str(i): 1 for i in range(301)}}, {'logprobs': 21}, {'logprobs': 'yes'},
+              {'logprobs': 2, 'top_logprobs': 2}, {'top_logprobs': 3}, {'logprobs': True, 'top_logprobs': 21}):
+        st, h, body = gen('/v1/completions', dict(p, prompt='x'))
+        err_of(st, body, 400, param=list(p)[-1] if 'top_logprobs' in p else list(p)[0])
+    st, h, body = gen('/v1/completions', {'prompt': 'x', 'logit_bias': {'99999999': 5}})   # past the vocabulary
+    err_of(st, body, 400, param='logit_bias')
+    assert '99999999' in body['error']['message'] and 'vocabulary' in body['error']['message'], body
     # the values that change nothing are accepted
     st, h, body = gen('/v1/completions', {'prompt': 'Once', 'max_tokens': 2, 'presence_penalty': 0,
                                           'frequency_penalty': 0, 'logit_bias': {}, 'logprobs': None})

@@ -132,8 +132,8 @@ async def hostile(srv):
     await error_of(bad, 'binary_frame')
     # bad chats: one ledger row each (failed), as over HTTP
     for msg, code, param in ((chat_msg('p1', messages=M, temperature=5), 'invalid_request', 'temperature'),
-                             (chat_msg('p2', messages=M, presence_penalty=1), 'unsupported_parameter',
-                              'presence_penalty'),
+                             (chat_msg('p2', messages=M, logprobs=True), 'unsupported_parameter',
+                              'logprobs'),
                              (chat_msg('p3', messages=M, stop=[1]), 'invalid_request', 'stop'),
                              (chat_msg('p4', messages=M, priority='urgent'), 'invalid_request', 'priority'),
                              (chat_msg('p5'), 'invalid_request', 'messages'),

@@ -3,8 +3,13 @@
  * top-p and min-p over logits of known probability mass: excluded ids never
  * drawn, kept ids in proportion), and
  * hostile logits (NaN, infinities) still give an id in range instead of a
- * crash (a model of NaN weights used to crash `ember run` here). */
+ * crash (a model of NaN weights used to crash `ember run` here); the
+ * penalties and logit_bias change exactly the logits they should (checked
+ * through the log-probabilities against a log-softmax computed here), the
+ * top alternatives come sorted, and out-of-range parameters are refused by
+ * name. */
 #include <math.h>
+#include <string.h>
 
 #include "core/sample.h"
 #include "tests/common/testutil.h"
@@ -24,6 +29,122 @@ static em_sampler *make(float temp, int32_t top_k, float top_p, float min_p, uin
     int rc = em_sampler_create(&p, NV, &s, &err);
     CHECKF(rc == 0, "em_sampler_create: %s", err.msg);
     return s;
+}
+
+/* log-softmax of x[id] over NV values, in double */
+static double lsm(const double *x, int id)
+{
+    double m = x[0], sum = 0;
+    for (int i = 1; i < NV; i++)
+        m = x[i] > m ? x[i] : m;
+    for (int i = 0; i < NV; i++)
+        sum += exp(x[i] - m);
+    return x[id] - m - log(sum);
+}
+
+static void test_steering(void)
+{
+    float lg[NV];
+    double want[NV];
+    for (int i = 0; i < NV; i++)
+        lg[i] = (float)((i * 37) % NV) / 8.0f - 3.0f;   /* negative and positive logits */
+    em_logit_bias bias[2] = { { 5, 2.5f }, { 9, -100 } };
+    em_sample_params p = em_sample_defaults();
+    p.temp = 0;
+    p.presence_penalty = 0.5f;
+    p.frequency_penalty = 0.25f;
+    p.repetition_penalty = 1.5f;
+    p.logit_bias = bias;
+    p.n_logit_bias = 2;
+    em_sampler *s = NULL;
+    em_err err = { 0 };
+    CHECKF(em_sampler_create(&p, NV, &s, &err) == 0, "%s", err.msg);
+    bias[0].bias = 50;   /* copied at create: later changes do not reach the sampler */
+    /* seen: 3 in the prompt; 7 generated twice; 11 in the prompt and generated once */
+    CHECK(em_sampler_accept(s, 3, 0) == 0 && em_sampler_accept(s, 7, 1) == 0 && em_sampler_accept(s, 7, 1) == 0 &&
+          em_sampler_accept(s, 11, 0) == 0 && em_sampler_accept(s, 11, 1) == 0);
+    for (int i = 0; i < NV; i++) {
+        double x = lg[i];
+        if (i == 3 || i == 7 || i == 11)
+            x = x > 0 ? x / 1.5 : x * 1.5;
+        if (i == 7)
+            x -= 0.25 * 2 + 0.5;
+        if (i == 11)
+            x -= 0.25 * 1 + 0.5;
+        if (i == 5)
+            x += 2.5;
+        if (i == 9)
+            x -= 100;
+        want[i] = x;
+    }
+    em_sample_lp lp;
+    int32_t id = em_sampler_sample_lp(s, lg, 20, &lp);
+    int best = 0;
+    for (int i = 1; i < NV; i++)
+        best = want[i] > want[best] ? i : best;
+    CHECKF(id == best, "greedy over the steered logits: %d, want %d", id, best);
+    CHECKF(fabs(lp.logprob - lsm(want, id)) < 1e-5, "logprob %g, want %g", (double)lp.logprob, lsm(want, id));
+    CHECK(lp.n_top == 20 && lp.top_id[0] == id);
+    for (uint32_t k = 0; k < lp.n_top; k++) {
+        CHECKF(fabs(lp.top_lp[k] - lsm(want, lp.top_id[k])) < 1e-5, "top %u: id %d logprob %g, want %g", k,
+               lp.top_id[k], (double)lp.top_lp[k], lsm(want, lp.top_id[k]));
+        if (k)
+            CHECK(lp.top_lp[k] <= lp.top_lp[k - 1]);
+    }
+    /* every token not in the list is no more likely than its last one */
+    for (int i = 0; i < NV; i++) {
+        int in = 0;
+        for (uint32_t k = 0; k < lp.n_top; k++)
+            in |= lp.top_id[k] == i;
+        CHECK(in || lsm(want, i) <= lp.top_lp[lp.n_top - 1] + 1e-6);
+    }
+    /* the input logits are not modified */
+    CHECK(lg[7] == (float)((7 * 37) % NV) / 8.0f - 3.0f);
+    /* forget: only the bias stays */
+    em_sampler_forget(s);
+    id = em_sampler_sample_lp(s, lg, 0, &lp);
+    double plain[NV];
+    int pbest = 0;
+    for (int i = 0; i < NV; i++) {
+        plain[i] = lg[i] + (i == 5 ? 2.5 : i == 9 ? -100 : 0);
+        pbest = plain[i] > plain[pbest] ? i : pbest;
+    }
+    CHECKF(id == pbest && lp.n_top == 0 && fabs(lp.logprob - lsm(plain, id)) < 1e-5,
+           "after forget: %d (logprob %g), want %d (%g)", id, (double)lp.logprob, pbest, lsm(plain, pbest));
+    em_sampler_destroy(s);
+
+    /* a banned token is never drawn, however hot */
+    em_logit_bias ban = { em_argmax(lg, NV), -100 };
+    p = em_sample_defaults();
+    p.temp = 2;
+    p.top_k = 0;
+    p.top_p = 1;
+    p.min_p = 0;
+    p.logit_bias = &ban;
+    p.n_logit_bias = 1;
+    CHECK(em_sampler_create(&p, NV, &s, &err) == 0);
+    for (int i = 0; i < 500; i++)
+        CHECK(em_sampler_sample(s, lg) != ban.id);
+    em_sampler_destroy(s);
+
+    /* out of range: refused, the parameter named */
+    static const struct { float pres, freq, rep; int32_t id; float b; const char *name; } bad[] = {
+        { 2.5f, 0, 1, 0, 0, "presence_penalty" }, { 0, -2.5f, 1, 0, 0, "frequency_penalty" },
+        { 0, 0, 11, 0, 0, "repetition_penalty" }, { 0, 0, 1, NV, 1, "vocabulary" }, { 0, 0, 1, 1, 101, "[-100, 100]" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        em_logit_bias b = { bad[i].id, bad[i].b };
+        p = em_sample_defaults();
+        p.presence_penalty = bad[i].pres;
+        p.frequency_penalty = bad[i].freq;
+        p.repetition_penalty = bad[i].rep;
+        p.logit_bias = &b;
+        p.n_logit_bias = bad[i].b != 0;
+        em_err e2 = { 0 };
+        s = NULL;
+        CHECKF(em_sampler_create(&p, NV, &s, &e2) == EM_EINVAL && !s && strstr(e2.msg, bad[i].name),
+               "case %zu: %s", i, e2.msg);
+    }
 }
 
 int main(void)
@@ -124,5 +245,6 @@ int main(void)
             }
             em_sampler_destroy(s);
         }
+    test_steering();
     return test_summary("sample");
 }
