@@ -168,12 +168,21 @@ void em_sampler_forget(em_sampler *s)
 
 /* The logits the draw sees: a copy with the penalties and the bias applied
  * (only the seen and the biased tokens change), or the logits themselves. */
-static const float *steered(em_sampler *s, const float *logits)
+static const float *steered(em_sampler *s, const float *logits, const uint32_t *allow)
 {
-    if (!s->adj)
+    if (!s->adj && !allow)
         return logits;
+    if (!s->adj && !(s->adj = malloc((size_t)s->n_vocab * sizeof *s->adj)))
+        return logits;   /* out of memory: unmasked rather than nothing (em_sampler_sample_lp masks after) */
     const em_sample_params *p = &s->prm;
     memcpy(s->adj, logits, (size_t)s->n_vocab * sizeof *s->adj);
+    for (uint32_t w = 0; allow && w < (s->n_vocab + 31) / 32; w++) {
+        if (allow[w] == 0xffffffffu)
+            continue;
+        for (uint32_t b = 0; b < 32 && w * 32 + b < s->n_vocab; b++)
+            if (!(allow[w] >> b & 1))
+                s->adj[w * 32 + b] = -INFINITY;
+    }
     for (uint32_t i = 0; i < s->cap; i++) {
         const seen *e = &s->tab[i];
         if (e->id == -1)
@@ -339,24 +348,31 @@ static int32_t draw(em_sampler *s, const float *logits)
         total += s->c[i].p;
     double r = (double)(next_u64(s->rng) >> 11) * (1.0 / 9007199254740992.0) * total;
     double acc = 0;
+    int32_t last = s->c[0].id;   /* the last with some mass: rounding can leave r past the walk's sum */
     for (uint32_t i = 0; i < m; i++) {
         sort_prefix(s->c, &sorted, i + 1, m);
         acc += s->c[i].p;
         if (r < acc)
             return s->c[i].id;
+        if (s->c[i].p > 0)
+            last = s->c[i].id;
+        else
+            break;   /* descending: only zeros (masked, underflowed) follow */
     }
-    sort_prefix(s->c, &sorted, m, m);
-    return s->c[m - 1].id;
+    return last;
 }
 
 int32_t em_sampler_sample(em_sampler *s, const float *logits)
 {
-    return draw(s, steered(s, logits));
+    return draw(s, steered(s, logits, NULL));
 }
 
-int32_t em_sampler_sample_lp(em_sampler *s, const float *logits, uint32_t n_top, em_sample_lp *lp)
+int32_t em_sampler_sample_lp(em_sampler *s, const float *logits, const uint32_t *allow, uint32_t n_top,
+                             em_sample_lp *lp)
 {
-    const float *x = steered(s, logits);
+    const float *x = steered(s, logits, allow);
+    if (allow && x == logits)
+        return -1;   /* could not mask: no token rather than a forbidden one */
     int32_t id = draw(s, x);
     if (lp)
         logprobs(s, x, id, n_top, lp);

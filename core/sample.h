@@ -79,7 +79,14 @@ typedef struct {
  * the chosen token's log-probability and the n_top most likely tokens
  * (n_top <= EM_SAMPLE_MAX_TOP). */
 int32_t em_sampler_sample(em_sampler *s, const float *logits);
-int32_t em_sampler_sample_lp(em_sampler *s, const float *logits, uint32_t n_top, em_sample_lp *lp);
+/* The same, with allow (NULL: every token) a bit set over the vocabulary
+ * ((n_vocab + 31) / 32 words, bit i of word i / 32 for token i; borrowed)
+ * of the tokens that may be chosen — a grammar's; the others are out of the
+ * draw and of the log-probabilities (-inf). The caller makes sure at least
+ * one bit is set. -1 (no token) when allow is given and the masked copy of
+ * the logits cannot be allocated. */
+int32_t em_sampler_sample_lp(em_sampler *s, const float *logits, const uint32_t *allow, uint32_t n_top,
+                             em_sample_lp *lp);
 
 /* Index of the largest value (lowest index on ties). */
 int32_t em_argmax(const float *v, uint32_t n);

@@ -127,6 +127,8 @@ void em_req_unref(em_request *r)
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
     em_sampler_destroy(r->sampler);
+    if (r->con.ctx && r->con.destroy)
+        r->con.destroy(r->con.ctx);
     free(r->toks);
     free(r->stop_tokens);
     for (int i = 0; i < EM_MAX_STOP; i++)

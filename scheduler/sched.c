@@ -42,6 +42,9 @@ struct em_sched {
     em_kv_copy         *copies;
     uint32_t            max_copies;
     float              *logits;
+    uint32_t           *allow;       /* [(n_vocab + 31) / 32]: a constrained request's tokens */
+    int32_t            *eog;         /* the vocabulary's end-of-generation ids */
+    uint32_t            n_eog;
 
     em_sched_stats      st;
     double              recover_after;   /* recover_device: no rebuild before this (monotonic s) */
@@ -285,6 +288,37 @@ static int is_stop_token(const em_request *r, int32_t id)
     return 0;
 }
 
+/* The tokens a constrained request may take next into s->allow: the
+ * constraint's, the end-of-generation ids when it can end there (never
+ * with ignore_eog). Nonzero with why filled when there are none, or the
+ * constraint failed. */
+static int constrain(em_sched *s, em_request *r, char *why, size_t cap)
+{
+    uint32_t words = (s->be.n_vocab + 31) / 32;
+    memset(s->allow, 0, words * sizeof *s->allow);
+    em_err err = { 0 };
+    if (r->con.allowed(r->con.ctx, s->allow, &err)) {
+        snprintf(why, cap, "%s", err.msg);
+        return -1;
+    }
+    int can_end = !r->ignore_eog && r->con.can_end(r->con.ctx);
+    for (uint32_t i = 0; i < s->n_eog; i++) {
+        if (can_end)
+            s->allow[s->eog[i] / 32] |= 1u << (s->eog[i] % 32);
+        else
+            s->allow[s->eog[i] / 32] &= ~(1u << (s->eog[i] % 32));
+    }
+    for (uint32_t i = 0; i < r->n_stop_tokens; i++)   /* a stop token ends the output: only where it may */
+        if (!can_end && (uint32_t)r->stop_tokens[i] < s->be.n_vocab)
+            s->allow[r->stop_tokens[i] / 32] &= ~(1u << (r->stop_tokens[i] % 32));
+    for (uint32_t w = 0; w < words; w++)
+        if (s->allow[w])
+            return 0;
+    snprintf(why, cap, "the output's grammar allows no token of the vocabulary here (after %u generated tokens)",
+             r->n_gen);
+    return -1;
+}
+
 /* After the step: advance every request in the batch, sample where it
  * produced logits, emit, and finish what is done. */
 static void advance(em_sched *s, uint32_t T, uint32_t L, double now)
@@ -307,7 +341,20 @@ static void advance(em_sched *s, uint32_t T, uint32_t L, double now)
             li++;
         const float *lg = s->logits + (size_t)li * s->be.n_vocab;
         em_sample_lp lp;
-        int32_t id = em_sampler_sample_lp(r->sampler, lg, r->top_logprobs, r->logprobs ? &lp : NULL);
+        const uint32_t *allow = NULL;
+        if (r->con.ctx) {
+            char why[200];
+            if (constrain(s, r, why, sizeof why)) {
+                finish_running(s, r, EM_FINISH_ERROR, why);
+                continue;
+            }
+            allow = s->allow;
+        }
+        int32_t id = em_sampler_sample_lp(r->sampler, lg, allow, r->top_logprobs, r->logprobs ? &lp : NULL);
+        if (id < 0) {
+            finish_running(s, r, EM_FINISH_ERROR, "out of memory");
+            continue;
+        }
         gen++;
         if ((!r->ignore_eog && em_tokenizer_is_eog(s->tok, id)) || is_stop_token(r, id)) {
             finish_running(s, r, EM_FINISH_STOP, NULL);
@@ -317,7 +364,14 @@ static void advance(em_sched *s, uint32_t T, uint32_t L, double now)
             finish_running(s, r, EM_FINISH_ERROR, "out of memory");
             continue;
         }
+        em_err cerr = { 0 };
+        if (r->con.ctx && r->con.accept(r->con.ctx, id, &cerr)) {
+            finish_running(s, r, EM_FINISH_ERROR, cerr.msg);
+            continue;
+        }
         int stopped = em_req_emit_token(r, s->tok, id, r->logprobs ? &lp : NULL, now);
+        if (!stopped && r->con.ctx && r->con.done(r->con.ctx))
+            stopped = 1;   /* the constraint is complete: nothing more may follow */
         if (stopped)
             finish_running(s, r, EM_FINISH_STOP, NULL);
         else if ((r->max_tokens && r->n_gen >= r->max_tokens) || r->n_toks >= s->be.max_ctx)
@@ -642,8 +696,16 @@ int em_sched_create(const em_sched_opts *o, const em_sched_backend *backend,
         s->b_tables = calloc(s->be.max_seqs, sizeof *s->b_tables);
         s->copies = malloc(s->max_copies * sizeof *s->copies);
         s->logits = malloc((size_t)s->be.max_logits * s->be.n_vocab * sizeof *s->logits);
+        s->allow = malloc((s->be.n_vocab + 31) / 32 * sizeof *s->allow);
+        uint32_t nt = tok ? em_tokenizer_n_vocab(tok) : 0;
+        for (uint32_t i = 0; i < nt; i++)
+            s->n_eog += em_tokenizer_is_eog(tok, (int32_t)i) != 0;
+        s->eog = malloc((s->n_eog + 1) * sizeof *s->eog);
+        for (uint32_t i = 0, k = 0; s->eog && i < nt; i++)
+            if (em_tokenizer_is_eog(tok, (int32_t)i))
+                s->eog[k++] = (int32_t)i;
         if (!s->b_tok || !s->b_pos || !s->b_seq || !s->b_rows || !s->b_dec || !s->b_req || !s->b_cnt ||
-            !s->b_tables || !s->copies || !s->logits)
+            !s->b_tables || !s->copies || !s->logits || !s->allow || !s->eog)
             rc = em_err_set(err, EM_ENOMEM, "scheduler: out of memory");
     }
     if (!rc && pthread_create(&s->th, NULL, thread_main, s) != 0)
@@ -673,6 +735,7 @@ void em_sched_destroy(em_sched *s)
     em_kv_destroy(s->kv);
     free(s->b_tok); free(s->b_pos); free(s->b_seq); free(s->b_rows); free(s->b_dec); free(s->b_req);
     free(s->b_cnt); free(s->b_tables); free(s->copies); free(s->logits);
+    free(s->allow); free(s->eog);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     pthread_cond_destroy(&s->idle_cv);
@@ -720,6 +783,7 @@ int em_sched_submit(em_sched *s, const em_req_params *p, em_request **out, uint3
     em_request *r = em_req_new(p, s->be.n_vocab, order, err);
     if (!r)
         return err ? err->code : EM_ENOMEM;
+    r->con = p->constraint;   /* the scheduler's from here */
     r->m.t_submit = em_sched_now();
     pthread_mutex_lock(&s->mu);
     list_insert(&s->waitq[r->cls], r);

@@ -27,6 +27,7 @@ struct em_request {
     int              ignore_eog;
     int              logprobs;
     uint32_t         top_logprobs;
+    em_constraint    con;            /* owned (ctx NULL: none) */
     void           (*notify)(void *user);
     void            *user;
 

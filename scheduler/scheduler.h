@@ -89,6 +89,26 @@ void em_sched_backend_gpu_recovery(em_sched_backend *be, int (*rebuild)(void *ar
 
 #define EM_MAX_STOP 4
 
+/* A constraint on what a request may generate (a grammar, web/ builds it
+ * from core/grammar.h): before each token the scheduler asks which tokens
+ * are allowed, after it says which was chosen. ctx NULL: none. The
+ * scheduler owns ctx once em_sched_submit succeeded (destroy is called
+ * when the request is freed); on a failed submit it is still the caller's.
+ * All calls on the scheduler thread. */
+typedef struct {
+    void *ctx;
+    /* Set bit i of allow[(n_vocab + 31) / 32] (zeroed by the caller) for each
+     * token that may come next, end-of-generation tokens aside (the
+     * scheduler allows those when can_end). 0, or an error code with err
+     * set: the request fails with it. */
+    int  (*allowed)(void *ctx, uint32_t *allow, em_err *err);
+    /* The token chosen (an allowed one, not an end-of-generation token). */
+    int  (*accept)(void *ctx, int32_t id, em_err *err);
+    int  (*can_end)(void *ctx);   /* 1: the output is complete here */
+    int  (*done)(void *ctx);      /* 1: complete, and nothing may follow: the request stops */
+    void (*destroy)(void *ctx);
+} em_constraint;
+
 typedef struct {
     const int32_t   *prompt;        /* copied at submit */
     uint32_t         n_prompt;
@@ -101,6 +121,7 @@ typedef struct {
     int              ignore_eog;    /* generate through end-of-text tokens (benchmarks) */
     int              logprobs;      /* TOKEN events carry the token's log-probability */
     uint32_t         top_logprobs;  /* and the most likely alternatives (<= EM_SAMPLE_MAX_TOP) */
+    em_constraint    constraint;    /* taken on success (see em_constraint) */
     void           (*notify)(void *user);  /* called on the scheduler thread after events */
     void            *user;          /* passed to notify, never dereferenced */
 } em_req_params;

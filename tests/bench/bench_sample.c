@@ -64,7 +64,7 @@ int main(void)
             volatile int32_t sink = 0;
             double t0 = now_us();
             for (int r = 0; r < reps; r++)
-                sink += mode == 4 ? em_sampler_sample_lp(s, lg, 20, &lp) : em_sampler_sample(s, lg);
+                sink += mode == 4 ? em_sampler_sample_lp(s, lg, NULL, 20, &lp) : em_sampler_sample(s, lg);
             double us = (now_us() - t0) / reps;
             printf("%-8u %-34s %12.1f\n", V, names[mode], us);
             em_sampler_destroy(s);

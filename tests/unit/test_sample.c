@@ -78,7 +78,7 @@ static void test_steering(void)
         want[i] = x;
     }
     em_sample_lp lp;
-    int32_t id = em_sampler_sample_lp(s, lg, 20, &lp);
+    int32_t id = em_sampler_sample_lp(s, lg, NULL, 20, &lp);
     int best = 0;
     for (int i = 1; i < NV; i++)
         best = want[i] > want[best] ? i : best;
@@ -102,7 +102,7 @@ static void test_steering(void)
     CHECK(lg[7] == (float)((7 * 37) % NV) / 8.0f - 3.0f);
     /* forget: only the bias stays */
     em_sampler_forget(s);
-    id = em_sampler_sample_lp(s, lg, 0, &lp);
+    id = em_sampler_sample_lp(s, lg, NULL, 0, &lp);
     double plain[NV];
     int pbest = 0;
     for (int i = 0; i < NV; i++) {

@@ -8,7 +8,9 @@
  * which must equal the same request computed alone. Directed tests cover
  * priority order, aging, preemption and resume, cancellation, the queue
  * bound, queue positions, requests that cannot fit, stop strings and the
- * busy time and rates of em_sched_get_stats; a randomized test runs hundreds of scenarios and checks that every request finishes exactly once,
+ * busy time and rates of em_sched_get_stats, a constraint (as a grammar
+ * is: only its tokens, end-of-text only where it may end, stop when done,
+ * a dead end an error, its state freed once); a randomized test runs hundreds of scenarios and checks that every request finishes exactly once,
  * correctly, and that no KV block leaks. */
 #include <pthread.h>
 #include <stdint.h>
@@ -562,6 +564,105 @@ static void test_stop_string(em_tokenizer *tok)
     fake_free(f);
 }
 
+/* ---- constraints ----------------------------------------------------------------------------- */
+
+typedef struct {
+    uint32_t n, lo, hi;      /* tokens taken; allowed ids [lo, hi) */
+    uint32_t min_len, max_len;
+    int      bad_accept, destroyed, *freed;
+} toy_con;
+
+static int toy_allowed(void *ctx, uint32_t *allow, em_err *err)
+{
+    (void)err;
+    toy_con *c = ctx;
+    for (uint32_t id = c->lo; id < c->hi; id++)
+        allow[id / 32] |= 1u << (id % 32);
+    return 0;
+}
+
+static int toy_accept(void *ctx, int32_t id, em_err *err)
+{
+    toy_con *c = ctx;
+    if ((uint32_t)id < c->lo || (uint32_t)id >= c->hi)
+        c->bad_accept++;
+    c->n++;
+    return c->n > c->max_len ? em_err_set(err, EM_EINVAL, "toy: too long") : 0;
+}
+
+static int toy_can_end(void *ctx) { toy_con *c = ctx; return c->n >= c->min_len; }
+static int toy_done(void *ctx) { toy_con *c = ctx; return c->n >= c->max_len; }
+static void toy_destroy(void *ctx) { toy_con *c = ctx; (*c->freed)++; }
+
+static em_finish run_constrained(em_sched *s, toy_con *c, int32_t *prompt, uint32_t n_prompt, int32_t *got,
+                                 uint32_t *n_got, char *error, size_t cap)
+{
+    em_req_params p = { .prompt = prompt, .n_prompt = n_prompt, .max_tokens = 40,
+                        .constraint = { c, toy_allowed, toy_accept, toy_can_end, toy_done, toy_destroy } };
+    p.sample.top_p = 1;
+    p.sample.temp = 1;   /* sampled: the mask must hold for any draw */
+    p.sample.seed = 5;
+    em_request *r = NULL;
+    em_err e = { 0 };
+    CHECKF(em_sched_submit(s, &p, &r, NULL, &e) == 0, "%s", e.msg);
+    em_event ev;
+    em_finish fin = EM_FINISH_NONE;
+    *n_got = 0;
+    while (fin == EM_FINISH_NONE && r && em_request_next(r, &ev, 5000)) {
+        if (ev.kind == EM_EV_TOKEN && *n_got < 64)
+            got[(*n_got)++] = ev.token;
+        if (ev.kind == EM_EV_DONE) {
+            fin = ev.finish;
+            snprintf(error, cap, "%s", ev.error);
+        }
+        em_event_clear(&ev);
+    }
+    em_request_release(r);
+    return fin;
+}
+
+static void test_constraint(em_tokenizer *tok)
+{
+    em_sched_backend be;
+    fake *f = fake_new(64, 2, 256, 32, &be);
+    em_sched *s = mk(&be, 32, 60000, 0, tok);
+    job j;
+    fill_prompt(&j, 12, 3, 0);
+    int freed = 0;
+    int32_t got[64];
+    uint32_t n = 0;
+    char error[256];
+    /* the words w10..w14 only, 3 to 6 of them */
+    toy_con c = { .lo = 269, .hi = 274, .min_len = 3, .max_len = 6, .freed = &freed };
+    em_finish fin = run_constrained(s, &c, j.prompt, 12, got, &n, error, sizeof error);
+    CHECKF(fin == EM_FINISH_STOP && n >= 3 && n <= 6 && c.bad_accept == 0, "constrained: %s after %u tokens",
+           em_finish_name(fin), n);
+    for (uint32_t i = 0; i < n; i++)
+        CHECKF(got[i] >= 269 && got[i] < 274, "token %u: %d is not allowed", i, got[i]);
+    CHECK(c.n == n);   /* every token emitted went through accept */
+    /* only end-of-text allowed once it may end, and it may end at once: no token, stop */
+    toy_con e0 = { .lo = 0, .hi = 0, .min_len = 0, .max_len = 6, .freed = &freed };
+    fin = run_constrained(s, &e0, j.prompt, 12, got, &n, error, sizeof error);
+    CHECKF(fin == EM_FINISH_STOP && n == 0, "only EOS: %s after %u tokens", em_finish_name(fin), n);
+    /* a dead end: nothing allowed and it may not end */
+    toy_con dead = { .lo = 0, .hi = 0, .min_len = 1, .max_len = 6, .freed = &freed };
+    fin = run_constrained(s, &dead, j.prompt, 12, got, &n, error, sizeof error);
+    CHECKF(fin == EM_FINISH_ERROR && n == 0 && strstr(error, "allows no token"), "dead end: %s [%s]",
+           em_finish_name(fin), error);
+    em_sched_destroy(s);
+    CHECKF(freed == 3, "constraints freed: %d of 3", freed);
+    /* a refused submit leaves the constraint with the caller */
+    s = mk(&be, 32, 60000, 0, tok);
+    toy_con keep = { .lo = 269, .hi = 274, .min_len = 1, .max_len = 2, .freed = &freed };
+    em_req_params p = { .prompt = j.prompt, .n_prompt = 0,
+                        .constraint = { &keep, toy_allowed, toy_accept, toy_can_end, toy_done, toy_destroy } };
+    em_request *r = NULL;
+    CHECK(em_sched_submit(s, &p, &r, NULL, NULL) != 0 && !r);
+    em_sched_destroy(s);
+    CHECKF(freed == 3, "a refused request's constraint freed by the scheduler (%d)", freed);
+    fake_free(f);
+}
+
 /* ---- randomized ---------------------------------------------------------------------------- */
 
 static void test_random(em_tokenizer *tok)
@@ -717,6 +818,7 @@ int main(void)
     test_cancel_and_limits(tok);
     test_queue_position(tok);
     test_stop_string(tok);
+    test_constraint(tok);
     test_background_step_bound(tok);
     test_busy_time(tok);
     test_random(tok);
