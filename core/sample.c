@@ -16,6 +16,7 @@ typedef struct {
     int32_t  id;
     uint32_t n_gen;      /* times generated */
     uint8_t  in_prompt;
+    float    bias;       /* logit_bias */
 } seen;
 
 struct em_sampler {
@@ -56,6 +57,41 @@ static uint64_t next_u64(uint64_t s[4])
     s[2] ^= t;
     s[3] = rotl(s[3], 45);
     return r;
+}
+
+static uint32_t slot_of(const em_sampler *s, int32_t id)
+{
+    uint32_t h = ((uint32_t)id * 0x9e3779b1u) & (s->cap - 1);
+    while (s->tab[h].id != id && s->tab[h].id != -1)
+        h = (h + 1) & (s->cap - 1);
+    return h;
+}
+
+/* The table's entry of id, made when new (the table kept at most half
+ * full); NULL when it cannot grow. */
+static seen *entry(em_sampler *s, int32_t id)
+{
+    if (2 * (s->used + 1) > s->cap) {
+        uint32_t cap = s->cap ? s->cap * 2 : 256;
+        seen *t = malloc(cap * sizeof *t), *old = s->tab;
+        if (!t)
+            return NULL;
+        for (uint32_t i = 0; i < cap; i++)
+            t[i].id = -1;
+        uint32_t old_cap = s->cap;
+        s->tab = t;
+        s->cap = cap;
+        for (uint32_t i = 0; i < old_cap; i++)
+            if (old[i].id != -1)
+                s->tab[slot_of(s, old[i].id)] = old[i];
+        free(old);
+    }
+    seen *e = &s->tab[slot_of(s, id)];
+    if (e->id == -1) {
+        *e = (seen){ .id = id };
+        s->used++;
+    }
+    return e;
 }
 
 int em_sampler_create(const em_sample_params *p, uint32_t n_vocab, em_sampler **out, em_err *err)
@@ -100,6 +136,14 @@ int em_sampler_create(const em_sample_params *p, uint32_t n_vocab, em_sampler **
     if (p->n_logit_bias)
         memcpy(s->bias, p->logit_bias, p->n_logit_bias * sizeof *s->bias);
     s->prm.logit_bias = s->bias;
+    for (uint32_t i = 0; i < p->n_logit_bias; i++) {
+        seen *e = entry(s, p->logit_bias[i].id);
+        if (!e) {
+            em_sampler_destroy(s);
+            return em_err_set(err, EM_ENOMEM, "sampling: out of memory");
+        }
+        e->bias += p->logit_bias[i].bias;
+    }
     uint64_t x = p->seed;
     for (int i = 0; i < 4; i++)
         s->rng[i] = splitmix64(&x);
@@ -118,40 +162,13 @@ void em_sampler_destroy(em_sampler *s)
     free(s);
 }
 
-static uint32_t slot_of(const em_sampler *s, int32_t id)
-{
-    uint32_t h = ((uint32_t)id * 0x9e3779b1u) & (s->cap - 1);
-    while (s->tab[h].id != id && s->tab[h].id != -1)
-        h = (h + 1) & (s->cap - 1);
-    return h;
-}
-
 int em_sampler_accept(em_sampler *s, int32_t id, int generated)
 {
     if (!s->penalize || id < 0 || (uint32_t)id >= s->n_vocab)
         return 0;
-    if (2 * (s->used + 1) > s->cap) {   /* keep the table at most half full */
-        uint32_t cap = s->cap ? s->cap * 2 : 256;
-        seen *t = malloc(cap * sizeof *t), *old = s->tab;
-        if (!t)
-            return EM_ENOMEM;
-        for (uint32_t i = 0; i < cap; i++)
-            t[i].id = -1;
-        uint32_t old_cap = s->cap;
-        s->tab = t;
-        s->cap = cap;
-        for (uint32_t i = 0; i < old_cap; i++)
-            if (old[i].id != -1)
-                s->tab[slot_of(s, old[i].id)] = old[i];
-        free(old);
-    }
-    seen *e = &s->tab[slot_of(s, id)];
-    if (e->id == -1) {
-        e->id = id;
-        e->n_gen = 0;
-        e->in_prompt = 0;
-        s->used++;
-    }
+    seen *e = entry(s, id);
+    if (!e)
+        return EM_ENOMEM;
     if (generated)
         e->n_gen++;
     else
@@ -161,21 +178,61 @@ int em_sampler_accept(em_sampler *s, int32_t id, int generated)
 
 void em_sampler_forget(em_sampler *s)
 {
-    for (uint32_t i = 0; i < s->cap; i++)
-        s->tab[i].id = -1;
-    s->used = 0;
+    for (uint32_t i = 0; i < s->cap; i++) {   /* the biased ids stay */
+        s->tab[i].n_gen = 0;
+        s->tab[i].in_prompt = 0;
+    }
+}
+
+/* What the penalties and the bias make of a seen token: x becomes
+ * (rep != 1 ? (x > 0 ? x / rep : x * rep) : x) - sub. 0 when nothing. */
+static int adj_of(const em_sampler *s, const seen *e, float *rep, float *sub)
+{
+    const em_sample_params *p = &s->prm;
+    float rp = p->repetition_penalty;
+    *rep = (e->n_gen || e->in_prompt) && rp != 0 && rp != 1 ? rp : 1;
+    *sub = (e->n_gen ? p->frequency_penalty * (float)e->n_gen + p->presence_penalty : 0) - e->bias;
+    return *rep != 1 || *sub != 0;
+}
+
+uint32_t em_sampler_adjustments(const em_sampler *s, em_sample_adj *out, uint32_t cap)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < s->cap; i++) {
+        float rep, sub;
+        if (s->tab[i].id == -1 || !adj_of(s, &s->tab[i], &rep, &sub))
+            continue;
+        if (n < cap)
+            out[n] = (em_sample_adj){ s->tab[i].id, rep, sub };
+        n++;
+    }
+    return n;
+}
+
+float em_sampler_temp(const em_sampler *s)
+{
+    return s->prm.top_k == 1 ? 0 : s->prm.temp;
 }
 
 /* The logits the draw sees: a copy with the penalties and the bias applied
- * (only the seen and the biased tokens change), or the logits themselves. */
+ * (only the seen and the biased tokens change) and the tokens outside
+ * allow at -inf, or the logits themselves. */
 static const float *steered(em_sampler *s, const float *logits, const uint32_t *allow)
 {
     if (!s->adj && !allow)
         return logits;
     if (!s->adj && !(s->adj = malloc((size_t)s->n_vocab * sizeof *s->adj)))
         return logits;   /* out of memory: unmasked rather than nothing (em_sampler_sample_lp masks after) */
-    const em_sample_params *p = &s->prm;
     memcpy(s->adj, logits, (size_t)s->n_vocab * sizeof *s->adj);
+    for (uint32_t i = 0; i < s->cap; i++) {
+        float rep, sub;
+        if (s->tab[i].id == -1 || !adj_of(s, &s->tab[i], &rep, &sub))
+            continue;
+        float *x = &s->adj[s->tab[i].id];
+        if (rep != 1)
+            *x = *x > 0 ? *x / rep : *x * rep;
+        *x -= sub;
+    }
     for (uint32_t w = 0; allow && w < (s->n_vocab + 31) / 32; w++) {
         if (allow[w] == 0xffffffffu)
             continue;
@@ -183,18 +240,6 @@ static const float *steered(em_sampler *s, const float *logits, const uint32_t *
             if (!(allow[w] >> b & 1))
                 s->adj[w * 32 + b] = -INFINITY;
     }
-    for (uint32_t i = 0; i < s->cap; i++) {
-        const seen *e = &s->tab[i];
-        if (e->id == -1)
-            continue;
-        float *x = &s->adj[e->id];
-        if (p->repetition_penalty != 0 && p->repetition_penalty != 1)
-            *x = *x > 0 ? *x / p->repetition_penalty : *x * p->repetition_penalty;
-        if (e->n_gen)
-            *x -= p->frequency_penalty * (float)e->n_gen + p->presence_penalty;
-    }
-    for (uint32_t i = 0; i < p->n_logit_bias; i++)
-        s->adj[s->bias[i].id] += s->bias[i].bias;
     return s->adj;
 }
 
@@ -376,5 +421,124 @@ int32_t em_sampler_sample_lp(em_sampler *s, const float *logits, const uint32_t 
     int32_t id = draw(s, x);
     if (lp)
         logprobs(s, x, id, n_top, lp);
+    return id;
+}
+
+int32_t em_sampler_sample_steered(em_sampler *s, const float *row, uint32_t n_top, em_sample_lp *lp)
+{
+    int32_t id = draw(s, row);
+    if (lp)
+        logprobs(s, row, id, n_top, lp);
+    return id;
+}
+
+/* The first of c[0, n) (sorted, descending) whose p is not above the last
+ * one's: how many are sure to precede every token outside them. */
+static uint32_t above_last(const cand *c, uint32_t n)
+{
+    uint32_t k = n;
+    while (k > 0 && !(c[k - 1].p > c[n - 1].p))
+        k--;
+    return k;
+}
+
+int32_t em_sampler_sample_top(em_sampler *s, const em_sample_top *top, uint32_t n_top, em_sample_lp *lp)
+{
+    const em_sample_params *p = &s->prm;
+    uint32_t n = top->n < EM_SAMPLE_TOPK ? top->n : EM_SAMPLE_TOPK;
+    if (n == 0 || !isfinite(top->max))
+        return -1;
+    int whole = n >= s->n_vocab;   /* the candidates are the whole row */
+    /* by value (descending, lowest id on ties): the greedy pick, logprobs */
+    cand v[EM_SAMPLE_TOPK];
+    for (uint32_t i = 0; i < n; i++)
+        v[i] = (cand){ top->val[i], top->id[i] };
+    qsort(v, n, sizeof *v, cmp_cand);
+    uint32_t v_safe = whole ? n : above_last(v, n);
+    float temp = em_sampler_temp(s);
+    int32_t id = -1;
+    uint64_t saved[4];
+    memcpy(saved, s->rng, sizeof saved);
+    if (temp == 0) {
+        id = top->argmax >= 0 && (uint32_t)top->argmax < s->n_vocab ? top->argmax : 0;
+    } else {
+        /* as draw(): p = expf((x - max) / T) / sum in the host's order (p
+         * descending, lowest id on ties), then min-p, top-k, top-p, the
+         * walk, as far as the candidates surely first go */
+        double sum = top->sum_t;
+        if (!(sum > 0))
+            return -1;
+        cand c[EM_SAMPLE_TOPK];
+        for (uint32_t i = 0; i < n; i++)
+            c[i] = (cand){ (float)(expf((v[i].p - top->max) / temp) / sum), v[i].id };
+        qsort(c, n, sizeof *c, cmp_cand);
+        uint32_t safe = whole ? n : above_last(c, n);
+        uint32_t m = safe;      /* what is known of the kept set */
+        int m_whole = whole;    /* m is all of it */
+        if (p->min_p > 0) {
+            float floor_p = p->min_p * (float)(1.0 / sum);
+            uint32_t k = 0;
+            while (k < safe && c[k].p >= floor_p)
+                k++;
+            if (k < safe) {
+                if (k == 0)
+                    return -1;   /* nothing kept: the host's rule, on the row */
+                m = k;
+                m_whole = 1;
+            }
+        }
+        if (p->top_k > 0 && (uint32_t)p->top_k <= m) {
+            m = (uint32_t)p->top_k;
+            m_whole = 1;
+        }
+        if (p->top_p < 1) {
+            double cum = 0;
+            uint32_t k = 0;
+            while (k < m && cum < p->top_p)
+                cum += c[k++].p;
+            if (cum >= p->top_p) {
+                m = k;
+                m_whole = 1;
+            }
+        }
+        double total = 0;
+        if (m_whole)
+            for (uint32_t i = 0; i < m; i++)
+                total += c[i].p;
+        else if (p->top_k == 0 && p->top_p >= 1 && p->min_p <= 0)
+            total = 1;   /* nothing filtered: the p add up to 1 (the host's sum, up to rounding) */
+        else
+            return -1;   /* a filter reaches past the candidates */
+        double r = (double)(next_u64(s->rng) >> 11) * (1.0 / 9007199254740992.0) * total;
+        double acc = 0;
+        for (uint32_t i = 0; i < m && id < 0; i++) {
+            acc += c[i].p;
+            if (r < acc)
+                id = c[i].id;
+        }
+        if (id < 0 && m_whole && m > 0)
+            id = c[m - 1].id;   /* rounding left r past the kept set's sum */
+    }
+    if (id >= 0 && lp) {
+        uint32_t want = n_top > EM_SAMPLE_MAX_TOP ? EM_SAMPLE_MAX_TOP : n_top;
+        want = want > n ? n : want;
+        float chosen = NAN;
+        for (uint32_t i = 0; i < n; i++)
+            if (v[i].id == id)
+                chosen = v[i].p;
+        if (want > v_safe || !(chosen == chosen)) {
+            id = -1;
+        } else {
+            double lse = top->max + log(top->sum1);
+            lp->logprob = (float)(chosen - lse);
+            lp->n_top = want;
+            for (uint32_t i = 0; i < want; i++) {
+                lp->top_id[i] = v[i].id;
+                lp->top_lp[i] = (float)(v[i].p - lse);
+            }
+        }
+    }
+    if (id < 0)
+        memcpy(s->rng, saved, sizeof saved);   /* the row's draw takes the same number */
     return id;
 }

@@ -88,6 +88,47 @@ int32_t em_sampler_sample(em_sampler *s, const float *logits);
 int32_t em_sampler_sample_lp(em_sampler *s, const float *logits, const uint32_t *allow, uint32_t n_top,
                              em_sample_lp *lp);
 
+/* ---- choosing on the device (core/forward.h em_fwd_step_top) ----
+ * The steering above, as a list of distinct token ids for a kernel: token
+ * id's logit x becomes (rep != 1 ? (x > 0 ? x / rep : x * rep) : x) - sub. */
+typedef struct {
+    int32_t id;
+    float   rep, sub;
+} em_sample_adj;
+
+/* Writes up to cap entries into out; returns how many there are (at most
+ * the distinct tokens accepted plus the logit_bias entries). */
+uint32_t em_sampler_adjustments(const em_sampler *s, em_sample_adj *out, uint32_t cap);
+/* The temperature the draw uses; 0 for greedy (temp 0 or top_k 1). */
+float    em_sampler_temp(const em_sampler *s);
+
+#define EM_SAMPLE_TOPK 64
+
+/* What a device kernel reports of a steered row: its maximum and argmax
+ * (lowest id on ties), the sums over the whole row of exp(x - max) and of
+ * exp((x - max) / T) at the sampler's temperature, and its n largest
+ * values (n = min(EM_SAMPLE_TOPK, n_vocab); ties at the n-th value: the
+ * lowest ids) with their ids, in any order (borrowed). */
+typedef struct {
+    float          max;
+    int32_t        argmax;
+    float          sum1, sum_t;
+    uint32_t       n;
+    const int32_t *id;
+    const float   *val;
+} em_sample_top;
+
+/* Choose from top alone what em_sampler_sample_lp would choose from the
+ * whole steered row: the same greedy pick, and the same filters and draw
+ * as long as they stay among the candidates strictly above the n-th value
+ * (the draw's sums then differ from the host's in float rounding only).
+ * Returns the id, or -1 when the choice needs the rest of the row: then
+ * call em_sampler_sample_steered on it (the PRNG has not moved). */
+int32_t em_sampler_sample_top(em_sampler *s, const em_sample_top *top, uint32_t n_top, em_sample_lp *lp);
+/* Choose from a row the kernel has already steered and masked (row
+ * borrowed, not modified). */
+int32_t em_sampler_sample_steered(em_sampler *s, const float *row, uint32_t n_top, em_sample_lp *lp);
+
 /* Index of the largest value (lowest index on ties). */
 int32_t em_argmax(const float *v, uint32_t n);
 

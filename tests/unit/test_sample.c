@@ -147,6 +147,119 @@ static void test_steering(void)
     }
 }
 
+/* What shaders/topk.comp reports of a steered row, computed here. */
+static void top_of(const float *x, uint32_t n, float temp, int32_t *ids, float *vals, em_sample_top *t)
+{
+    int32_t am = em_argmax(x, n);
+    double s1 = 0, st = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        s1 += exp((double)x[i] - x[am]);
+        st += temp > 0 ? exp(((double)x[i] - x[am]) / temp) : 0;
+    }
+    /* the K largest, ties: lowest ids (a stable selection by value) */
+    uint32_t k = n < EM_SAMPLE_TOPK ? n : EM_SAMPLE_TOPK;
+    uint8_t taken[4096] = { 0 };
+    for (uint32_t j = 0; j < k; j++) {
+        int32_t best = -1;
+        for (uint32_t i = 0; i < n; i++)
+            if (!taken[i] && (best < 0 || x[i] > x[best]))
+                best = (int32_t)i;
+        taken[best] = 1;
+        ids[j] = best;
+        vals[j] = x[best];
+    }
+    /* shuffle, as the kernel's order is not sorted */
+    for (uint32_t j = 0; j + 1 < k; j += 2) {
+        int32_t ti = ids[j]; ids[j] = ids[j + 1]; ids[j + 1] = ti;
+        float tv = vals[j]; vals[j] = vals[j + 1]; vals[j + 1] = tv;
+    }
+    *t = (em_sample_top){ x[am], am, (float)s1, (float)st, k, ids, vals };
+}
+
+/* em_sampler_sample_top against em_sampler_sample_lp on the same row: the
+ * same ids (and log-probabilities) draw after draw, or -1 and then the
+ * steered row gives the host's pick. */
+static void test_top(void)
+{
+    enum { N = 3000 };
+    static float lg[N], row[N];
+    uint64_t x = 12345;
+    for (int i = 0; i < N; i++) {
+        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+        lg[i] = (float)(-6 + 14 * pow((double)(x >> 11) / 9007199254740992.0, 5));
+        if (i % 97 == 0)
+            lg[i] = lg[i - i % 194];   /* ties */
+    }
+    static const struct { float temp; int32_t top_k; float top_p, min_p; uint32_t n_top; } cases[] = {
+        { 0, 0, 1, 0, 5 }, { 1, 0, 1, 0, 0 }, { 0.8f, 40, 0.95f, 0.05f, 3 }, { 1.2f, 10, 1, 0, 20 },
+        { 1, 0, 0.5f, 0, 0 }, { 1, 0, 1, 0.1f, 0 }, { 3, 0, 1, 0, 2 }, { 1, 100, 1, 0, 0 },
+    };
+    uint32_t allow[(N + 31) / 32];
+    for (uint32_t w = 0; w < (N + 31) / 32; w++)
+        allow[w] = 0xf0f0f0f0u ^ (w * 2654435761u);
+    em_logit_bias bias[2] = { { 17, 3 }, { 40, -100 } };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        for (int masked = 0; masked < 2; masked++) {
+            em_sample_params p = em_sample_defaults();
+            p.temp = cases[ci].temp;
+            p.top_k = cases[ci].top_k;
+            p.top_p = cases[ci].top_p;
+            p.min_p = cases[ci].min_p;
+            p.seed = 99 + ci;
+            p.frequency_penalty = 0.3f;
+            p.repetition_penalty = 1.2f;
+            p.logit_bias = bias;
+            p.n_logit_bias = 2;
+            em_sampler *a = NULL, *b = NULL;
+            CHECK(em_sampler_create(&p, N, &a, NULL) == 0 && em_sampler_create(&p, N, &b, NULL) == 0);
+            int fell_back = 0, same = 0;
+            for (int d = 0; d < 300; d++) {
+                em_sample_lp la, lb;
+                int32_t want = em_sampler_sample_lp(a, lg, masked ? allow : NULL, cases[ci].n_top, &la);
+                /* the row as the kernel leaves it: steered by the adjustments, masked */
+                em_sample_adj adj[4096];
+                uint32_t na = em_sampler_adjustments(b, adj, 4096);
+                memcpy(row, lg, sizeof row);
+                for (uint32_t i = 0; i < na; i++) {
+                    float *v = &row[adj[i].id];
+                    if (adj[i].rep != 1)
+                        *v = *v > 0 ? *v / adj[i].rep : *v * adj[i].rep;
+                    *v -= adj[i].sub;
+                }
+                for (int i = 0; masked && i < N; i++)
+                    if (!(allow[i / 32] >> (i % 32) & 1))
+                        row[i] = -INFINITY;
+                int32_t ids[EM_SAMPLE_TOPK];
+                float vals[EM_SAMPLE_TOPK];
+                em_sample_top t;
+                top_of(row, N, em_sampler_temp(b), ids, vals, &t);
+                int32_t got = em_sampler_sample_top(b, &t, cases[ci].n_top, &lb);
+                if (got < 0) {
+                    fell_back++;
+                    got = em_sampler_sample_steered(b, row, cases[ci].n_top, &lb);
+                }
+                same += got == want;
+                CHECKF(got == want, "case %zu%s draw %d: %d, the host %d", ci, masked ? " masked" : "", d, got, want);
+                CHECKF(fabsf(lb.logprob - la.logprob) < 1e-4f && (cases[ci].n_top == 0 || lb.n_top == la.n_top),
+                       "case %zu draw %d: logprob %g vs %g", ci, d, (double)lb.logprob, (double)la.logprob);
+                for (uint32_t k = 0; k < la.n_top && k < lb.n_top; k++)
+                    CHECKF(la.top_id[k] == lb.top_id[k], "case %zu draw %d: top %u %d vs %d", ci, d, k, lb.top_id[k],
+                           la.top_id[k]);
+                em_sampler_accept(a, want, 1);
+                em_sampler_accept(b, got, 1);
+            }
+            /* greedy never needs the row; a peaked distribution with nothing
+             * filtered seldom does (a draw into the tail past the candidates) */
+            CHECKF(ci != 0 || fell_back == 0, "greedy: %d of 300 fell back to the row", fell_back);
+            CHECKF(ci != 1 || fell_back < 150, "temperature 1, no filter: %d of 300 fell back to the row", fell_back);
+            if (masked)
+                printf("top: case %zu: %d of 300 draws needed the row\n", ci, fell_back);
+            em_sampler_destroy(a);
+            em_sampler_destroy(b);
+        }
+    }
+}
+
 int main(void)
 {
     float lg[NV];
@@ -246,5 +359,6 @@ int main(void)
             em_sampler_destroy(s);
         }
     test_steering();
+    test_top();
     return test_summary("sample");
 }
