@@ -71,6 +71,7 @@ typedef struct {
     uint32_t T, L;            /* tokens, logit rows */
     uint32_t n_dec, n_tiles;  /* decode tokens, prefill tiles */
     uint32_t nsplit;          /* KV splits of decode attention */
+    uint32_t top;             /* the rows summarised on the device (topk.comp) */
 } shape;
 
 typedef struct {
@@ -105,6 +106,9 @@ struct em_fwd {
     em_vk_dset *reduce_ds;
 
     em_vk_buf x, qkv, att, hf, gu, logits, step, vecs, dummy;
+    em_vk_buf steer, cand;         /* topk.comp's input and output */
+    em_vk_dset *topk_ds;
+    uint32_t  steer_adj_max;       /* adjustments per row */
     layer    *layers;
     site      out;
     pmat      embd;                /* token_embd (shared with out when tied) */
@@ -753,6 +757,8 @@ int em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **o
         { &f->hf, plan.hf, EM_VK_MEM_DEVICE },
         { &f->gu, plan.gu, EM_VK_MEM_DEVICE },
         { &f->logits, plan.logits, EM_VK_MEM_READBACK },
+        { &f->steer, plan.steer, EM_VK_MEM_UPLOAD },
+        { &f->cand, plan.cand, EM_VK_MEM_READBACK },
         { &f->step, plan.step, EM_VK_MEM_UPLOAD },
         { &f->dummy, plan.dummy, EM_VK_MEM_DEVICE },
         { &f->part, plan.part, EM_VK_MEM_DEVICE },
@@ -768,11 +774,14 @@ int em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **o
         goto fail;
 
     {
-        em_vk_pipe *rp;
-        em_vk_buf rb[3] = { f->step, f->part, f->att };
+        em_vk_pipe *rp, *tp;
+        em_vk_buf rb[3] = { f->step, f->part, f->att }, tb[3] = { f->logits, f->steer, f->cand };
         if ((rc = get_pipe(f, EM_K_ATTN_REDUCE, 0, 0, &rp, err)) ||
-            (rc = em_vk_dset_create(vk, rp, rb, &f->reduce_ds, err)))
+            (rc = em_vk_dset_create(vk, rp, rb, &f->reduce_ds, err)) ||
+            (rc = get_pipe(f, EM_K_TOPK, 0, 0, &tp, err)) ||
+            (rc = em_vk_dset_create(vk, tp, tb, &f->topk_ds, err)))
             goto fail;
+        f->steer_adj_max = o->max_ctx + EM_SAMPLE_MAX_BIAS;
     }
     em_vk_progress prog;
     em_vk_progress_begin(&prog, "uploading weights", em_model_weight_bytes(m));
@@ -890,7 +899,7 @@ void em_fwd_destroy(em_fwd *f)
         site_free(f, &f->out);
     pmat_free(f, &f->embd);
     em_vk_buf *b[] = { &f->x, &f->qkv, &f->att, &f->hf, &f->gu, &f->logits, &f->step, &f->vecs,
-                       &f->dummy, &f->part };
+                       &f->dummy, &f->part, &f->steer, &f->cand };
     for (size_t i = 0; i < sizeof b / sizeof b[0]; i++)
         em_vk_free(f->vk, b[i]);
     free(f->layers);
@@ -991,6 +1000,14 @@ static int record(em_fwd *f, em_vk_cmd *cmd, const shape *sh, em_err *err)
     }
     if (L > 0 && (rc = site_record(f, cmd, &f->out, L, f->E_st, hp->n_vocab, P_OUT, err)))
         return rc;
+    if (L > 0 && sh->top) {
+        em_pc_topk pt = { hp->n_vocab, EM_TOPK_STRIDE };
+        if ((rc = get_pipe(f, EM_K_TOPK, 0, 0, &p, err)))
+            return rc;
+        em_vk_cmd_barrier(cmd);
+        em_vk_cmd_dispatch(cmd, p, f->topk_ds, &pt, L, 1, 1);
+        mark(f, cmd, P_OUT);
+    }
     f->st.dispatches = em_vk_cmd_dispatches(cmd);
     f->st.barriers = em_vk_cmd_barriers(cmd);
     return em_vk_cmd_end(cmd, err);
@@ -1026,10 +1043,86 @@ static int check_batch(const em_fwd *f, const em_fwd_batch *b, em_err *err)
     return 0;
 }
 
+size_t em_topk_steer_words(uint32_t L, uint32_t max_adj, uint32_t n_vocab)
+{
+    return (size_t)L * (4 + 3 * (size_t)max_adj + ((size_t)n_vocab + 31) / 32);
+}
+
+void em_topk_pack(uint32_t *w, const em_fwd_steer *steer, uint32_t L, uint32_t n_vocab)
+{
+    uint32_t words = (n_vocab + 31) / 32, at = 4 * L;
+    for (uint32_t i = 0; i < L; i++) {
+        const em_fwd_steer *st = &steer[i];
+        memcpy(&w[4 * i], &st->temp, 4);
+        w[4 * i + 1] = st->n_adj;
+        w[4 * i + 2] = at;
+        for (uint32_t k = 0; k < st->n_adj; k++) {
+            w[at + 3 * k] = (uint32_t)st->adj[k].id;
+            memcpy(&w[at + 3 * k + 1], &st->adj[k].rep, 4);
+            memcpy(&w[at + 3 * k + 2], &st->adj[k].sub, 4);
+        }
+        at += 3 * st->n_adj;
+        if (st->allow) {
+            w[4 * i + 3] = at;
+            memcpy(&w[at], st->allow, words * 4);
+            at += words;
+        } else {
+            w[4 * i + 3] = 0xffffffffu;
+        }
+    }
+}
+
+void em_topk_unpack(const uint32_t *o, uint32_t L, em_sample_top *top)
+{
+    for (uint32_t i = 0; i < L; i++, o += EM_TOPK_STRIDE) {
+        em_sample_top *t = &top[i];
+        memcpy(&t->max, &o[0], 4);
+        t->argmax = (int32_t)o[1];
+        memcpy(&t->sum1, &o[2], 4);
+        memcpy(&t->sum_t, &o[3], 4);
+        t->n = o[4] <= EM_SAMPLE_TOPK ? o[4] : 0;
+        t->id = (const int32_t *)(o + EM_TOPK_HEAD);
+        t->val = (const float *)(o + EM_TOPK_HEAD + EM_SAMPLE_TOPK);
+    }
+}
+
+/* The rows' steering into the steer buffer. */
+static int put_steer(em_fwd *f, const em_fwd_steer *steer, uint32_t L, em_err *err)
+{
+    for (uint32_t i = 0; i < L; i++)
+        if (steer[i].n_adj > f->steer_adj_max)
+            return em_err_set(err, EM_ERANGE, "forward: %u logit adjustments for one row (at most %u)",
+                              steer[i].n_adj, f->steer_adj_max);
+    em_topk_pack(f->steer.map, steer, L, f->hp->n_vocab);
+    return 0;
+}
+
+static int step(em_fwd *f, const em_fwd_batch *b, const em_fwd_steer *steer, em_sample_top *top, float *logits,
+                em_err *err);
+
 int em_fwd_step(em_fwd *f, const em_fwd_batch *b, float *logits, em_err *err)
+{
+    return step(f, b, NULL, NULL, logits, err);
+}
+
+int em_fwd_step_top(em_fwd *f, const em_fwd_batch *b, const em_fwd_steer *steer, em_sample_top *top,
+                    em_err *err)
+{
+    return step(f, b, steer, top, NULL, err);
+}
+
+const float *em_fwd_logits_row(const em_fwd *f, uint32_t i)
+{
+    return (const float *)f->logits.map + (size_t)i * f->hp->n_vocab;
+}
+
+static int step(em_fwd *f, const em_fwd_batch *b, const em_fwd_steer *steer, em_sample_top *top, float *logits,
+                em_err *err)
 {
     int rc = check_batch(f, b, err);
     if (rc)
+        return rc;
+    if (steer && b->n_logits && (rc = put_steer(f, steer, b->n_logits, err)))
         return rc;
     uint32_t T = b->n_tokens, L = b->n_logits;
     int32_t *sp = f->step.map;
@@ -1048,7 +1141,7 @@ int em_fwd_step(em_fwd *f, const em_fwd_batch *b, float *logits, em_err *err)
     /* attention work lists: decode queries one by one, each split by its
      * own context length; runs of consecutive prompt positions of one
      * sequence cut into tiles */
-    shape sh = { T, L, 0, 0, 1 };
+    shape sh = { T, L, 0, 0, 1, steer != NULL };
     uint32_t span = em_vk_info(f->vk)->cpu_kernels ? 1024 : 256;
     for (uint32_t i = 0; i < T;) {
         uint32_t j = i + 1;
@@ -1119,6 +1212,8 @@ int em_fwd_step(em_fwd *f, const em_fwd_batch *b, float *logits, em_err *err)
     }
     if (L && logits)
         memcpy(logits, f->logits.map, (size_t)L * f->hp->n_vocab * sizeof *logits);
+    if (top && L)
+        em_topk_unpack(f->cand.map, L, top);
     return 0;
 }
 

@@ -20,6 +20,7 @@
 
 #include "core/err.h"
 #include "core/model.h"
+#include "core/sample.h"
 #include "core/vk.h"
 
 typedef struct {
@@ -71,6 +72,8 @@ typedef struct {
     uint64_t x, qkv, att, hf, gu, part;  /* device activations (shapes in fwd_plan.c) */
     uint64_t dummy;                      /* the bound-but-unused buffer */
     uint64_t logits;                     /* readback: [max_logits][n_vocab] f32 */
+    uint64_t steer;                      /* upload: per row temperature, adjustments, mask */
+    uint64_t cand;                       /* readback: per row max, sums, the top candidates */
     uint64_t step;                       /* upload: per-step ints and block tables */
     uint64_t staging;                    /* em_vk's upload staging buffer */
     uint64_t margin;                     /* EM_FWD_MARGIN_BYTES */
@@ -88,7 +91,7 @@ uint64_t em_fwd_plan_vec_floats(const em_model *m);
  * staging and margin figures; only hp's shape is read. */
 void em_fwd_plan_scratch(const em_hparams *hp, uint32_t max_tokens, uint32_t max_seqs,
                          uint32_t max_ctx, uint32_t max_logits, em_fwd_mem *mem);
-/* x + qkv + att + hf + gu + part + dummy + logits + step. */
+/* x + qkv + att + hf + gu + part + dummy + logits + steer + cand + step. */
 uint64_t em_fwd_mem_scratch(const em_fwd_mem *mem);
 /* Bytes left for the KV pool on a heap of heap bytes: 80% of it (ember
  * serve leaves 20% to the driver and other processes) less weights,
@@ -116,10 +119,37 @@ typedef struct {
                                     * token makes its result independent of the batch. */
 } em_fwd_batch;
 
+/* How a logit row is steered before choosing from it (shaders/topk.comp):
+ * the penalties and logit_bias as distinct token ids, a grammar's mask. */
+typedef struct {
+    float                temp;    /* the sampler's (em_sampler_temp); 0: greedy */
+    const em_sample_adj *adj;     /* [n_adj], distinct ids (borrowed) */
+    uint32_t             n_adj;   /* at most max_ctx + EM_SAMPLE_MAX_BIAS */
+    const uint32_t      *allow;   /* (n_vocab + 31) / 32 words, or NULL: every token */
+} em_fwd_steer;
+
 /* Run one step; logits receives [n_logits][n_vocab] (may be NULL when
  * n_logits is 0). All inputs are borrowed for the call. EM_ERANGE for ids,
  * positions, slots or blocks out of range; EM_EDEVICE if the device fails. */
 int em_fwd_step(em_fwd *f, const em_fwd_batch *b, float *logits, em_err *err);
+/* The same step, but the logit rows stay on the device: row i is steered
+ * in place by steer[i] and summarised into top[i] (max, argmax, sums,
+ * the EM_SAMPLE_TOPK largest: em_sampler_sample_top), which is all that is
+ * read back. top[i]'s arrays, and the steered rows through
+ * em_fwd_logits_row (for what the candidates cannot settle), stay valid
+ * until the next step. EM_ERANGE for more adjustments than fit. */
+int em_fwd_step_top(em_fwd *f, const em_fwd_batch *b, const em_fwd_steer *steer, em_sample_top *top,
+                    em_err *err);
+/* topk.comp's buffers: the words of the steer buffer for L rows of at most
+ * max_adj adjustments each; pack L rows' steering into w (that many words;
+ * offsets from w); unpack L rows of output at o (EM_TOPK_STRIDE words
+ * each) into top (its arrays point into o). */
+size_t em_topk_steer_words(uint32_t L, uint32_t max_adj, uint32_t n_vocab);
+void   em_topk_pack(uint32_t *w, const em_fwd_steer *steer, uint32_t L, uint32_t n_vocab);
+void   em_topk_unpack(const uint32_t *o, uint32_t L, em_sample_top *top);
+
+/* Logit row i of the last step (steered, after em_fwd_step_top); borrowed. */
+const float *em_fwd_logits_row(const em_fwd *f, uint32_t i);
 
 /* Copy whole KV blocks (all layers' K and V), src[i] -> dst[i], before the
  * next step (copy on write of shared blocks). Arrays borrowed. */

@@ -114,6 +114,9 @@ void em_fwd_plan_scratch(const em_hparams *hp, uint32_t max_tokens, uint32_t max
     mem->part = T * hp->n_head * EM_ATTN_MAX_SPLIT * ((uint64_t)hp->head_dim_v + 2) * 4;
     mem->dummy = 256;
     mem->logits = L * hp->n_vocab * 4;                          /* [L][V] readback */
+    /* per row: 4 header words, adjustments of 3 words, a mask; the summary */
+    mem->steer = em_topk_steer_words((uint32_t)L, max_ctx + EM_SAMPLE_MAX_BIAS, hp->n_vocab) * 4;
+    mem->cand = L * EM_TOPK_STRIDE * 4;
     /* tokens, positions, slots [T] each, gather [L], decode and tile pairs
      * [2T] each, block tables [max_seqs][ceil(max_ctx / EM_KV_BLOCK)] */
     mem->step = (7 * T + L + (uint64_t)max_seqs * (((uint64_t)max_ctx + EM_KV_BLOCK - 1) / EM_KV_BLOCK)) * 4;
@@ -124,7 +127,7 @@ void em_fwd_plan_scratch(const em_hparams *hp, uint32_t max_tokens, uint32_t max
 uint64_t em_fwd_mem_scratch(const em_fwd_mem *mem)
 {
     return mem->x + mem->qkv + mem->att + mem->hf + mem->gu + mem->part + mem->dummy + mem->logits +
-           mem->step;
+           mem->steer + mem->cand + mem->step;
 }
 
 uint64_t em_fwd_plan_kv_budget(uint64_t heap, const em_fwd_mem *mem)

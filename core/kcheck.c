@@ -312,6 +312,142 @@ done:
     return rc;
 }
 
+typedef struct { float v; int32_t id; } vid;
+
+/* value descending, NaN last, lowest id on ties */
+static int cmp_vid(const void *a, const void *b)
+{
+    const vid *x = a, *y = b;
+    int xn = isnan(x->v), yn = isnan(y->v);
+    if (xn != yn)
+        return xn - yn;
+    if (!xn && x->v != y->v)
+        return x->v < y->v ? 1 : -1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* What topk.comp should write of row x (steered already): the reference;
+ * scratch holds V entries. */
+static void topk_ref(const float *x, uint32_t V, float temp, em_sample_top *t, int32_t *ids, vid *scratch)
+{
+    for (uint32_t i = 0; i < V; i++)
+        scratch[i] = (vid){ x[i], (int32_t)i };
+    qsort(scratch, V, sizeof *scratch, cmp_vid);
+    float mx = scratch[0].v;
+    double s1 = 0, st = 0;
+    for (uint32_t i = 0; i < V && isfinite(mx); i++) {
+        s1 += exp((double)x[i] - mx);
+        st += temp > 0 ? exp(((double)x[i] - mx) / temp) : 0;
+    }
+    uint32_t k = V < EM_SAMPLE_TOPK ? V : EM_SAMPLE_TOPK;
+    for (uint32_t j = 0; j < k; j++)
+        ids[j] = scratch[j].id;
+    *t = (em_sample_top){ mx, scratch[0].id, (float)s1, (float)st, k, ids, NULL };
+}
+
+int em_kcheck_topk(em_vk *vk, em_vk_pipe *pipe, uint32_t V, uint32_t L, uint64_t seed, uint32_t *bad, char *why,
+                   size_t cap, em_err *err)
+{
+    uint64_t s = seed;
+    *bad = 0;
+    why[0] = 0;
+    enum { NADJ = 24 };
+    uint32_t words = (V + 31) / 32;
+    size_t steer_words = em_topk_steer_words(L, NADJ, V);
+    float *x = malloc((size_t)L * V * sizeof *x), *ref = malloc((size_t)L * V * sizeof *ref);
+    uint32_t *w = calloc(steer_words, 4), *o = malloc((size_t)L * EM_TOPK_STRIDE * 4);
+    uint32_t *allow = malloc((size_t)L * words * 4);
+    em_sample_adj *adj = malloc((size_t)L * NADJ * sizeof *adj);
+    em_fwd_steer *st = calloc(L, sizeof *st);
+    int32_t *rid = malloc(EM_SAMPLE_TOPK * sizeof *rid);
+    vid *scratch = malloc((size_t)V * sizeof *scratch);
+    em_sample_top *dev = malloc(L * sizeof *dev);
+    em_vk_buf b[3];
+    memset(b, 0, sizeof b);
+    em_vk_dset *ds = NULL;
+    em_vk_cmd *cmd = NULL;
+    int rc = 0;
+    if (!x || !ref || !w || !o || !allow || !adj || !st || !rid || !dev || !scratch) {
+        rc = em_err_set(err, EM_ENOMEM, "kernel check: out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < (size_t)L * V; i++)
+        x[i] = (i % 13 == 5 && i % V) ? x[i - 1] : 8 * frand(&s);   /* exact ties */
+    for (uint32_t r = 0; r < L; r++) {
+        st[r].temp = r == 0 ? 0.0f : 0.5f + (float)r / 4;
+        st[r].adj = adj + (size_t)r * NADJ;
+        st[r].n_adj = V >= 4 * NADJ ? NADJ : 0;
+        for (uint32_t k = 0; k < st[r].n_adj; k++) {   /* distinct ids: a stride through the row */
+            float rep = k % 3 == 0 ? 1.3f : 1.0f, sub = k == 1 ? INFINITY : 2 * frand(&s);
+            adj[(size_t)r * NADJ + k] = (em_sample_adj){ (int32_t)((k * 4 + r) % V), rep, sub };
+        }
+        uint32_t *a = allow + (size_t)r * words;
+        for (uint32_t q = 0; q < words; q++)
+            a[q] = (uint32_t)next(&s) & (uint32_t)next(&s);   /* a quarter of the tokens */
+        st[r].allow = r % 2 ? a : NULL;
+    }
+    /* the reference: the same steering on the CPU */
+    memcpy(ref, x, (size_t)L * V * sizeof *ref);
+    for (uint32_t r = 0; r < L; r++) {
+        float *row = ref + (size_t)r * V;
+        for (uint32_t k = 0; k < st[r].n_adj; k++) {
+            float *v = &row[st[r].adj[k].id];
+            if (st[r].adj[k].rep != 1)
+                *v = *v > 0 ? *v / st[r].adj[k].rep : *v * st[r].adj[k].rep;
+            *v -= st[r].adj[k].sub;
+        }
+        for (uint32_t i = 0; st[r].allow && i < V; i++)
+            if (!(st[r].allow[i / 32] >> (i % 32) & 1))
+                row[i] = -INFINITY;
+    }
+    em_topk_pack(w, st, L, V);
+    em_pc_topk pc = { V, EM_TOPK_STRIDE };
+    if ((rc = upload(vk, x, (size_t)L * V * 4, &b[0], err)) || (rc = upload(vk, w, steer_words * 4, &b[1], err)) ||
+        (rc = upload(vk, NULL, (size_t)L * EM_TOPK_STRIDE * 4, &b[2], err)) ||
+        (rc = em_vk_dset_create(vk, pipe, b, &ds, err)) || (rc = em_vk_cmd_create(vk, 0, &cmd, err)) ||
+        (rc = em_vk_cmd_begin(cmd, err)))
+        goto done;
+    em_vk_cmd_dispatch(cmd, pipe, ds, &pc, L, 1, 1);
+    if ((rc = em_vk_cmd_end(cmd, err)) || (rc = em_vk_cmd_submit_wait(cmd, err)) ||
+        (rc = em_vk_download(vk, &b[2], 0, o, (size_t)L * EM_TOPK_STRIDE * 4, NULL, err)) ||
+        (rc = em_vk_download(vk, &b[0], 0, x, (size_t)L * V * 4, NULL, err)))
+        goto done;
+    em_topk_unpack(o, L, dev);
+    for (uint32_t r = 0; r < L; r++) {
+        const float *row = ref + (size_t)r * V;
+        em_sample_top t;
+        topk_ref(row, V, st[r].temp, &t, rid, scratch);
+        const em_sample_top *d = &dev[r];
+        char what[160] = "";
+        if (d->argmax != t.argmax || d->max != t.max)
+            snprintf(what, sizeof what, "argmax %d (%g), the CPU's %d (%g)", d->argmax, (double)d->max, t.argmax,
+                     (double)t.max);
+        else if (!(fabs(d->sum1 - t.sum1) <= 1e-4 * t.sum1) || !(fabs(d->sum_t - t.sum_t) <= 1e-4 * t.sum_t + 1e-30))
+            snprintf(what, sizeof what, "sums %g, %g; the CPU's %g, %g", (double)d->sum1, (double)d->sum_t,
+                     (double)t.sum1, (double)t.sum_t);
+        else if (d->n != t.n)
+            snprintf(what, sizeof what, "%u candidates, the CPU's %u", d->n, t.n);
+        for (uint32_t j = 0; j < t.n && !what[0]; j++) {
+            int found = 0;
+            for (uint32_t q = 0; q < d->n && !found; q++)
+                found = d->id[q] == rid[j] && (d->val[q] == row[rid[j]] ||
+                        fabsf(d->val[q] - row[rid[j]]) <= 1e-6f * fabsf(row[rid[j]]));
+            if (!found)
+                snprintf(what, sizeof what, "candidate %u (id %d, %g) missing", j, rid[j], (double)row[rid[j]]);
+        }
+        if (what[0] && !(*bad)++)
+            snprintf(why, cap, "row %u of %u tokens: %s", r, V, what);
+    }
+done:
+    em_vk_cmd_destroy(cmd);
+    em_vk_dset_destroy(vk, ds);
+    for (int i = 0; i < 3; i++)
+        em_vk_free(vk, &b[i]);
+    free(x); free(ref); free(w); free(o); free(allow); free(adj); free(st); free(rid); free(dev);
+    free(scratch);
+    return rc;
+}
+
 const char *em_kcheck_flags_name(uint32_t flags, char *buf, size_t cap)
 {
     static const char *const names[] = { "norm_in", "bias", "add_out", "swiglu", "gather_in" };

@@ -42,6 +42,16 @@ int em_kcheck_mm(em_vk *vk, em_vk_pipe *pipe, uint32_t lanes, uint32_t rpw, cons
 int em_kcheck_embed(em_vk *vk, em_vk_pipe *pipe, uint32_t lanes, uint32_t rpw, uint32_t src_type,
                     uint32_t E, uint32_t V, uint64_t seed, double *nmse, em_err *err);
 
+/* The token-choosing kernel (shaders/topk.comp) through pipe (borrowed) on
+ * L rows of V random logits with exact ties, steered by random adjustments
+ * (a ban among them), a mask on every other row, greedy and sampled
+ * temperatures, against the same on the CPU. Returns 0 with *bad the rows
+ * whose maximum, argmax, sums (relative 1e-4) or candidates (the set of
+ * ids, and their values) differ, why (cap bytes) saying how the first did;
+ * an error code with err set when the check cannot run. */
+int em_kcheck_topk(em_vk *vk, em_vk_pipe *pipe, uint32_t V, uint32_t L, uint64_t seed, uint32_t *bad, char *why,
+                   size_t cap, em_err *err);
+
 /* NMSE of a against the reference b over n values (both borrowed): the sum
  * of squared differences over the sum of squares of b; NAN when a holds a
  * value that is not finite. */

@@ -129,6 +129,13 @@ _Static_assert(offsetof(em_pc_attn_reduce, list_off) == 16 && sizeof(em_pc_attn_
 #define EM_ATTN_MAX_SPLIT 16
 #define EM_ATTN_TILE      16
 
+/* shaders/topk.comp: one workgroup per logit row; K = EM_SAMPLE_TOPK (core/sample.h) */
+typedef struct {
+    uint32_t V, out_stride;
+} em_pc_topk;
+#define EM_TOPK_HEAD 8u   /* words before a row's K ids and K values in the output */
+#define EM_TOPK_STRIDE (EM_TOPK_HEAD + 2u * 64u)   /* words per row of the output */
+
 /* shaders/swiglu.comp */
 typedef struct {
     uint32_t F, T, gu_stride, h_stride;

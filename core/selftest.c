@@ -79,7 +79,8 @@ static void other_names(const em_fwd_pipe_info *pi, uint32_t n, int s, char *out
         const char *name = em_kernels[pi[i].kernel].name;
         int dec = strncmp(name, "attn_dec", 8) == 0 || strcmp(name, "attn_reduce") == 0;
         int pre = strncmp(name, "attn_pre", 8) == 0;
-        if (mm_type(pi[i].kernel) >= 0 || (s == EM_SELFTEST_PREFILL && dec) || (s == EM_SELFTEST_DECODE && pre))
+        if (mm_type(pi[i].kernel) >= 0 || pi[i].kernel == EM_K_TOPK || (s == EM_SELFTEST_PREFILL && dec) ||
+            (s == EM_SELFTEST_DECODE && pre))
             continue;
         if (len < cap)
             len += (size_t)snprintf(out + len, cap - len, "%s%s", len ? ", " : "", name);
@@ -88,8 +89,8 @@ static void other_names(const em_fwd_pipe_info *pi, uint32_t n, int s, char *out
 
 /* Each matrix pipeline f built, alone: several token tiles (one partial),
  * rows past a whole number of workgroups, the variant's epilogues. */
-static int kernel_checks(em_fwd *f, const em_fwd_pipe_info *pi, uint32_t n, em_selftest_report *rep,
-                         em_err *err)
+static int kernel_checks(em_fwd *f, const em_model *m, const em_fwd_pipe_info *pi, uint32_t n,
+                         em_selftest_report *rep, em_err *err)
 {
     uint32_t lanes, rpw;
     em_fwd_mm_geometry(f, &lanes, &rpw);
@@ -97,6 +98,26 @@ static int kernel_checks(em_fwd *f, const em_fwd_pipe_info *pi, uint32_t n, em_s
     double t0 = now_ms();
     for (uint32_t i = 0; i < n && rep->n_kernels < EM_SELFTEST_MAX_KERNELS; i++) {
         int type = mm_type(pi[i].kernel);
+        if (pi[i].kernel == EM_K_TOPK) {   /* choosing tokens: over the model's vocabulary */
+            em_selftest_kernel_result *k = &rep->kernel[rep->n_kernels++];
+            uint32_t V = em_model_hparams(m)->n_vocab, bad = 0;
+            char why[160];
+            snprintf(k->kernel, sizeof k->kernel, "topk");
+            snprintf(k->flags, sizeof k->flags, "none");
+            snprintf(k->name, sizeof k->name, "topk V=%u", V);
+            int rc = em_kcheck_topk(em_fwd_device(f), pi[i].pipe, V, 3, 2000 + i, &bad, why, sizeof why, err);
+            if (rc)
+                return em_err_set(err, rc, "self-test: the check of %s could not run: %s", k->name, err->msg);
+            if (fault && strcmp(fault, "topk") == 0 && !bad) {
+                bad = 1;
+                snprintf(why, sizeof why, "row 0: candidate 0 missing (EMBER_SELFTEST_FAULT)");
+            }
+            k->nmse = bad;
+            k->ok = bad == 0;
+            if (bad)
+                snprintf(k->detail, sizeof k->detail, "%s", why);
+            continue;
+        }
         if (type < 0)
             continue;
         em_selftest_kernel_result *k = &rep->kernel[rep->n_kernels++];
@@ -254,7 +275,7 @@ int em_selftest_run(em_fwd *f, const em_model *m, em_selftest_report *rep, em_er
     uint32_t n_pi = em_fwd_pipes(f, pi, EM_SELFTEST_MAX_KERNELS);
     if (n_pi > EM_SELFTEST_MAX_KERNELS)
         n_pi = EM_SELFTEST_MAX_KERNELS;
-    if ((rc = kernel_checks(f, pi, n_pi, rep, err)))
+    if ((rc = kernel_checks(f, m, pi, n_pi, rep, err)))
         goto done;
     other_names(pi, n_pi, EM_SELFTEST_BATCH, rep->others, sizeof rep->others);
 
@@ -263,11 +284,16 @@ int em_selftest_run(em_fwd *f, const em_model *m, em_selftest_report *rep, em_er
         const em_selftest_kernel_result *k = &rep->kernel[i];
         if (!k->ok) {
             rep->ok = 0;
-            snprintf(rep->failure, sizeof rep->failure,
-                     "the matrix kernel %s gives output %s against the CPU reference on random inputs "
-                     "(NMSE %.3g, limit %.0e)",
-                     k->name, isfinite(k->nmse) ? "far off" : "that is not finite", k->nmse,
-                     EM_SELFTEST_KERNEL_NMSE);
+            if (strcmp(k->kernel, "topk") == 0)
+                snprintf(rep->failure, sizeof rep->failure,
+                         "the token-choosing kernel %s disagrees with the CPU on random logits (%.0f of 3 rows; %s)",
+                         k->name, k->nmse, k->detail);
+            else
+                snprintf(rep->failure, sizeof rep->failure,
+                         "the matrix kernel %s gives output %s against the CPU reference on random inputs "
+                         "(NMSE %.3g, limit %.0e)",
+                         k->name, isfinite(k->nmse) ? "far off" : "that is not finite", k->nmse,
+                         EM_SELFTEST_KERNEL_NMSE);
         }
     }
     for (int s = 0; s < EM_SELFTEST_N && rep->ok; s++) {

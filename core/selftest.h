@@ -20,7 +20,8 @@
  * reference (core/kcheck.h), within EM_SELFTEST_KERNEL_NMSE: a failure is
  * named down to that variant; when the matrix kernels pass but a stage
  * fails, the message names the stage's other kernels (attention, RoPE,
- * embedding).
+ * embedding). The token-choosing kernel (topk.comp) checks alone too, over
+ * the model's vocabulary (core/kcheck.h em_kcheck_topk).
  *
  * The check writes KV blocks 0 and 1 of the em_fwd: run it before anything
  * else (the scheduler) owns the pool. */
@@ -56,7 +57,8 @@ typedef struct {
     char     kernel[24];  /* "mm_q4_k" */
     char     flags[48];   /* "norm_in+bias", "none" */
     uint32_t tn;
-    double   nmse;        /* NAN when a value was not finite */
+    double   nmse;        /* NAN when a value was not finite; topk: the rows that differ */
+    char     detail[160]; /* topk: how the first row differed ("" when ok) */
     int      ok;
 } em_selftest_kernel_result;
 
@@ -79,7 +81,8 @@ typedef struct em_selftest_report {
  * stage's device logits, as a miscompiled kernel would;
  * EMBER_SELFTEST_FAULT=<kernel name>, e.g. mm_f32, checks that matrix
  * kernel's pipelines against a reference with the bias epilogue toggled, so
- * the device's (right) output is wrong for the check. */
+ * the device's (right) output is wrong for the check; =topk counts a row of
+ * the token-choosing check as differing. */
 int em_selftest_run(em_fwd *f, const em_model *m, em_selftest_report *rep, em_err *err);
 
 #endif

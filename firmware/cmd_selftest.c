@@ -97,7 +97,7 @@ int em_cmd_selftest(int argc, char **argv)
             printf("%-8s %5u %11.3e %8.0e %10.1f  %s\n", s->name, s->rows, s->nmse, EM_SELFTEST_NMSE,
                    s->device_ms, s->ok ? "ok" : "FAILED");
         }
-        printf("%-32s %11s %8s  %s\n", "matrix kernel (alone)", "NMSE", "limit", "result");
+        printf("%-32s %11s %8s  %s\n", "kernel (alone)", "NMSE", "limit", "result");
         for (uint32_t i = 0; i < rep.n_kernels; i++) {
             const em_selftest_kernel_result *k = &rep.kernel[i];
             printf("%-32s %11.3e %8.0e  %s\n", k->name, k->nmse, EM_SELFTEST_KERNEL_NMSE, k->ok ? "ok" : "FAILED");

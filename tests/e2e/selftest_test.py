@@ -58,7 +58,8 @@ assert rep['device'] and rep['reference_ms'] > 0 and rep['total_ms'] >= rep['ref
 # prompt's tiles) and epilogue (the norm-fused QKV and gate/up+SwiGLU, the residual-adding outputs, the
 # gathered logits rows)
 KERNEL = re.compile(r'^mm_f32 tn=(\d+) ((?:norm_in|bias|add_out|swiglu|gather_in)(?:\+\w+)*|none)$')
-names = [k['name'] for k in rep['kernels']]
+names = [k['name'] for k in rep['kernels'] if not k['name'].startswith('topk')]
+assert [k['name'] for k in rep['kernels'] if k['name'].startswith('topk')] == ['topk V=512'], rep['kernels']
 assert names and all(KERNEL.match(n) for n in names) and len(set(names)) == len(names), names
 assert {KERNEL.match(n).group(1) for n in names} >= {'1'}, names
 assert any('swiglu' in n for n in names) and any('add_out' in n for n in names), names
@@ -103,9 +104,13 @@ rep = json.loads(r.stdout)
 assert all(s['ok'] for s in rep['stages'] if s['ran']), rep['stages']
 bad = [k for k in rep['kernels'] if not k['ok']]
 assert [k['name'] for k in bad] == names and all(k['nmse'] > 1e-6 for k in bad), rep['kernels']
+assert [k['ok'] for k in rep['kernels'] if k['name'].startswith('topk')] == [True], rep['kernels']
 err = r.stderr.strip().splitlines()[-1]
 assert ('the matrix kernel %s gives output far off' % names[0]) in err and 'limit 1e-06' in err, err
 assert rep['device'].split(' (')[0] in err, err
+r = selftest('--json', env=faulty('topk'))   # the token-choosing kernel wrong: named, with the row
+assert r.returncode == 1 and [k['name'] for k in json.loads(r.stdout)['kernels'] if not k['ok']] == ['topk V=512']
+assert 'the token-choosing kernel topk V=512 disagrees' in r.stderr and 'row 0' in r.stderr, r.stderr
 r = selftest('--json', env=faulty('mm_q4_k'))   # a kernel this model does not use: nothing changes
 assert r.returncode == 0 and json.loads(r.stdout)['ok'] is True, r.stderr
 
@@ -141,6 +146,9 @@ try:
         m = re.search(r'^ember_selftest_nmse\{stage="%s"\} (\S+)$' % s['name'], text, re.M)
         assert m and abs(float(m.group(1)) - s['nmse']) <= 1e-6 * s['nmse'] + 1e-15, (s, m and m.group(0))
     for k in sel['kernels']:
+        if k['name'].startswith('topk'):
+            assert re.search(r'^ember_selftest_kernel_nmse\{kernel="topk",tn="0",flags="none"\} 0$', text, re.M), text
+            continue
         kern, tn, flags = KERNEL.match(k['name']).group(0).split(' ')
         m = re.search(r'^ember_selftest_kernel_nmse\{kernel="%s",tn="%s",flags="%s"\} (\S+)$' %
                       (kern, tn[3:], re.escape(flags)), text, re.M)

@@ -3,8 +3,9 @@
  * at upload), over awkward shapes: one row, rows not a multiple of the
  * workgroup, K not a multiple of 32 (plain types), long rows, several token
  * counts, and every fused epilogue (norm, bias, residual add, SwiGLU,
- * gathered input rows). The cases themselves are core/kcheck.c's (the boot
- * self-test runs them too): random blocks with sane scales. */
+ * gathered input rows), and the token-choosing kernel (topk.comp) over
+ * vocabularies around its sizes. The cases themselves are core/kcheck.c's
+ * (the boot self-test runs them too): random blocks with sane scales. */
 #include <math.h>
 #include <stdint.h>
 
@@ -43,8 +44,8 @@ static em_vk_pipe *pipe_for(harness *h, uint32_t k, uint32_t tn, uint32_t flags)
     }
     em_err err = { 0 };
     em_vk_pipe *p = NULL;
-    int rc = em_vk_pipe_create(h->vk, &em_kernels[k], spec, k >= EM_K_EMBED_F32 && k <= EM_K_EMBED_Q6_K ? 2 : 4,
-                               0, &p, &err);
+    uint32_t n_spec = k >= EM_K_EMBED_F32 && k <= EM_K_EMBED_Q6_K ? 2 : k == EM_K_TOPK ? 0 : 4;
+    int rc = em_vk_pipe_create(h->vk, &em_kernels[k], spec, n_spec, 0, &p, &err);
     CHECK_OK(rc, err);
     h->pipes[h->n_pipes] = p;
     h->keys[h->n_pipes][0] = k;
@@ -143,6 +144,18 @@ int main(void)
                 embed_case(&h, t, bs == 256 ? 512 : 96, 37);
             }
         }
+    }
+    /* the token-choosing kernel: vocabularies below, at and past its 64
+     * candidates and its 256 lanes, and the chat models' */
+    static const uint32_t vocabs[] = { 7, 64, 300, 4099, 32000, 49152 };
+    em_vk_pipe *tp = pipe_for(&h, EM_K_TOPK, 0, 0);
+    for (size_t i = 0; i < sizeof vocabs / sizeof vocabs[0]; i++) {
+        uint32_t bad = 0;
+        char why[256];
+        em_err err = { 0 };
+        int rc = em_kcheck_topk(vk, tp, vocabs[i], 5, 77 + i, &bad, why, sizeof why, &err);
+        CHECK_OK(rc, err);
+        CHECKF(!rc && bad == 0, "topk V=%u: %u rows differ: %s", vocabs[i], bad, why);
     }
     gpu_close(vk);
     return test_summary("kernels");
