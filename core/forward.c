@@ -108,7 +108,7 @@ struct em_fwd {
     em_vk_buf x, qkv, att, hf, gu, logits, step, vecs, dummy;
     em_vk_buf steer, cand;         /* topk.comp's input and output */
     em_vk_dset *topk_ds;
-    uint32_t  steer_adj_max;       /* adjustments per row */
+    uint32_t  steer_adj_max;       /* adjustments per step, all rows together */
     layer    *layers;
     site      out;
     pmat      embd;                /* token_embd (shared with out when tied) */
@@ -781,7 +781,7 @@ int em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **o
             (rc = get_pipe(f, EM_K_TOPK, 0, 0, &tp, err)) ||
             (rc = em_vk_dset_create(vk, tp, tb, &f->topk_ds, err)))
             goto fail;
-        f->steer_adj_max = o->max_ctx + EM_SAMPLE_MAX_BIAS;
+        f->steer_adj_max = L * EM_FWD_STEER_ADJ;
     }
     em_vk_progress prog;
     em_vk_progress_begin(&prog, "uploading weights", em_model_weight_bytes(m));
@@ -1043,16 +1043,16 @@ static int check_batch(const em_fwd *f, const em_fwd_batch *b, em_err *err)
     return 0;
 }
 
-size_t em_topk_steer_words(uint32_t L, uint32_t max_adj, uint32_t n_vocab)
+size_t em_topk_steer_words(uint32_t L, uint64_t n_adj, uint32_t n_vocab)
 {
-    return (size_t)L * (4 + 3 * (size_t)max_adj + ((size_t)n_vocab + 31) / 32);
+    return (size_t)L * (4 + ((size_t)n_vocab + 31) / 32) + 3 * (size_t)n_adj;
 }
 
-void em_topk_pack(uint32_t *w, const em_fwd_steer *steer, uint32_t L, uint32_t n_vocab)
+void em_topk_pack(uint32_t *w, const em_sample_steer *steer, uint32_t L, uint32_t n_vocab)
 {
     uint32_t words = (n_vocab + 31) / 32, at = 4 * L;
     for (uint32_t i = 0; i < L; i++) {
-        const em_fwd_steer *st = &steer[i];
+        const em_sample_steer *st = &steer[i];
         memcpy(&w[4 * i], &st->temp, 4);
         w[4 * i + 1] = st->n_adj;
         w[4 * i + 2] = at;
@@ -1087,17 +1087,19 @@ void em_topk_unpack(const uint32_t *o, uint32_t L, em_sample_top *top)
 }
 
 /* The rows' steering into the steer buffer. */
-static int put_steer(em_fwd *f, const em_fwd_steer *steer, uint32_t L, em_err *err)
+static int put_steer(em_fwd *f, const em_sample_steer *steer, uint32_t L, em_err *err)
 {
+    uint64_t n = 0;
     for (uint32_t i = 0; i < L; i++)
-        if (steer[i].n_adj > f->steer_adj_max)
-            return em_err_set(err, EM_ERANGE, "forward: %u logit adjustments for one row (at most %u)",
-                              steer[i].n_adj, f->steer_adj_max);
+        n += steer[i].n_adj;
+    if (n > f->steer_adj_max)
+        return em_err_set(err, EM_ERANGE, "forward: %llu logit adjustments in a step (at most %u)",
+                          (unsigned long long)n, f->steer_adj_max);
     em_topk_pack(f->steer.map, steer, L, f->hp->n_vocab);
     return 0;
 }
 
-static int step(em_fwd *f, const em_fwd_batch *b, const em_fwd_steer *steer, em_sample_top *top, float *logits,
+static int step(em_fwd *f, const em_fwd_batch *b, const em_sample_steer *steer, em_sample_top *top, float *logits,
                 em_err *err);
 
 int em_fwd_step(em_fwd *f, const em_fwd_batch *b, float *logits, em_err *err)
@@ -1105,7 +1107,7 @@ int em_fwd_step(em_fwd *f, const em_fwd_batch *b, float *logits, em_err *err)
     return step(f, b, NULL, NULL, logits, err);
 }
 
-int em_fwd_step_top(em_fwd *f, const em_fwd_batch *b, const em_fwd_steer *steer, em_sample_top *top,
+int em_fwd_step_top(em_fwd *f, const em_fwd_batch *b, const em_sample_steer *steer, em_sample_top *top,
                     em_err *err)
 {
     return step(f, b, steer, top, NULL, err);
@@ -1116,7 +1118,7 @@ const float *em_fwd_logits_row(const em_fwd *f, uint32_t i)
     return (const float *)f->logits.map + (size_t)i * f->hp->n_vocab;
 }
 
-static int step(em_fwd *f, const em_fwd_batch *b, const em_fwd_steer *steer, em_sample_top *top, float *logits,
+static int step(em_fwd *f, const em_fwd_batch *b, const em_sample_steer *steer, em_sample_top *top, float *logits,
                 em_err *err)
 {
     int rc = check_batch(f, b, err);

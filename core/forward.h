@@ -119,15 +119,6 @@ typedef struct {
                                     * token makes its result independent of the batch. */
 } em_fwd_batch;
 
-/* How a logit row is steered before choosing from it (shaders/topk.comp):
- * the penalties and logit_bias as distinct token ids, a grammar's mask. */
-typedef struct {
-    float                temp;    /* the sampler's (em_sampler_temp); 0: greedy */
-    const em_sample_adj *adj;     /* [n_adj], distinct ids (borrowed) */
-    uint32_t             n_adj;   /* at most max_ctx + EM_SAMPLE_MAX_BIAS */
-    const uint32_t      *allow;   /* (n_vocab + 31) / 32 words, or NULL: every token */
-} em_fwd_steer;
-
 /* Run one step; logits receives [n_logits][n_vocab] (may be NULL when
  * n_logits is 0). All inputs are borrowed for the call. EM_ERANGE for ids,
  * positions, slots or blocks out of range; EM_EDEVICE if the device fails. */
@@ -137,15 +128,18 @@ int em_fwd_step(em_fwd *f, const em_fwd_batch *b, float *logits, em_err *err);
  * the EM_SAMPLE_TOPK largest: em_sampler_sample_top), which is all that is
  * read back. top[i]'s arrays, and the steered rows through
  * em_fwd_logits_row (for what the candidates cannot settle), stay valid
- * until the next step. EM_ERANGE for more adjustments than fit. */
-int em_fwd_step_top(em_fwd *f, const em_fwd_batch *b, const em_fwd_steer *steer, em_sample_top *top,
+ * until the next step. The rows' adjustments together may number up to
+ * EM_FWD_STEER_ADJ per logit row of the em_fwd (max_logits): EM_ERANGE
+ * beyond (em_fwd_step and the host's steering then, for that step). */
+#define EM_FWD_STEER_ADJ 2048u
+int em_fwd_step_top(em_fwd *f, const em_fwd_batch *b, const em_sample_steer *steer, em_sample_top *top,
                     em_err *err);
-/* topk.comp's buffers: the words of the steer buffer for L rows of at most
- * max_adj adjustments each; pack L rows' steering into w (that many words;
+/* topk.comp's buffers: the words of the steer buffer for L rows with n_adj
+ * adjustments in all; pack L rows' steering into w (that many words;
  * offsets from w); unpack L rows of output at o (EM_TOPK_STRIDE words
  * each) into top (its arrays point into o). */
-size_t em_topk_steer_words(uint32_t L, uint32_t max_adj, uint32_t n_vocab);
-void   em_topk_pack(uint32_t *w, const em_fwd_steer *steer, uint32_t L, uint32_t n_vocab);
+size_t em_topk_steer_words(uint32_t L, uint64_t n_adj, uint32_t n_vocab);
+void   em_topk_pack(uint32_t *w, const em_sample_steer *steer, uint32_t L, uint32_t n_vocab);
 void   em_topk_unpack(const uint32_t *o, uint32_t L, em_sample_top *top);
 
 /* Logit row i of the last step (steered, after em_fwd_step_top); borrowed. */

@@ -114,8 +114,8 @@ void em_fwd_plan_scratch(const em_hparams *hp, uint32_t max_tokens, uint32_t max
     mem->part = T * hp->n_head * EM_ATTN_MAX_SPLIT * ((uint64_t)hp->head_dim_v + 2) * 4;
     mem->dummy = 256;
     mem->logits = L * hp->n_vocab * 4;                          /* [L][V] readback */
-    /* per row: 4 header words, adjustments of 3 words, a mask; the summary */
-    mem->steer = em_topk_steer_words((uint32_t)L, max_ctx + EM_SAMPLE_MAX_BIAS, hp->n_vocab) * 4;
+    /* per row: 4 header words, a mask, adjustments of 3 words; the summary */
+    mem->steer = em_topk_steer_words((uint32_t)L, L * EM_FWD_STEER_ADJ, hp->n_vocab) * 4;
     mem->cand = L * EM_TOPK_STRIDE * 4;
     /* tokens, positions, slots [T] each, gather [L], decode and tile pairs
      * [2T] each, block tables [max_seqs][ceil(max_ctx / EM_KV_BLOCK)] */

@@ -326,10 +326,24 @@ static int cmp_vid(const void *a, const void *b)
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
-/* What topk.comp should write of row x (steered already): the reference;
- * scratch holds V entries. */
-static void topk_ref(const float *x, uint32_t V, float temp, em_sample_top *t, int32_t *ids, vid *scratch)
+void em_topk_steer_ref(float *row, uint32_t V, const em_sample_steer *st)
 {
+    for (uint32_t k = 0; k < st->n_adj; k++) {
+        if ((uint32_t)st->adj[k].id >= V)
+            continue;
+        float *v = &row[st->adj[k].id];
+        if (st->adj[k].rep != 1)
+            *v = *v > 0 ? *v / st->adj[k].rep : *v * st->adj[k].rep;
+        *v -= st->adj[k].sub;
+    }
+    for (uint32_t i = 0; st->allow && i < V; i++)
+        if (!(st->allow[i / 32] >> (i % 32) & 1))
+            row[i] = -INFINITY;
+}
+
+void em_topk_ref(const float *x, uint32_t V, float temp, em_sample_top *t, int32_t *ids, void *scratch_mem)
+{
+    vid *scratch = scratch_mem;
     for (uint32_t i = 0; i < V; i++)
         scratch[i] = (vid){ x[i], (int32_t)i };
     qsort(scratch, V, sizeof *scratch, cmp_vid);
@@ -353,12 +367,12 @@ int em_kcheck_topk(em_vk *vk, em_vk_pipe *pipe, uint32_t V, uint32_t L, uint64_t
     why[0] = 0;
     enum { NADJ = 24 };
     uint32_t words = (V + 31) / 32;
-    size_t steer_words = em_topk_steer_words(L, NADJ, V);
+    size_t steer_words = em_topk_steer_words(L, (uint64_t)L * NADJ, V);
     float *x = malloc((size_t)L * V * sizeof *x), *ref = malloc((size_t)L * V * sizeof *ref);
     uint32_t *w = calloc(steer_words, 4), *o = malloc((size_t)L * EM_TOPK_STRIDE * 4);
     uint32_t *allow = malloc((size_t)L * words * 4);
     em_sample_adj *adj = malloc((size_t)L * NADJ * sizeof *adj);
-    em_fwd_steer *st = calloc(L, sizeof *st);
+    em_sample_steer *st = calloc(L, sizeof *st);
     int32_t *rid = malloc(EM_SAMPLE_TOPK * sizeof *rid);
     vid *scratch = malloc((size_t)V * sizeof *scratch);
     em_sample_top *dev = malloc(L * sizeof *dev);
@@ -388,18 +402,8 @@ int em_kcheck_topk(em_vk *vk, em_vk_pipe *pipe, uint32_t V, uint32_t L, uint64_t
     }
     /* the reference: the same steering on the CPU */
     memcpy(ref, x, (size_t)L * V * sizeof *ref);
-    for (uint32_t r = 0; r < L; r++) {
-        float *row = ref + (size_t)r * V;
-        for (uint32_t k = 0; k < st[r].n_adj; k++) {
-            float *v = &row[st[r].adj[k].id];
-            if (st[r].adj[k].rep != 1)
-                *v = *v > 0 ? *v / st[r].adj[k].rep : *v * st[r].adj[k].rep;
-            *v -= st[r].adj[k].sub;
-        }
-        for (uint32_t i = 0; st[r].allow && i < V; i++)
-            if (!(st[r].allow[i / 32] >> (i % 32) & 1))
-                row[i] = -INFINITY;
-    }
+    for (uint32_t r = 0; r < L; r++)
+        em_topk_steer_ref(ref + (size_t)r * V, V, &st[r]);
     em_topk_pack(w, st, L, V);
     em_pc_topk pc = { V, EM_TOPK_STRIDE };
     if ((rc = upload(vk, x, (size_t)L * V * 4, &b[0], err)) || (rc = upload(vk, w, steer_words * 4, &b[1], err)) ||
@@ -416,7 +420,7 @@ int em_kcheck_topk(em_vk *vk, em_vk_pipe *pipe, uint32_t V, uint32_t L, uint64_t
     for (uint32_t r = 0; r < L; r++) {
         const float *row = ref + (size_t)r * V;
         em_sample_top t;
-        topk_ref(row, V, st[r].temp, &t, rid, scratch);
+        em_topk_ref(row, V, st[r].temp, &t, rid, scratch);
         const em_sample_top *d = &dev[r];
         char what[160] = "";
         if (d->argmax != t.argmax || d->max != t.max)

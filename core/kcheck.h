@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "core/err.h"
+#include "core/sample.h"
 #include "core/vk.h"
 
 typedef struct {
@@ -51,6 +52,12 @@ int em_kcheck_embed(em_vk *vk, em_vk_pipe *pipe, uint32_t lanes, uint32_t rpw, u
  * an error code with err set when the check cannot run. */
 int em_kcheck_topk(em_vk *vk, em_vk_pipe *pipe, uint32_t V, uint32_t L, uint64_t seed, uint32_t *bad, char *why,
                    size_t cap, em_err *err);
+
+/* topk.comp on the CPU, the reference: steer row (V values) in place as
+ * the kernel does; summarise a steered row into t (ids: EM_SAMPLE_TOPK
+ * entries, t->id points at it and t->val is NULL; scratch: 8 * V bytes). */
+void em_topk_steer_ref(float *row, uint32_t V, const em_sample_steer *st);
+void em_topk_ref(const float *row, uint32_t V, float temp, em_sample_top *t, int32_t *ids, void *scratch);
 
 /* NMSE of a against the reference b over n values (both borrowed): the sum
  * of squared differences over the sum of squares of b; NAN when a holds a

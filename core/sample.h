@@ -96,6 +96,15 @@ typedef struct {
     float   rep, sub;
 } em_sample_adj;
 
+/* How a logit row is steered before choosing from it on the device
+ * (shaders/topk.comp): the adjustments, a grammar's mask. */
+typedef struct {
+    float                temp;    /* the sampler's (em_sampler_temp); 0: greedy */
+    const em_sample_adj *adj;     /* [n_adj], distinct ids (borrowed) */
+    uint32_t             n_adj;
+    const uint32_t      *allow;   /* (n_vocab + 31) / 32 words, or NULL: every token */
+} em_sample_steer;
+
 /* Writes up to cap entries into out; returns how many there are (at most
  * the distinct tokens accepted plus the logit_bias entries). */
 uint32_t em_sampler_adjustments(const em_sampler *s, em_sample_adj *out, uint32_t cap);

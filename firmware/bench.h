@@ -17,6 +17,7 @@ typedef struct {
     uint32_t prefix_tokens;       /* prompt length of the prefix-cache measurement; 0: skip */
     double   gpu_cost_per_hour;   /* negative: not given (no cost printed) */
     double   slo_tpot_ms;         /* negative: no SLO */
+    double   temp;                /* the requests' temperature: 0 greedy; else no top-k/p, min-p */
 } em_bench_load_opts;
 
 /* Run the levels on s (borrowed) and print a table (or JSON). Returns 0 or

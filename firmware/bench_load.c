@@ -21,6 +21,7 @@ typedef struct {
     em_sched        *s;
     em_class         cls;
     uint32_t         n_prompt, n_gen, vocab;
+    double           temp;
     int              n_requests;     /* requests to run; -1: until *stop */
     volatile int    *stop;
     unsigned long long seed;
@@ -52,8 +53,9 @@ static void *user_main(void *arg)
         }
         em_req_params p = { .prompt = prompt, .n_prompt = np, .cls = u->cls,
                             .max_tokens = ng, .ignore_eog = 1 };
-        p.sample.temp = 0;
+        p.sample.temp = (float)u->temp;   /* the API's defaults at temperature > 0: nothing filtered */
         p.sample.top_p = 1;
+        p.sample.seed = u->seed;
         em_request *r = NULL;
         em_err err = { 0 };
         uint32_t retry = 0;
@@ -138,6 +140,7 @@ static int run_level(em_sched *s, const em_bench_load_opts *o, uint32_t users, u
         u->cls = i < users ? EM_CLASS_INTERACTIVE : EM_CLASS_BACKGROUND;
         u->n_prompt = o->prompt_tokens;
         u->n_gen = o->gen_tokens;
+        u->temp = o->temp;
         u->vocab = o->n_vocab;
         u->n_requests = i < users ? (int)o->requests_per_user : -1;
         u->stop = &stop;

@@ -26,7 +26,7 @@ static const char usage[] =
     "       ember bench [--model PATH] --users N,N,... [--background N] [--prompt-tokens N]\n"
     "                   [--gen-tokens N] [--requests-per-user N] [--prefix-tokens N]\n"
     "                   [--gpu-cost-per-hour X] [--slo-tpot-ms X] [--kv-mb N] [--step-tokens N]\n"
-    "                   [--kv-type f16|q8_0] [--json]\n"
+    "                   [--kv-type f16|q8_0] [--temp T] [--json]\n"
     "  The first form measures prefill of N prompt tokens (default 512) and decode of N\n"
     "  tokens at batch 1 (default 128) on the GPU, decode at each context length of\n"
     "  --contexts (default 128,1024,4096 where the model allows), and the device's\n"
@@ -36,7 +36,9 @@ static const char usage[] =
     "  of --prompt-tokens (default 64) and --gen-tokens (default 32)) through the\n"
     "  scheduler, optionally next to N saturating background users, and reports\n"
     "  tokens/s, TTFT and TPOT percentiles, cost per 1M tokens at the given hourly price,\n"
-    "  KV waste, and a --prefix-tokens prompt (default 1024) cold vs with its prefix cached.\n";
+    "  KV waste, and a --prefix-tokens prompt (default 1024) cold vs with its prefix cached.\n"
+    "  --temp: the users' temperature (default 0, greedy; above 0 nothing else filters, as\n"
+    "  the OpenAI API's defaults), and how many tokens were chosen on the device.\n";
 
 /* Measure the device's read bandwidth and FMA peak; *read / *fma keep the
  * larger of their value and the new one. */
@@ -54,7 +56,7 @@ static int measure_ceilings(em_vk *vk, double *read, double *fma, em_err *err)
 /* --users: the scheduler over a forward pass sized for the levels. */
 static int bench_users(const char *model_path, em_model *m, const char *users, long background,
                        long n_prompt, long n_gen, long reqs, long prefix, double cost, double slo,
-                       long kv_mb, long step_tokens, uint32_t kv_type, int json)
+                       long kv_mb, long step_tokens, uint32_t kv_type, double temp, int json)
 {
     em_err err = { 0 };
     em_bench_load_opts lo = { 0 };
@@ -73,6 +75,7 @@ static int bench_users(const char *model_path, em_model *m, const char *users, l
     lo.n_vocab = hp->n_vocab;
     lo.gpu_cost_per_hour = cost;
     lo.slo_tpot_ms = slo;
+    lo.temp = temp;
     uint32_t ctx = (uint32_t)((n_prompt + n_gen) * 3 / 2 + 16);   /* mixed lengths reach 3/2 */
     lo.prefix_tokens = (uint32_t)prefix;
     if (lo.prefix_tokens + 16 > ctx)
@@ -118,6 +121,12 @@ static int bench_users(const char *model_path, em_model *m, const char *users, l
     }
     if ((rc = em_bench_load(s, &lo, json)))
         status = 1;
+    em_sched_stats ss;
+    em_sched_get_stats(s, &ss);
+    if (!json)
+        printf("tokens chosen: %llu from the device's summary of their row, %llu from the whole row%s\n",
+               (unsigned long long)ss.chosen_on_device, (unsigned long long)ss.chosen_from_row,
+               ss.chosen_on_device + ss.chosen_from_row ? "" : " (EMBER_SAMPLE_HOST: every row to the host)");
 done:
     em_sched_destroy(s);
     em_fwd_destroy(fwd);
@@ -151,7 +160,7 @@ int em_cmd_bench(int argc, char **argv)
     const char *model_path = NULL, *users = NULL, *contexts = NULL, *kv_name = "f16";
     /* -1 (or 0 below the flag's minimum): not given */
     long n_prompt = 0, n_gen = 0, background = -1, reqs = 0, prefix = -1, kv_mb = 0, step_tokens = 0;
-    double cost = -1, slo = -1;
+    double cost = -1, slo = -1, temp = -1;
     int json = 0, profile = 0;
     em_cli_opt opts[] = {
         { "--model", "-m", EM_OPT_STR, &model_path, 0, 0 },
@@ -169,6 +178,7 @@ int em_cmd_bench(int argc, char **argv)
         { "--kv-mb", NULL, EM_OPT_INT, &kv_mb, 1, 1 << 24 },
         { "--step-tokens", NULL, EM_OPT_INT, &step_tokens, 1, 1 << 16 },
         { "--kv-type", NULL, EM_OPT_STR, &kv_name, 0, 0 },
+        { "--temp", NULL, EM_OPT_FLOAT, &temp, 0, 100 },
         { NULL, NULL, 0, NULL, 0, 0 },
     };
     int rc = em_cli_parse("bench", argc, argv, opts, NULL, 0, NULL, usage);
@@ -179,6 +189,7 @@ int em_cmd_bench(int argc, char **argv)
         { "--background", background >= 0 }, { "--requests-per-user", reqs > 0 },
         { "--prefix-tokens", prefix >= 0 }, { "--gpu-cost-per-hour", cost >= 0 },
         { "--slo-tpot-ms", slo >= 0 }, { "--kv-mb", kv_mb > 0 }, { "--step-tokens", step_tokens > 0 },
+        { "--temp", temp >= 0 },
     };
     for (size_t i = 0; !users && i < sizeof only_users / sizeof only_users[0]; i++)
         if (only_users[i].given)
@@ -215,7 +226,7 @@ int em_cmd_bench(int argc, char **argv)
     const em_hparams *hp = em_model_hparams(m);
     if (users) {
         status = bench_users(model_path, m, users, background, n_prompt ? n_prompt : 64, n_gen ? n_gen : 32,
-                             reqs, prefix, cost, slo, kv_mb, step_tokens, kv_type, json);
+                             reqs, prefix, cost, slo, kv_mb, step_tokens, kv_type, temp < 0 ? 0 : temp, json);
         goto done;
     }
     if (!n_prompt)

@@ -1,6 +1,7 @@
 /* backend_gpu.c — the scheduler's backend over the GPU forward pass
- * (core/forward.c): a step is em_fwd_step, copy on write is
- * em_fwd_copy_blocks. EMBER_TEST_HANG_STEP=N (tests only) makes the N-th
+ * (core/forward.c): a step is em_fwd_step_top (tokens chosen from what the
+ * device summarises of each row; em_fwd_step where asked for whole rows),
+ * copy on write is em_fwd_copy_blocks. EMBER_TEST_HANG_STEP=N (tests only) makes the N-th
  * step hang for good, a stuck device for the watchdog's test. */
 #include <stdlib.h>
 #include <unistd.h>
@@ -39,17 +40,38 @@ static int gpu_copy(void *ctx, const em_kv_copy *copies, uint32_t n, em_err *err
     return em_fwd_copy_blocks(g->f, g->src, g->dst, n, err);
 }
 
-static int gpu_step(void *ctx, const em_sched_batch *b, float *logits, em_err *err)
+/* What every step does first: the test hang, a device that is gone, the batch. */
+static int begin_step(gpu_ctx *g, const em_sched_batch *b, em_fwd_batch *fb, em_err *err)
 {
-    gpu_ctx *g = ctx;
     if (g->hang_at && ++g->steps == g->hang_at)
         for (;;)
             pause();   /* a signal handler runs and the step stays stuck */
     if (!g->f)
         return em_err_set(err, EM_EDEVICE, "the device could not be rebuilt after it failed");
-    em_fwd_batch fb = { b->n_tokens, b->tokens, b->pos, b->seq, b->n_logits, b->logit_rows, b->tables,
-                        b->decode };
-    return em_fwd_step(g->f, &fb, logits, err);
+    *fb = (em_fwd_batch){ b->n_tokens, b->tokens, b->pos, b->seq, b->n_logits, b->logit_rows, b->tables,
+                          b->decode };
+    return 0;
+}
+
+static int gpu_step(void *ctx, const em_sched_batch *b, float *logits, em_err *err)
+{
+    em_fwd_batch fb;
+    int rc = begin_step(ctx, b, &fb, err);
+    return rc ? rc : em_fwd_step(((gpu_ctx *)ctx)->f, &fb, logits, err);
+}
+
+static int gpu_step_top(void *ctx, const em_sched_batch *b, const em_sample_steer *steer, em_sample_top *top,
+                        em_err *err)
+{
+    em_fwd_batch fb;
+    int rc = begin_step(ctx, b, &fb, err);
+    return rc ? rc : em_fwd_step_top(((gpu_ctx *)ctx)->f, &fb, steer, top, err);
+}
+
+static const float *gpu_row(void *ctx, uint32_t i)
+{
+    gpu_ctx *g = ctx;
+    return em_fwd_logits_row(g->f, i);
 }
 
 static int gpu_recover(void *ctx, em_err *err)
@@ -99,5 +121,6 @@ void em_sched_backend_gpu(struct em_fwd *f, struct em_vk *vk, uint32_t n_vocab, 
         .ctx = g, .n_vocab = n_vocab, .max_tokens = max_tokens, .max_logits = max_logits,
         .max_seqs = max_seqs, .max_ctx = max_ctx, .n_blocks = n_blocks,
         .copy = gpu_copy, .step = gpu_step, .destroy = gpu_destroy,
+        .step_top = gpu_step_top, .row = gpu_row, .max_adj = max_logits * EM_FWD_STEER_ADJ,
     };
 }

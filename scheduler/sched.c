@@ -42,7 +42,11 @@ struct em_sched {
     em_kv_copy         *copies;
     uint32_t            max_copies;
     float              *logits;
-    uint32_t           *allow;       /* [(n_vocab + 31) / 32]: a constrained request's tokens */
+    uint32_t           *allow;       /* [max_logits][(n_vocab + 31) / 32]: constrained rows' tokens */
+    em_sample_steer    *steer;       /* [max_logits]: each row's steering (step_top) */
+    em_sample_top      *top;         /* [max_logits]: what the device made of each row */
+    em_sample_adj      *adj;         /* [be.max_adj]: the rows' adjustments, one after another */
+    int                 on_device;   /* this step chooses from the device's summaries */
     int32_t            *eog;         /* the vocabulary's end-of-generation ids */
     uint32_t            n_eog;
 
@@ -292,38 +296,74 @@ static int is_stop_token(const em_request *r, int32_t id)
  * constraint's, the end-of-generation ids when it can end there (never
  * with ignore_eog). Nonzero with why filled when there are none, or the
  * constraint failed. */
-static int constrain(em_sched *s, em_request *r, char *why, size_t cap)
+static int constrain(em_sched *s, em_request *r, uint32_t *allow, char *why, size_t cap)
 {
     uint32_t words = (s->be.n_vocab + 31) / 32;
-    memset(s->allow, 0, words * sizeof *s->allow);
+    memset(allow, 0, words * sizeof *allow);
     em_err err = { 0 };
-    if (r->con.allowed(r->con.ctx, s->allow, &err)) {
+    if (r->con.allowed(r->con.ctx, allow, &err)) {
         snprintf(why, cap, "%s", err.msg);
         return -1;
     }
     int can_end = !r->ignore_eog && r->con.can_end(r->con.ctx);
     for (uint32_t i = 0; i < s->n_eog; i++) {
         if (can_end)
-            s->allow[s->eog[i] / 32] |= 1u << (s->eog[i] % 32);
+            allow[s->eog[i] / 32] |= 1u << (s->eog[i] % 32);
         else
-            s->allow[s->eog[i] / 32] &= ~(1u << (s->eog[i] % 32));
+            allow[s->eog[i] / 32] &= ~(1u << (s->eog[i] % 32));
     }
     for (uint32_t i = 0; i < r->n_stop_tokens; i++)   /* a stop token ends the output: only where it may */
         if (!can_end && (uint32_t)r->stop_tokens[i] < s->be.n_vocab)
-            s->allow[r->stop_tokens[i] / 32] &= ~(1u << (r->stop_tokens[i] % 32));
+            allow[r->stop_tokens[i] / 32] &= ~(1u << (r->stop_tokens[i] % 32));
     for (uint32_t w = 0; w < words; w++)
-        if (s->allow[w])
+        if (allow[w])
             return 0;
     snprintf(why, cap, "the output's grammar allows no token of the vocabulary here (after %u generated tokens)",
              r->n_gen);
     return -1;
 }
 
+/* Before the step: each logit row's mask (a constrained request's) and,
+ * when the device chooses, its steering; a step whose adjustments do not
+ * fit be.max_adj goes to the host whole (s->on_device 0). Row li belongs to
+ * the request whose chunk ends at token b_rows[li]. */
+static void steer_rows(em_sched *s, uint32_t T, uint32_t L)
+{
+    uint32_t words = (s->be.n_vocab + 31) / 32, li = 0;
+    uint64_t used = 0;
+    s->on_device = s->be.step_top != NULL;
+    for (uint32_t i = 0; i < T; i++) {
+        if (!s->b_cnt[i])
+            continue;
+        em_request *r = s->b_req[i];
+        if (r->n_done + s->b_cnt[i] < r->n_toks)
+            continue;   /* a prompt chunk: no logits yet */
+        while (li < L && (uint32_t)s->b_rows[li] < i)
+            li++;
+        if (li >= L)
+            break;
+        uint32_t *allow = s->allow + (size_t)li * words;
+        r->con_fail = r->con.ctx && constrain(s, r, allow, r->con_why, sizeof r->con_why);
+        if (!s->on_device)
+            continue;
+        uint32_t room = used < s->be.max_adj ? (uint32_t)(s->be.max_adj - used) : 0;
+        em_sample_adj *adj = s->adj + used;
+        uint32_t n = em_sampler_adjustments(r->sampler, adj, room);
+        if (n > room) {
+            s->on_device = 0;   /* penalties over long contexts: this step on the host */
+            continue;
+        }
+        used += n;
+        s->steer[li] = (em_sample_steer){ em_sampler_temp(r->sampler), adj, n,
+                                          r->con.ctx && !r->con_fail ? allow : NULL };
+    }
+}
+
 /* After the step: advance every request in the batch, sample where it
  * produced logits, emit, and finish what is done. */
 static void advance(em_sched *s, uint32_t T, uint32_t L, double now)
 {
-    uint32_t gen = 0, pre = 0;
+    uint32_t gen = 0, pre = 0, summary = 0, whole = 0;
     uint32_t li = 0;
     for (uint32_t i = 0; i < T; i++) {
         if (!s->b_cnt[i])
@@ -340,17 +380,24 @@ static void advance(em_sched *s, uint32_t T, uint32_t L, double now)
         while (li < L && (uint32_t)s->b_rows[li] < i)
             li++;
         const float *lg = s->logits + (size_t)li * s->be.n_vocab;
-        em_sample_lp lp;
-        const uint32_t *allow = NULL;
-        if (r->con.ctx) {
-            char why[200];
-            if (constrain(s, r, why, sizeof why)) {
-                finish_running(s, r, EM_FINISH_ERROR, why);
-                continue;
-            }
-            allow = s->allow;
+        em_sample_lp lp, *lpp = r->logprobs ? &lp : NULL;
+        if (r->con_fail) {
+            finish_running(s, r, EM_FINISH_ERROR, r->con_why);
+            continue;
         }
-        int32_t id = em_sampler_sample_lp(r->sampler, lg, allow, r->top_logprobs, r->logprobs ? &lp : NULL);
+        int32_t id;
+        if (s->on_device) {   /* from the device's summary; the steered row when it is not enough */
+            id = em_sampler_sample_top(r->sampler, &s->top[li], r->top_logprobs, lpp);
+            if (id < 0) {
+                id = em_sampler_sample_steered(r->sampler, s->be.row(s->be.ctx, li), r->top_logprobs, lpp);
+                whole++;
+            } else {
+                summary++;
+            }
+        } else {
+            const uint32_t *allow = r->con.ctx ? s->allow + (size_t)li * ((s->be.n_vocab + 31) / 32) : NULL;
+            id = em_sampler_sample_lp(r->sampler, lg, allow, r->top_logprobs, lpp);
+        }
         if (id < 0) {
             finish_running(s, r, EM_FINISH_ERROR, "out of memory");
             continue;
@@ -380,6 +427,8 @@ static void advance(em_sched *s, uint32_t T, uint32_t L, double now)
     pthread_mutex_lock(&s->mu);
     s->st.tokens_generated += gen;
     s->st.tokens_prefilled += pre;
+    s->st.chosen_on_device += summary;
+    s->st.chosen_from_row += whole;
     s->win_tok[s->win_i % RATE_WINDOW] = gen;
     pthread_mutex_unlock(&s->mu);
 }
@@ -579,7 +628,9 @@ static void plan_and_run(em_sched *s)
     int rc = n_copies ? s->be.copy(s->be.ctx, s->copies, n_copies, &err) : 0;
     if (!rc) {
         em_sched_batch b = { T, s->b_tok, s->b_pos, s->b_seq, L, s->b_rows, s->b_tables, s->b_dec };
-        rc = s->be.step(s->be.ctx, &b, s->logits, &err);
+        steer_rows(s, T, L);
+        rc = s->on_device ? s->be.step_top(s->be.ctx, &b, s->steer, s->top, &err)
+                          : s->be.step(s->be.ctx, &b, s->logits, &err);
     }
     double t1 = em_sched_now();
     if (rc) {
@@ -696,7 +747,18 @@ int em_sched_create(const em_sched_opts *o, const em_sched_backend *backend,
         s->b_tables = calloc(s->be.max_seqs, sizeof *s->b_tables);
         s->copies = malloc(s->max_copies * sizeof *s->copies);
         s->logits = malloc((size_t)s->be.max_logits * s->be.n_vocab * sizeof *s->logits);
-        s->allow = malloc((s->be.n_vocab + 31) / 32 * sizeof *s->allow);
+        const char *host = getenv("EMBER_SAMPLE_HOST");   /* whole rows to the host: to compare, */
+        if (host && *host && strcmp(host, "0") != 0)       /* or around a suspect driver */
+            s->be.step_top = NULL;
+        uint32_t rows = s->be.max_logits;
+        s->allow = malloc((size_t)rows * ((s->be.n_vocab + 31) / 32) * sizeof *s->allow);
+        if (s->be.step_top) {
+            s->steer = calloc(rows, sizeof *s->steer);
+            s->top = calloc(rows, sizeof *s->top);
+            s->adj = malloc((size_t)s->be.max_adj * sizeof *s->adj);
+            if (!s->steer || !s->top || !s->adj)
+                rc = em_err_set(err, EM_ENOMEM, "scheduler: out of memory");
+        }
         uint32_t nt = tok ? em_tokenizer_n_vocab(tok) : 0;
         for (uint32_t i = 0; i < nt; i++)
             s->n_eog += em_tokenizer_is_eog(tok, (int32_t)i) != 0;
@@ -735,7 +797,7 @@ void em_sched_destroy(em_sched *s)
     em_kv_destroy(s->kv);
     free(s->b_tok); free(s->b_pos); free(s->b_seq); free(s->b_rows); free(s->b_dec); free(s->b_req);
     free(s->b_cnt); free(s->b_tables); free(s->copies); free(s->logits);
-    free(s->allow); free(s->eog);
+    free(s->allow); free(s->eog); free(s->steer); free(s->top); free(s->adj);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     pthread_cond_destroy(&s->idle_cv);

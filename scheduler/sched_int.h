@@ -28,6 +28,8 @@ struct em_request {
     int              logprobs;
     uint32_t         top_logprobs;
     em_constraint    con;            /* owned (ctx NULL: none) */
+    int              con_fail;       /* this step: the constraint failed or allows nothing */
+    char             con_why[200];
     void           (*notify)(void *user);
     void            *user;
 

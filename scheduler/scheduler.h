@@ -57,6 +57,16 @@ typedef struct em_sched_backend {
     int  (*copy)(void *ctx, const em_kv_copy *copies, uint32_t n, em_err *err);
     /* Run one step; logits[n_logits][n_vocab]. */
     int  (*step)(void *ctx, const em_sched_batch *b, float *logits, em_err *err);
+    /* Optional (NULL: step and whole rows): run one step choosing on the
+     * device — each logit row i steered by steer[i] and summarised into
+     * top[i] (core/sample.h em_sampler_sample_top); row(ctx, i) gives the
+     * steered row i until the next step, for what the summary cannot
+     * settle. max_adj: adjustments a step's rows may carry in all; a step
+     * that needs more runs through step. */
+    int  (*step_top)(void *ctx, const em_sched_batch *b, const em_sample_steer *steer, em_sample_top *top,
+                     em_err *err);
+    const float *(*row)(void *ctx, uint32_t i);
+    uint32_t max_adj;
     /* After a step failed with EM_EDEVICE (the device lost, a kernel
      * failure) and the running requests got the error: rebuild the device
      * so that steps work again (0), or fail (tried again at most every
@@ -227,6 +237,8 @@ typedef struct {
     em_kv_stats kv;
     uint64_t steps;
     uint64_t tokens_generated;
+    uint64_t chosen_on_device;    /* tokens chosen from the device's summary of their row */
+    uint64_t chosen_from_row;     /* tokens whose choice needed the whole (steered) row */
     uint64_t tokens_prefilled;
     uint64_t preemptions;
     uint64_t rejected_busy;

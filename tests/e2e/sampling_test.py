@@ -11,8 +11,13 @@
 #  - frequency/presence/repetition penalties change greedy output the way
 #    they should (fewer repeats), 0/1 change nothing;
 #  - a seeded, sampled request gives the same tokens alone and while three
-#    other streams share its batch.
+#    other streams share its batch;
+#  - choosing on the device (topk.comp's summary of each row) gives the
+#    same tokens and log-probabilities as reading every row to the host
+#    (EMBER_SAMPLE_HOST=1): greedy, seeded draws with and without filters,
+#    penalties, bias, logprobs.
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -21,13 +26,26 @@ sys.path.insert(0, __file__.rsplit('/', 1)[0])
 from serve_util import EMBER, Server, chat_model, shared_model  # noqa: E402
 
 stories = shared_model('stories260K.gguf')
+SAME = [dict(max_tokens=40, temperature=0, logprobs=5),
+        dict(max_tokens=40, temperature=1.0, seed=11, logprobs=3, ignore_eos=True),
+        dict(max_tokens=40, temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, seed=12, ignore_eos=True),
+        dict(max_tokens=40, temperature=1.3, top_k=5, seed=13, ignore_eos=True),
+        dict(max_tokens=40, temperature=0.9, top_p=0.5, seed=14, frequency_penalty=0.7, repetition_penalty=1.2,
+             logit_bias={'5': 3, '10': -100}, ignore_eos=True, logprobs=2),
+        dict(max_tokens=40, temperature=2.0, seed=15, presence_penalty=1.5, ignore_eos=True)]
+
+
+def comp_on(server, **body):
+    body.setdefault('prompt', 'Once upon a time')
+    st, _, r = server.post('/v1/completions', body)
+    assert st == 200, (st, r)
+    return r
+
+
 srv = Server(stories, '--parallel', '4')
 try:
     def comp(**body):
-        body.setdefault('prompt', 'Once upon a time')
-        st, _, r = srv.post('/v1/completions', body)
-        assert st == 200, (st, r)
-        return r
+        return comp_on(srv, **body)
 
     # ---- completions: the legacy logprobs shape ----
     r = comp(max_tokens=24, temperature=0, logprobs=5)
@@ -110,8 +128,28 @@ try:
     print('sampling (stories): greedy %d tokens with logprobs; banned %r -> %r; penalties max repeats %d -> %s'
           % (n, greedy_first, bt[0], max_count(base),
              [max_count(toks(**kw)) for kw in ({'frequency_penalty': 2}, {'presence_penalty': 2})]))
+    device_runs = [comp(**b) for b in SAME]
 finally:
     rc, err = srv.stop()
+assert rc == 0, err
+
+# ---- the same requests with every row read to the host ----
+host = Server(stories, '--parallel', '4', env=dict(os.environ, EMBER_SAMPLE_HOST='1'))
+try:
+    for b, dev in zip(SAME, device_runs):
+        h = comp_on(host, **b)
+        assert h['choices'][0]['text'] == dev['choices'][0]['text'], (b, h['choices'][0]['text'],
+                                                                      dev['choices'][0]['text'])
+        if b.get('logprobs') is not None:
+            hl, dl = h['choices'][0]['logprobs'], dev['choices'][0]['logprobs']
+            assert hl['tokens'] == dl['tokens'], b
+            for x, y in zip(hl['token_logprobs'], dl['token_logprobs']):
+                assert abs(x - y) < 1e-4, (b, x, y)
+            for x, y in zip(hl['top_logprobs'], dl['top_logprobs']):
+                assert list(x) == list(y) and all(abs(x[k] - y[k]) < 1e-4 for k in x), (b, x, y)
+    print('sampling: %d requests alike on the device and on the host' % len(SAME))
+finally:
+    rc, err = host.stop()
 assert rc == 0, err
 
 # ---- chat logprobs through the official SDK ----

@@ -40,9 +40,9 @@ def chat_model():
 
 
 class Server:
-    def __init__(self, model, *args, db=None, keys=(), argv=None):
+    def __init__(self, model, *args, db=None, keys=(), argv=None, env=None):
         """argv: the whole argument list after `serve` (a --config test), instead of --model, --port 0,
-        --db and args."""
+        --db and args; env: the server's environment (default: the test's)."""
         self.dir = tempfile.mkdtemp(prefix='ember-serve-')
         self.db = db or os.path.join(self.dir, 'ember.db')
         self.keys = {}
@@ -53,7 +53,7 @@ class Server:
         if argv is None:
             argv = ['--model', model, '--port', '0', '--db', self.db] + list(args)
         self.p = subprocess.Popen([EMBER, 'serve'] + list(argv),
-                                  stdout=subprocess.PIPE, stderr=self.errf, text=True)
+                                  stdout=subprocess.PIPE, stderr=self.errf, text=True, env=env)
         line = ''
         deadline = time.monotonic() + 600   # loading + a cold shader cache on a slow host
         while time.monotonic() < deadline:

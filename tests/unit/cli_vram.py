@@ -83,8 +83,12 @@ def scratch(s, seqs, ctx):
     gu = T * r32(2 * F) * 4
     part = T * H * SPLIT * (D + 2) * 4       # split attention partials
     logits = seqs * V * 4
+    # choosing tokens on the device (topk.comp): per row a header, a grammar's mask and room for 2048
+    # penalty and logit_bias ids (3 words each) in; max, sums, 64 candidates out
+    steer = seqs * (4 + -(-V // 32) + 3 * 2048) * 4
+    cand = seqs * (8 + 2 * 64) * 4
     step = (7 * T + seqs + seqs * -(-ctx // BLOCK)) * 4
-    return x + qkv + att + hf + gu + part + 256 + logits + step
+    return x + qkv + att + hf + gu + part + 256 + logits + steer + cand + step
 
 
 def pool_blocks(mem, weights, s, seqs, ctx, block):

@@ -10,7 +10,9 @@
  * bound, queue positions, requests that cannot fit, stop strings and the
  * busy time and rates of em_sched_get_stats, a constraint (as a grammar
  * is: only its tokens, end-of-text only where it may end, stop when done,
- * a dead end an error, its state freed once); a randomized test runs hundreds of scenarios and checks that every request finishes exactly once,
+ * a dead end an error, its state freed once), choosing from the device's
+ * summaries giving the host's tokens (also when a step's adjustments
+ * overflow to the host); a randomized test runs hundreds of scenarios and checks that every request finishes exactly once,
  * correctly, and that no KV block leaks. */
 #include <pthread.h>
 #include <stdint.h>
@@ -18,6 +20,7 @@
 #include <unistd.h>
 
 #include "core/gguf.h"
+#include "core/kcheck.h"
 #include "core/kparams.h"
 #include "core/tokenizer.h"
 #include "scheduler/scheduler.h"
@@ -96,6 +99,11 @@ typedef struct {
     /* prompt rows per step, told apart by their ids: bytes (< 259) or words */
     uint32_t max_byte_prompt_late;   /* most byte-id prompt rows in a step after the 4th */
     uint32_t mixed_steps;            /* steps with prompt rows of both kinds */
+    /* choosing on the "device" (step_top): the rows, their summaries (core/kcheck.c's reference) */
+    float   *rows;
+    int32_t  ids[8][EM_SAMPLE_TOPK];
+    void    *scratch;
+    uint64_t top_steps, plain_steps;
 } fake;
 
 static int fake_copy(void *ctx, const em_kv_copy *c, uint32_t n, em_err *err)
@@ -147,6 +155,36 @@ static int fake_step(void *ctx, const em_sched_batch *b, float *logits, em_err *
     return 0;
 }
 
+static int fake_step_top(void *ctx, const em_sched_batch *b, const em_sample_steer *steer, em_sample_top *top,
+                         em_err *err)
+{
+    fake *f = ctx;
+    int rc = fake_step(ctx, b, f->rows, err);
+    for (uint32_t r = 0; !rc && r < b->n_logits; r++) {
+        float *row = f->rows + (size_t)r * V;
+        em_topk_steer_ref(row, V, &steer[r]);
+        em_topk_ref(row, V, steer[r].temp, &top[r], f->ids[r], f->scratch);
+        static float vals[8][EM_SAMPLE_TOPK];
+        for (uint32_t k = 0; k < top[r].n; k++)
+            vals[r][k] = row[f->ids[r][k]];
+        top[r].val = vals[r];
+    }
+    f->top_steps++;
+    return rc;
+}
+
+static const float *fake_row(void *ctx, uint32_t i)
+{
+    fake *f = ctx;
+    return f->rows + (size_t)i * V;
+}
+
+static int fake_step_counted(void *ctx, const em_sched_batch *b, float *logits, em_err *err)
+{
+    ((fake *)ctx)->plain_steps++;
+    return fake_step(ctx, b, logits, err);
+}
+
 static fake *fake_new(uint32_t n_blocks, uint32_t max_seqs, uint32_t max_ctx, uint32_t max_tokens,
                       em_sched_backend *be)
 {
@@ -164,8 +202,21 @@ static fake *fake_new(uint32_t n_blocks, uint32_t max_seqs, uint32_t max_ctx, ui
     return f;
 }
 
+/* The fake with the device's choosing: at most max_adj adjustments a step. */
+static void fake_with_top(fake *f, em_sched_backend *be, uint32_t max_adj)
+{
+    f->rows = calloc((size_t)f->max_seqs * V, sizeof *f->rows);
+    f->scratch = malloc((size_t)V * 8);
+    be->step_top = fake_step_top;
+    be->row = fake_row;
+    be->max_adj = max_adj;
+    be->step = fake_step_counted;
+}
+
 static void fake_free(fake *f)
 {
+    free(f->rows);
+    free(f->scratch);
     free(f->mem);
     pthread_mutex_destroy(&f->gate_mu);
     pthread_cond_destroy(&f->gate_cv);
@@ -663,6 +714,89 @@ static void test_constraint(em_tokenizer *tok)
     fake_free(f);
 }
 
+/* ---- choosing on the device ------------------------------------------------------------------- */
+
+/* The same requests (greedy, sampled with and without filters, penalties
+ * and bias, a constraint) through the plain backend, one that chooses from
+ * the device's summaries, and one whose adjustments overflow into whole
+ * steps on the host: the same tokens, request by request. */
+static void test_device_choice(em_tokenizer *tok)
+{
+    enum { NR = 5 };
+    int32_t out[3][NR][64];
+    uint32_t n_out[3][NR];
+    uint64_t top_steps[3], plain_steps[3];
+    for (int mode = 0; mode < 3; mode++) {
+        em_sched_backend be;
+        fake *f = fake_new(64, 4, 256, 64, &be);
+        if (mode)
+            fake_with_top(f, &be, mode == 1 ? 4096 : 20);   /* 20: request 3 outgrows it */
+        em_sched *s = mk(&be, 64, 60000, 0, tok);
+        em_logit_bias bias[2] = { { 270, 4 }, { 280, -100 } };
+        int freed = 0;
+        toy_con con = { .lo = 269, .hi = 290, .min_len = 4, .max_len = 12, .freed = &freed };
+        em_request *r[NR];
+        job j[NR];
+        for (int q = 0; q < NR; q++) {
+            fill_prompt(&j[q], 10 + q, 20 + q, 0);
+            em_req_params p = { .prompt = j[q].prompt, .n_prompt = 10 + q, .max_tokens = 40 };
+            p.sample = em_sample_defaults();
+            p.sample.seed = 1000 + q;
+            p.sample.min_p = 0;
+            p.sample.top_k = 0;
+            p.sample.top_p = 1;
+            if (q == 0)
+                p.sample.temp = 0;
+            if (q == 1)
+                p.sample.temp = 2;
+            if (q == 2) {
+                p.sample.temp = 1.5f;
+                p.sample.top_k = 5;
+            }
+            if (q == 3) {
+                p.sample.temp = 1.8f;
+                p.sample.top_p = 0.9f;
+                p.sample.frequency_penalty = 1.5f;
+                p.sample.repetition_penalty = 1.3f;
+                p.sample.logit_bias = bias;
+                p.sample.n_logit_bias = 2;
+            }
+            if (q == 4) {
+                p.sample.temp = 2;
+                p.constraint = (em_constraint){ &con, toy_allowed, toy_accept, toy_can_end, toy_done, toy_destroy };
+            }
+            em_err e = { 0 };
+            CHECKF(em_sched_submit(s, &p, &r[q], NULL, &e) == 0, "%s", e.msg);
+        }
+        for (int q = 0; q < NR; q++) {
+            em_event ev;
+            int done = 0;
+            n_out[mode][q] = 0;
+            while (!done && em_request_next(r[q], &ev, 5000)) {
+                if (ev.kind == EM_EV_TOKEN && n_out[mode][q] < 64)
+                    out[mode][q][n_out[mode][q]++] = ev.token;
+                done = ev.kind == EM_EV_DONE;
+                em_event_clear(&ev);
+            }
+            CHECKF(done, "mode %d request %d did not finish", mode, q);
+            em_request_release(r[q]);
+        }
+        em_sched_destroy(s);
+        top_steps[mode] = f->top_steps;
+        plain_steps[mode] = f->plain_steps;
+        fake_free(f);
+    }
+    for (int mode = 1; mode < 3; mode++)
+        for (int q = 0; q < NR; q++)
+            CHECKF(n_out[mode][q] == n_out[0][q] && memcmp(out[mode][q], out[0][q], n_out[0][q] * 4) == 0,
+                   "request %d: %u tokens choosing %s, %u on the host", q, n_out[mode][q],
+                   mode == 1 ? "on the device" : "with overflowing adjustments", n_out[0][q]);
+    CHECKF(top_steps[1] > 0 && plain_steps[1] == 0, "device choosing: %llu device steps, %llu plain",
+           (unsigned long long)top_steps[1], (unsigned long long)plain_steps[1]);
+    CHECKF(top_steps[2] > 0 && plain_steps[2] > 0, "overflow: %llu device steps, %llu plain (both wanted)",
+           (unsigned long long)top_steps[2], (unsigned long long)plain_steps[2]);
+}
+
 /* ---- randomized ---------------------------------------------------------------------------- */
 
 static void test_random(em_tokenizer *tok)
@@ -819,6 +953,7 @@ int main(void)
     test_queue_position(tok);
     test_stop_string(tok);
     test_constraint(tok);
+    test_device_choice(tok);
     test_background_step_bound(tok);
     test_busy_time(tok);
     test_random(tok);
