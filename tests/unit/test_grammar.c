@@ -5,7 +5,9 @@
  * a refusal; token masks equal brute force (clone, feed the token, compare)
  * on a handmade vocabulary and, when ../shared is here, on real 32000-token
  * SentencePiece and 49152-token byte-level BPE vocabularies; the mask cache
- * hits for equal states of different matchers and stays within its bound. */
+ * hits for equal states of different matchers and stays within its bound;
+ * mutated grammars and regexes and random bytes never crash (run under
+ * ASan/UBSan in the sanitized build). */
 #include <stdint.h>
 
 #include "core/grammar.h"
@@ -587,6 +589,76 @@ done:
     em_gguf_close(gg);
 }
 
+/* Hostile input: the JSON grammar with random bytes changed, cut or
+ * duplicated; random regexes of metacharacters; random bytes to matchers. */
+static void test_hostile(void)
+{
+    unsigned long long rng = 12345;
+    size_t base_len = strlen(JSON_GBNF);
+    char *buf = malloc(base_len * 2 + 16);
+    static const char meta[] = "()[]{}|*+?.^$\\-,0129azAZ\"#: \n";
+    int compiled = 0;
+    for (int it = 0; it < 1500; it++) {
+        size_t len = base_len;
+        memcpy(buf, JSON_GBNF, len);
+        int edits = 1 + (int)(test_rand(&rng) % 4);
+        for (int e = 0; e < edits; e++) {
+            size_t at = (size_t)(test_rand(&rng) % len);
+            switch (test_rand(&rng) % 4) {
+            case 0: buf[at] = meta[test_rand(&rng) % (sizeof meta - 1)]; break;
+            case 1: buf[at] = (char)(test_rand(&rng) & 0xFF); break;
+            case 2: len = at + 1; break;
+            default:
+                if (len + 8 < base_len * 2) {   /* duplicate a short run */
+                    size_t n = 1 + (size_t)(test_rand(&rng) % 8);
+                    if (at + n > len)
+                        n = len - at;
+                    memmove(buf + at + n, buf + at, len - at);
+                    len += n;
+                }
+            }
+        }
+        em_grammar *g = NULL;
+        em_err err = { 0 };
+        if (em_grammar_compile(buf, len, NULL, &g, &err) == 0) {
+            compiled++;
+            em_gmatch *m = NULL;
+            if (em_gmatch_create(g, &m, NULL) == 0) {
+                char in[64];
+                for (size_t k = 0; k < sizeof in; k++)
+                    in[k] = meta[test_rand(&rng) % (sizeof meta - 1)];
+                for (size_t k = 0; k < sizeof in; k++)
+                    em_gmatch_accept(m, in + k, 1);
+                em_gmatch_destroy(m);
+            }
+            em_grammar_destroy(g);
+        } else {
+            CHECKF(strncmp(err.msg, "grammar:", 8) == 0, "message \"%s\"", err.msg);
+        }
+    }
+    CHECKF(compiled > 10, "only %d mutated grammars compiled", compiled);
+    for (int it = 0; it < 3000; it++) {
+        char re[24];
+        size_t n = 1 + (size_t)(test_rand(&rng) % (sizeof re - 1));
+        for (size_t k = 0; k < n; k++)
+            re[k] = meta[test_rand(&rng) % (sizeof meta - 1)];
+        char *gbnf = NULL;
+        size_t glen = 0;
+        em_err err = { 0 };
+        if (em_regex_to_gbnf(re, n, &gbnf, &glen, &err) == 0) {
+            /* whatever the translator writes must compile, unless it can
+             * match nothing at all (e.g. a class of no characters) */
+            em_grammar *g = NULL;
+            int rc = em_grammar_compile(gbnf, glen, NULL, &g, &err);
+            CHECKF(rc == 0 || strstr(err.msg, "never finish") || strstr(err.msg, "left recursion"),
+                   "regex %.*s -> %s: %s", (int)n, re, gbnf, err.msg);
+            em_grammar_destroy(g);
+            free(gbnf);
+        }
+    }
+    free(buf);
+}
+
 int main(void)
 {
     test_errors();
@@ -597,6 +669,7 @@ int main(void)
     test_state();
     test_masks_small();
     test_cache();
+    test_hostile();
     test_masks_real("golden/tokenizer/ggml-vocab-llama-spm.gguf", 32000);
     test_masks_real("golden/tokenizer/ggml-vocab-starcoder.gguf", 49152);
     return test_summary("grammar");

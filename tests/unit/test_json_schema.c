@@ -136,6 +136,13 @@ static void test_objects(void)
     NO(g, "{\"a\":1}");
     em_grammar_destroy(g);
 
+    /* property names that need escaping, and non-ASCII ones */
+    g = schema_grammar("{\"type\":\"object\",\"properties\":{\"a\\\"b\":{\"type\":\"integer\"},"
+                       "\"\u00e9\\\\\":{\"type\":\"null\"}},\"required\":[\"a\\\"b\"]}");
+    YES(g, "{\"a\\\"b\":1,\"\xC3\xA9\\\\\":null}");
+    NO(g, "{\"ab\":1}");
+    em_grammar_destroy(g);
+
     /* no properties: any object; compact output refuses whitespace */
     g = schema_grammar("{\"type\":\"object\"}");
     YES(g, "{\"k\": [1, {\"z\": null}], \"j\": \"v\"}");
@@ -392,6 +399,27 @@ static void test_unsupported(void)
     schema_error("{\"type\":\"date\"}", "unknown type 'date'");
     schema_error("false", "matches nothing");
     schema_error("[1]", "a schema must be an object or a boolean");
+    /* keywords of the wrong shape */
+    static const char *const bad_shape[][2] = {
+        { "{\"properties\":5}", "'properties' must be an object" },
+        { "{\"required\":[1]}", "'required' must hold strings" },
+        { "{\"type\":\"array\",\"items\":\"x\"}", "'items' as an array" },
+        { "{\"minItems\":-1}", "'minItems' must be a non-negative integer" },
+        { "{\"enum\":[]}", "'enum' must be a non-empty array" },
+        { "{\"type\":5}", "'type' must be a string or an array" },
+        { "{\"type\":[]}", "'type' is an empty array" },
+        { "{\"anyOf\":[]}", "'anyOf' must be a non-empty array" },
+        { "{\"pattern\":5}", "'pattern' must be a string" },
+        { "{\"$ref\":5}", "'$ref' must be a string" },
+        { "{\"format\":1}", "'format' must be a string" },
+        { "{\"minimum\":\"a\"}", "'minimum' must be a number" },
+        { "{\"type\":\"object\",\"additionalProperties\":5}", "'additionalProperties' must be a boolean" },
+        { "{\"type\":\"object\",\"required\":[\"x\"],\"additionalProperties\":false}",
+          "required property 'x' is not in 'properties'" },
+        { "{\"type\":\"integer\",\"minimum\":1e300}", "bounds beyond" },
+    };
+    for (size_t i = 0; i < sizeof bad_shape / sizeof bad_shape[0]; i++)
+        schema_error(bad_shape[i][0], bad_shape[i][1]);
     /* nesting bound */
     char deep[4096] = "";
     for (int i = 0; i < 150; i++)
