@@ -37,32 +37,21 @@ struct em_grammar {
     uint32_t  root;
 };
 
+/* 1 when set cs holds some code point in [lo, hi]. */
+int eg_cset_meets(const em_grammar *g, uint32_t cs, uint32_t lo, uint32_t hi);
+
 /* 1 when code point cp is in set cs. */
 static inline int eg_cset_has(const em_grammar *g, uint32_t cs, uint32_t cp)
 {
     const eg_cset *c = &g->csets[cs];
     if (cp < 128)
         return (int)((c->ascii[cp >> 6] >> (cp & 63)) & 1);
-    const eg_range *r = g->ranges + c->first;
-    uint32_t lo = 0, hi = c->n;
-    while (lo < hi) {
-        uint32_t mid = (lo + hi) / 2;
-        if (r[mid].hi < cp)
-            lo = mid + 1;
-        else if (r[mid].lo > cp)
-            hi = mid;
-        else
-            return 1;
-    }
-    return 0;
+    return eg_cset_meets(g, cs, cp, cp);
 }
 
 /* Sort and merge r[0..n) in place (complemented over U+0000..U+10FFFF when
  * negate; r then needs room for n + 1); returns the new count. */
 size_t eg_ranges_normalize(eg_range *r, size_t n, int negate);
-
-/* 1 when set cs holds some code point in [lo, hi]. */
-int eg_cset_meets(const em_grammar *g, uint32_t cs, uint32_t lo, uint32_t hi);
 
 /* ---- the matcher ---------------------------------------------------------
  * A parse stack is a node of a persistent linked list (pos: the position of

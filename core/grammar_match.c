@@ -4,6 +4,8 @@
  * is memoized (see grammar_int.h), which is what makes token masks cheap. */
 #include <stdlib.h>
 #include <string.h>
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 #include "core/grammar_int.h"
 #include "core/grow.h"
@@ -18,33 +20,40 @@
 
 static inline uint64_t mix64(uint64_t x)
 {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    x ^= x >> 33;
-    return x;
+    return XXH3_64bits(&x, sizeof x);
+}
+
+/* Rebuild the open-addressed table *tab of ids (0: an empty slot) at twice
+ * its capacity (first when empty), with ids 1..n-1 placed by hash. */
+static int tab_grow(em_gmatch *m, uint32_t **tab, size_t *cap, size_t first, size_t n,
+                    uint64_t (*hash)(const em_gmatch *, uint32_t))
+{
+    size_t nc = *cap ? *cap * 2 : first;
+    uint32_t *t = calloc(nc, sizeof *t);
+    if (!t)
+        return EM_ENOMEM;
+    for (size_t id = 1; id < n; id++) {
+        size_t h = (size_t)hash(m, (uint32_t)id) & (nc - 1);
+        while (t[h])
+            h = (h + 1) & (nc - 1);
+        t[h] = (uint32_t)id;
+    }
+    free(*tab);
+    *tab = t;
+    *cap = nc;
+    return 0;
 }
 
 /* ---- interned stacks ----------------------------------------------------- */
 
+static uint64_t node_hash(const em_gmatch *m, uint32_t id)
+{
+    return mix64(((uint64_t)m->nodes[id].pos << 32) | m->nodes[id].parent);
+}
+
 static int node_rehash(em_gmatch *m)
 {
-    size_t cap = m->node_tab_cap ? m->node_tab_cap * 2 : 1024;
-    uint32_t *t = calloc(cap, sizeof *t);
-    if (!t)
-        return EM_ENOMEM;
-    for (size_t id = 1; id < m->n_nodes; id++) {
-        const eg_node *n = &m->nodes[id];
-        size_t h = (size_t)mix64(((uint64_t)n->pos << 32) | n->parent) & (cap - 1);
-        while (t[h])
-            h = (h + 1) & (cap - 1);
-        t[h] = (uint32_t)id;
-    }
-    free(m->node_tab);
-    m->node_tab = t;
-    m->node_tab_cap = cap;
-    return 0;
+    return tab_grow(m, &m->node_tab, &m->node_tab_cap, 1024, m->n_nodes, node_hash);
 }
 
 /* The stack pos·parent; NODE_NONE when too deep or out of memory. */
@@ -80,28 +89,17 @@ static uint32_t push(em_gmatch *m, uint32_t pos, uint32_t parent)
 
 static uint64_t hash_ids(const uint32_t *v, size_t n)
 {
-    uint64_t h = 0x9e3779b97f4a7c15ull ^ n;
-    for (size_t i = 0; i < n; i++)
-        h = mix64(h ^ v[i]) + i;
-    return h;
+    return XXH3_64bits(v, n * sizeof *v);
+}
+
+static uint64_t set_hash(const em_gmatch *m, uint32_t id)
+{
+    return hash_ids(m->pool + m->sets[id].off, m->sets[id].n);
 }
 
 static int set_rehash(em_gmatch *m)
 {
-    size_t cap = m->set_tab_cap ? m->set_tab_cap * 2 : 256;
-    uint32_t *t = calloc(cap, sizeof *t);
-    if (!t)
-        return EM_ENOMEM;
-    for (size_t id = 1; id < m->n_sets; id++) {
-        size_t h = (size_t)hash_ids(m->pool + m->sets[id].off, m->sets[id].n) & (cap - 1);
-        while (t[h])
-            h = (h + 1) & (cap - 1);
-        t[h] = (uint32_t)id;
-    }
-    free(m->set_tab);
-    m->set_tab = t;
-    m->set_tab_cap = cap;
-    return 0;
+    return tab_grow(m, &m->set_tab, &m->set_tab_cap, 256, m->n_sets, set_hash);
 }
 
 static int cmp_u32(const void *a, const void *b)

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "core/grammar_int.h"
 #include "core/grow.h"
@@ -138,31 +139,43 @@ static int tmp_add(gp *p, uint32_t lo, uint32_t hi)
 
 static uint64_t hash_ranges(const eg_range *r, size_t n)
 {
-    uint64_t h = 1469598103934665603ull;
+    return XXH3_64bits(r, n * sizeof *r);
+}
+
+/* Rebuild the open-addressed table *tab (entries index + 1, 0 empty) at
+ * twice its capacity (first when empty) for indexes 0..n-1 that hash() does
+ * not skip (it returns 1 for those). */
+static int tab_grow(gp *p, uint32_t **tab, size_t *cap, size_t first, size_t n,
+                    int (*hash)(const gp *, size_t, uint64_t *))
+{
+    size_t nc = *cap ? *cap * 2 : first;
+    uint32_t *t = calloc(nc, sizeof *t);
+    if (!t)
+        return oom(p);
     for (size_t i = 0; i < n; i++) {
-        h = (h ^ r[i].lo) * 1099511628211ull;
-        h = (h ^ r[i].hi) * 1099511628211ull;
+        uint64_t hv;
+        if (hash(p, i, &hv))
+            continue;
+        size_t h = (size_t)hv & (nc - 1);
+        while (t[h])
+            h = (h + 1) & (nc - 1);
+        t[h] = (uint32_t)i + 1;
     }
-    return h ^ (h >> 29);
+    free(*tab);
+    *tab = t;
+    *cap = nc;
+    return 0;
+}
+
+static int cset_hash(const gp *p, size_t i, uint64_t *h)
+{
+    *h = hash_ranges(p->ranges + p->csets[i].first, p->csets[i].n);
+    return 0;
 }
 
 static int cs_rehash(gp *p)
 {
-    size_t cap = p->cs_cap ? p->cs_cap * 2 : 256;
-    uint32_t *t = calloc(cap, sizeof *t);
-    if (!t)
-        return oom(p);
-    for (size_t i = 0; i < p->n_csets; i++) {
-        const eg_cset *c = &p->csets[i];
-        size_t h = (size_t)hash_ranges(p->ranges + c->first, c->n) & (cap - 1);
-        while (t[h])
-            h = (h + 1) & (cap - 1);
-        t[h] = (uint32_t)i + 1;
-    }
-    free(p->cs_tab);
-    p->cs_tab = t;
-    p->cs_cap = cap;
-    return 0;
+    return tab_grow(p, &p->cs_tab, &p->cs_cap, 256, p->n_csets, cset_hash);
 }
 
 /* The id of the set tmp[0..n_tmp) (already normalized), made if new. */
@@ -221,10 +234,7 @@ int eg_cset_meets(const em_grammar *g, uint32_t cs, uint32_t lo, uint32_t hi)
 
 static uint64_t hash_name(const char *s, size_t n)
 {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
-    return h;
+    return XXH3_64bits(s, n);
 }
 
 static int new_rule(gp *p, const char *name, size_t name_len, int owned, size_t off, uint32_t *id)
@@ -244,24 +254,17 @@ static int new_rule(gp *p, const char *name, size_t name_len, int owned, size_t 
     return 0;
 }
 
+static int name_hash(const gp *p, size_t i, uint64_t *h)
+{
+    if (p->rules[i].owned)
+        return 1;   /* generated rules have no name to find */
+    *h = hash_name(p->rules[i].name, p->rules[i].name_len);
+    return 0;
+}
+
 static int names_rehash(gp *p)
 {
-    size_t cap = p->names_cap ? p->names_cap * 2 : 64;
-    uint32_t *t = calloc(cap, sizeof *t);
-    if (!t)
-        return oom(p);
-    for (size_t i = 0; i < p->n_rules; i++) {
-        if (p->rules[i].owned)
-            continue;
-        size_t h = (size_t)hash_name(p->rules[i].name, p->rules[i].name_len) & (cap - 1);
-        while (t[h])
-            h = (h + 1) & (cap - 1);
-        t[h] = (uint32_t)i + 1;
-    }
-    free(p->names);
-    p->names = t;
-    p->names_cap = cap;
-    return 0;
+    return tab_grow(p, &p->names, &p->names_cap, 64, p->n_rules, name_hash);
 }
 
 /* The rule named s[off .. off+n), made (undefined yet) at its first mention. */

@@ -19,17 +19,9 @@ void eg_sb_put(eg_sb *b, const char *s, size_t n)
 {
     if (b->oom)
         return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *t = realloc(b->s, cap);
-        if (!t) {
-            b->oom = 1;
-            return;
-        }
-        b->s = t;
-        b->cap = cap;
+    if (em_grow((void **)&b->s, &b->cap, b->len + n, 1, 256)) {   /* room for the NUL too */
+        b->oom = 1;
+        return;
     }
     memcpy(b->s + b->len, s, n);
     b->len += n;

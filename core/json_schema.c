@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/grammar_int.h"
+#include "core/grow.h"
 #include "core/json_schema.h"
 
 #define MAX_DEPTH  100          /* nesting of inline schemas */
@@ -160,10 +161,35 @@ typedef struct {
     double    lo, hi;
 } bounds;
 
+/* exclusiveMinimum (dir 1) or exclusiveMaximum (dir -1): a number (the
+ * tighter of it and the inclusive bound wins) or draft 4's boolean, which
+ * makes the inclusive bound exclusive. */
+static int read_exclusive(js *j, const json_t *s, const char *key, const char *path, int dir, int *has,
+                          double *bound, int *open)
+{
+    const json_t *v = json_object_get(s, key);
+    if (!v)
+        return 0;
+    if (json_is_boolean(v)) {
+        *open = json_is_true(v) && *has;
+        return 0;
+    }
+    if (!json_is_number(v))
+        return fail(j, EM_EINVAL, path, "'%s' must be a number", key);
+    double x = json_number_value(v);
+    if (!*has || (dir > 0 ? x >= *bound : x <= *bound)) {
+        *has = 1;
+        *bound = x;
+        *open = 1;
+    }
+    return 0;
+}
+
 static int read_bounds(js *j, const json_t *s, const char *path, bounds *bd)
 {
     memset(bd, 0, sizeof *bd);
     const json_t *v;
+    int rc;
     if ((v = json_object_get(s, "minimum"))) {
         if (!json_is_number(v))
             return fail(j, EM_EINVAL, path, "'minimum' must be a number");
@@ -176,49 +202,32 @@ static int read_bounds(js *j, const json_t *s, const char *path, bounds *bd)
         bd->has_hi = 1;
         bd->hi = json_number_value(v);
     }
-    if ((v = json_object_get(s, "exclusiveMinimum"))) {
-        if (json_is_boolean(v)) {   /* draft 4: modifies minimum */
-            bd->lo_open = json_is_true(v) && bd->has_lo;
-        } else if (json_is_number(v)) {
-            double x = json_number_value(v);
-            if (!bd->has_lo || x >= bd->lo) {
-                bd->has_lo = 1;
-                bd->lo = x;
-                bd->lo_open = 1;
-            }
-        } else {
-            return fail(j, EM_EINVAL, path, "'exclusiveMinimum' must be a number");
-        }
-    }
-    if ((v = json_object_get(s, "exclusiveMaximum"))) {
-        if (json_is_boolean(v)) {
-            bd->hi_open = json_is_true(v) && bd->has_hi;
-        } else if (json_is_number(v)) {
-            double x = json_number_value(v);
-            if (!bd->has_hi || x <= bd->hi) {
-                bd->has_hi = 1;
-                bd->hi = x;
-                bd->hi_open = 1;
-            }
-        } else {
-            return fail(j, EM_EINVAL, path, "'exclusiveMaximum' must be a number");
-        }
-    }
+    if ((rc = read_exclusive(j, s, "exclusiveMinimum", path, 1, &bd->has_lo, &bd->lo, &bd->lo_open)) ||
+        (rc = read_exclusive(j, s, "exclusiveMaximum", path, -1, &bd->has_hi, &bd->hi, &bd->hi_open)))
+        return rc;
     if ((bd->has_lo && fabs(bd->lo) > (double)INT_CAP) || (bd->has_hi && fabs(bd->hi) > (double)INT_CAP))
         return fail(j, EM_EUNSUPPORTED, path, "bounds beyond +-%lld are not supported", INT_CAP);
     return 0;
 }
 
+/* The bounds of s into bd; without any, the plain rule is written and
+ * *done set. */
+static int bounds_or_plain(js *j, eg_sb *b, const json_t *s, const char *path, const char *plain, bounds *bd,
+                           int *done)
+{
+    int rc = read_bounds(j, s, path, bd);
+    *done = !rc && !bd->has_lo && !bd->has_hi;
+    if (*done)
+        eg_sb_puts(b, plain);
+    return rc;
+}
+
 static int put_integer(js *j, eg_sb *b, const json_t *s, const char *path)
 {
     bounds bd;
-    int rc = read_bounds(j, s, path, &bd);
-    if (rc)
+    int done, rc = bounds_or_plain(j, b, s, path, "integer", &bd, &done);
+    if (rc || done)
         return rc;
-    if (!bd.has_lo && !bd.has_hi) {
-        eg_sb_puts(b, "integer");
-        return 0;
-    }
     long long lo = -INT_CAP, hi = INT_CAP;
     if (bd.has_lo)
         lo = bd.lo_open ? (long long)floor(bd.lo) + 1 : (long long)ceil(bd.lo);
@@ -278,13 +287,9 @@ static int magnitude(eg_sb *b, long long a, int a_open, long long z, int z_open,
 static int put_number(js *j, eg_sb *b, const json_t *s, const char *path)
 {
     bounds bd;
-    int rc = read_bounds(j, s, path, &bd);
-    if (rc)
+    int done, rc = bounds_or_plain(j, b, s, path, "number", &bd, &done);
+    if (rc || done)
         return rc;
-    if (!bd.has_lo && !bd.has_hi) {
-        eg_sb_puts(b, "number");
-        return 0;
-    }
     if ((bd.has_lo && bd.lo != floor(bd.lo)) || (bd.has_hi && bd.hi != floor(bd.hi)))
         return fail(j, EM_EUNSUPPORTED, path,
                     "number bounds must be whole numbers (a fractional minimum or maximum is not supported)");
@@ -490,14 +495,8 @@ static int gen_ref(js *j, const json_t *s, const char *path, eg_sb *b)
             eg_sb_puts(b, j->refs[i].name);
             return 0;
         }
-    if (j->n_refs == j->cap_refs) {
-        size_t cap = j->cap_refs ? j->cap_refs * 2 : 8;
-        ref_entry *t = realloc(j->refs, cap * sizeof *t);
-        if (!t)
-            return fail(j, EM_ENOMEM, path, "out of memory");
-        j->refs = t;
-        j->cap_refs = cap;
-    }
+    if (em_grow((void **)&j->refs, &j->cap_refs, j->n_refs, sizeof *j->refs, 8))
+        return fail(j, EM_ENOMEM, path, "out of memory");
     ref_entry *e = &j->refs[j->n_refs++];
     e->node = target;
     new_name(j, e->name);
