@@ -53,6 +53,29 @@ static inline int eg_cset_has(const em_grammar *g, uint32_t cs, uint32_t cp)
  * negate; r then needs room for n + 1); returns the new count. */
 size_t eg_ranges_normalize(eg_range *r, size_t n, int negate);
 
+/* ---- compile-time checks (grammar_check.c) --------------------------------
+ * What the parser knows of the source, to name places in messages; the
+ * arrays belong to the parser. */
+typedef struct {
+    const char        *src;
+    size_t             len;
+    uint32_t          *elem_src;   /* [n_elems] source offset of each element */
+    uint32_t          *alt_rule;   /* [n_alts] the rule each alternative is of */
+    uint32_t          *def_off;    /* [n_rules] a rule's definition (generated:
+                                    * where its group or repetition stands) */
+    const char       **names;      /* [n_rules] NULL for a generated rule */
+    uint32_t          *name_len;   /* [n_rules] */
+} eg_src_map;
+
+/* Line and column (in characters) of byte offset off of s[0..len). */
+void eg_line_col(const char *s, size_t len, size_t off, unsigned *line, unsigned *col);
+/* "grammar:LINE:COL: <fmt...>" for offset off of src into err; returns code. */
+int eg_fail_at(const char *src, size_t len, size_t off, em_err *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+/* 0 when g can run: every reachable rule can finish and no left recursion
+ * grows the stack; otherwise EM_EFORMAT (EM_ENOMEM) with the place in err. */
+int eg_grammar_check(const em_grammar *g, const eg_src_map *map, em_err *err);
+
 /* ---- the matcher ---------------------------------------------------------
  * A parse stack is a node of a persistent linked list (pos: the position of
  * the element to match next, parent: the rest), interned so that one stack

@@ -1,9 +1,9 @@
 /* grammar_parse.c — GBNF source to the flat program of core/grammar_int.h:
  * the parser (rules, alternatives, groups, literals, classes, repetitions
- * expanded into generated rules), then the checks that make a grammar safe
- * to run: undefined rules, a missing root, rules with no finite derivation,
- * left recursion that would grow a parse stack forever, and size limits.
- * Every error says "grammar:LINE:COL: ..." (COL counts characters). */
+ * expanded into generated rules), the checks that need the source (undefined
+ * rules, a missing root, size limits), and the layout of the program;
+ * grammar_check.c then refuses what could not run. Every error says
+ * "grammar:LINE:COL: ..." (COL counts characters). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,21 +52,6 @@ typedef struct {
 
 /* ---- errors -------------------------------------------------------------- */
 
-static void line_col(const char *s, size_t len, size_t off, unsigned *line, unsigned *col)
-{
-    unsigned l = 1, c = 1;
-    for (size_t i = 0; i < off && i < len; i++) {
-        if (s[i] == '\n') {
-            l++;
-            c = 1;
-        } else if (((unsigned char)s[i] & 0xC0) != 0x80) {
-            c++;
-        }
-    }
-    *line = l;
-    *col = c;
-}
-
 static int fail_at(gp *p, size_t off, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static int fail_at(gp *p, size_t off, int code, const char *fmt, ...)
@@ -76,9 +61,7 @@ static int fail_at(gp *p, size_t off, int code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    unsigned line, col;
-    line_col(p->s, p->len, off, &line, &col);
-    return em_err_set(p->err, code, "grammar:%u:%u: %s", line, col, msg);
+    return eg_fail_at(p->s, p->len, off, p->err, code, "%s", msg);
 }
 
 static int oom(gp *p)
@@ -719,7 +702,7 @@ static int parse_rule(gp *p)
     prule *r = &p->rules[id];
     if (r->defined) {
         unsigned line, col;
-        line_col(p->s, p->len, r->def_off, &line, &col);
+        eg_line_col(p->s, p->len, r->def_off, &line, &col);
         return fail_at(p, at, EM_EFORMAT, "rule '%.*s' defined twice (first at %u:%u)",
                        (int)r->name_len, r->name, line, col);
     }
@@ -741,26 +724,11 @@ static int parse_rule(gp *p)
     return 0;
 }
 
-/* ---- layout and checks --------------------------------------------------- */
+/* ---- layout -------------------------------------------------------------- */
 
-typedef struct {
-    uint32_t *elem_src;   /* [n_elems] source offsets */
-    uint32_t *alt_rule;   /* [n_alts] owner rule */
-} layout_aux;
-
-static void rule_label(const gp *p, uint32_t r, char *buf, size_t cap)
-{
-    const prule *pr = &p->rules[r];
-    if (!pr->owned) {
-        snprintf(buf, cap, "rule '%.*s'", (int)(pr->name_len > 200 ? 200 : pr->name_len), pr->name);
-        return;
-    }
-    unsigned line, col;
-    line_col(p->s, p->len, pr->def_off, &line, &col);
-    snprintf(buf, cap, "the group or repetition at %u:%u", line, col);
-}
-
-static int layout(gp *p, em_grammar *g, layout_aux *aux)
+/* The flat program into g, and what the checks need to name places into map
+ * (its arrays owned by the caller: free with map_free). */
+static int layout(gp *p, em_grammar *g, eg_src_map *map)
 {
     size_t n_alts = 0, n_elems = 0;
     for (size_t r = 0; r < p->n_rules; r++) {
@@ -770,31 +738,39 @@ static int layout(gp *p, em_grammar *g, layout_aux *aux)
         for (size_t i = 0; i < b->n; i++)
             n_alts += b->v[i] == EG_ALT;
     }
+    map->src = p->s;
+    map->len = p->len;
     g->elems = malloc(n_elems * sizeof *g->elems);
-    aux->elem_src = malloc(n_elems * sizeof *aux->elem_src);
+    map->elem_src = malloc(n_elems * sizeof *map->elem_src);
     g->alts = malloc(n_alts * sizeof *g->alts);
-    aux->alt_rule = malloc(n_alts * sizeof *aux->alt_rule);
+    map->alt_rule = malloc(n_alts * sizeof *map->alt_rule);
     g->rules = malloc(p->n_rules * sizeof *g->rules);
-    if (!g->elems || !aux->elem_src || !g->alts || !aux->alt_rule || !g->rules)
+    map->def_off = malloc((p->n_rules + 1) * sizeof *map->def_off);
+    map->names = malloc((p->n_rules + 1) * sizeof *map->names);
+    map->name_len = malloc((p->n_rules + 1) * sizeof *map->name_len);
+    if (!g->elems || !map->elem_src || !g->alts || !map->alt_rule || !g->rules || !map->def_off ||
+        !map->names || !map->name_len)
         return oom(p);
     uint32_t e = 0, a = 0;
     for (size_t r = 0; r < p->n_rules; r++) {
         const pbody *b = &p->rules[r].body;
+        map->def_off[r] = p->rules[r].def_off;
+        map->names[r] = p->rules[r].owned ? NULL : p->rules[r].name;
+        map->name_len[r] = p->rules[r].name_len;
         g->rules[r].first_alt = a;
-        aux->alt_rule[a] = (uint32_t)r;
+        map->alt_rule[a] = (uint32_t)r;
         g->alts[a++] = e;
         for (size_t i = 0; i < b->n; i++) {
+            map->elem_src[e] = b->src[i];
             if (b->v[i] == EG_ALT) {
-                aux->elem_src[e] = b->src[i];
                 g->elems[e++] = EG_MK(EG_END, 0);
-                aux->alt_rule[a] = (uint32_t)r;
+                map->alt_rule[a] = (uint32_t)r;
                 g->alts[a++] = e;
             } else {
-                aux->elem_src[e] = b->src[i];
                 g->elems[e++] = b->v[i];
             }
         }
-        aux->elem_src[e] = p->rules[r].def_off;
+        map->elem_src[e] = p->rules[r].def_off;
         g->elems[e++] = EG_MK(EG_END, 0);
         g->rules[r].n_alts = a - g->rules[r].first_alt;
     }
@@ -804,250 +780,13 @@ static int layout(gp *p, em_grammar *g, layout_aux *aux)
     return 0;
 }
 
-/* sat[r] = 1 for every rule with an alternative whose elements all
- * qualify: a rule qualifies once sat, a character set when char_ok says so
- * (nullable: never; productive: when non-empty). A worklist over the
- * occurrences of each rule, linear in the grammar's size. */
-static int fixpoint(const em_grammar *g, const layout_aux *aux, int char_ok, uint8_t *sat)
+static void map_free(eg_src_map *map)
 {
-    uint32_t *need = calloc(g->n_alts, sizeof *need);
-    uint32_t *occ_first = calloc((size_t)g->n_rules + 1, sizeof *occ_first);
-    uint32_t *occ = NULL, *queue = malloc(((size_t)g->n_rules + 1) * sizeof *queue);
-    int rc = EM_ENOMEM;
-    if (!need || !occ_first || !queue)
-        goto done;
-    size_t n_occ = 0;
-    for (uint32_t i = 0; i < g->n_elems; i++)
-        if (EG_TYPE(g->elems[i]) == EG_RULE) {
-            occ_first[EG_ARG(g->elems[i]) + 1]++;
-            n_occ++;
-        }
-    for (uint32_t r = 0; r < g->n_rules; r++)
-        occ_first[r + 1] += occ_first[r];
-    occ = malloc((n_occ + 1) * sizeof *occ);
-    uint32_t *fill = calloc((size_t)g->n_rules + 1, sizeof *fill);
-    if (!occ || !fill) {
-        free(fill);
-        goto done;
-    }
-    memset(sat, 0, g->n_rules);
-    size_t qn = 0;
-    for (uint32_t a = 0; a < g->n_alts; a++) {
-        uint32_t n = 0;
-        for (uint32_t i = g->alts[a]; EG_TYPE(g->elems[i]) != EG_END; i++) {
-            uint32_t el = g->elems[i];
-            if (EG_TYPE(el) == EG_RULE) {
-                uint32_t r = EG_ARG(el);
-                occ[occ_first[r] + fill[r]++] = a;
-                n++;
-            } else if (!char_ok || g->csets[EG_ARG(el)].n == 0) {
-                n = UINT32_MAX / 2;   /* can never qualify */
-            }
-        }
-        need[a] = n;
-        if (n == 0 && !sat[aux->alt_rule[a]]) {
-            sat[aux->alt_rule[a]] = 1;
-            queue[qn++] = aux->alt_rule[a];
-        }
-    }
-    free(fill);
-    for (size_t qi = 0; qi < qn; qi++) {
-        uint32_t r = queue[qi];
-        for (uint32_t k = occ_first[r]; k < occ_first[r + 1]; k++) {
-            uint32_t a = occ[k];
-            if (--need[a] == 0 && !sat[aux->alt_rule[a]]) {
-                sat[aux->alt_rule[a]] = 1;
-                queue[qn++] = aux->alt_rule[a];
-            }
-        }
-    }
-    rc = 0;
-done:
-    free(need);
-    free(occ_first);
-    free(occ);
-    free(queue);
-    return rc;
-}
-
-static int reach(const em_grammar *g, uint8_t *seen)
-{
-    uint32_t *stack = malloc(((size_t)g->n_rules + 1) * sizeof *stack);
-    if (!stack)
-        return EM_ENOMEM;
-    memset(seen, 0, g->n_rules);
-    size_t n = 0;
-    stack[n++] = g->root;
-    seen[g->root] = 1;
-    while (n) {
-        uint32_t r = stack[--n];
-        const eg_rule *rr = &g->rules[r];
-        for (uint32_t a = rr->first_alt; a < rr->first_alt + rr->n_alts; a++)
-            for (uint32_t i = g->alts[a]; EG_TYPE(g->elems[i]) != EG_END; i++)
-                if (EG_TYPE(g->elems[i]) == EG_RULE && !seen[EG_ARG(g->elems[i])]) {
-                    seen[EG_ARG(g->elems[i])] = 1;
-                    stack[n++] = EG_ARG(g->elems[i]);
-                }
-    }
-    free(stack);
-    return 0;
-}
-
-/* A rule reachable from the root that no finite string completes. Walk from
- * the root through such rules to one whose unfinished references all lead
- * back: it is on the cycle the user wrote. */
-static int check_productive(gp *p, const em_grammar *g, const uint8_t *prod, const uint8_t *seen)
-{
-    uint32_t r = g->root;   /* the root first, then in order */
-    if (prod[r])
-        for (r = 0; r < g->n_rules && (prod[r] || !seen[r]); r++)
-            ;
-    if (r >= g->n_rules)
-        return 0;
-    uint8_t *visit = calloc(g->n_rules, 1);
-    if (!visit)
-        return oom(p);
-    for (;;) {
-        visit[r] = 1;
-        uint32_t next = UINT32_MAX;
-        const eg_rule *rr = &g->rules[r];
-        for (uint32_t a = rr->first_alt; a < rr->first_alt + rr->n_alts && next == UINT32_MAX; a++)
-            for (uint32_t i = g->alts[a]; EG_TYPE(g->elems[i]) != EG_END; i++) {
-                uint32_t el = g->elems[i];
-                if (EG_TYPE(el) == EG_RULE && !prod[EG_ARG(el)] && !visit[EG_ARG(el)] && seen[EG_ARG(el)]) {
-                    next = EG_ARG(el);
-                    break;
-                }
-            }
-        if (next == UINT32_MAX)
-            break;
-        r = next;
-    }
-    free(visit);
-    char what[256];
-    rule_label(p, r, what, sizeof what);
-    return fail_at(p, p->rules[r].def_off, EM_EFORMAT,
-                   "%s can never finish: every alternative needs itself again (no finite text matches it)",
-                   what);
-}
-
-typedef struct { uint32_t from, to, off; int tail; } ledge;
-
-/* Left recursion: edges u -> v where v can start u (everything before it
- * can match nothing). A cycle of these grows the parse stack forever unless
- * every edge on it is a tail call (nothing left after v); so an edge that is
- * not a tail call and lies inside a strongly connected component is
- * refused. Tarjan's algorithm, iterative. */
-static int check_left_rec(gp *p, const em_grammar *g, const layout_aux *aux, const uint8_t *nullable,
-                          const uint8_t *seen)
-{
-    ledge *edges = NULL;
-    size_t n_edges = 0, cap_edges = 0;
-    uint32_t *first = NULL, *idx = NULL, *low = NULL, *comp = NULL, *stk = NULL, *call = NULL,
-             *iter = NULL;
-    int rc = EM_ENOMEM;
-    for (uint32_t u = 0; u < g->n_rules; u++) {
-        if (!seen[u])
-            continue;
-        const eg_rule *rr = &g->rules[u];
-        for (uint32_t a = rr->first_alt; a < rr->first_alt + rr->n_alts; a++)
-            for (uint32_t i = g->alts[a]; EG_TYPE(g->elems[i]) == EG_RULE; i++) {
-                uint32_t v = EG_ARG(g->elems[i]);
-                if (em_grow((void **)&edges, &cap_edges, n_edges, sizeof *edges, 64))
-                    goto done;
-                edges[n_edges++] = (ledge){ u, v, aux->elem_src[i], EG_TYPE(g->elems[i + 1]) == EG_END };
-                if (!nullable[v])
-                    break;
-            }
-    }
-    size_t nr = g->n_rules;
-    first = calloc(nr + 1, sizeof *first);
-    idx = malloc(nr * sizeof *idx);
-    low = malloc(nr * sizeof *low);
-    comp = malloc(nr * sizeof *comp);
-    stk = malloc(nr * sizeof *stk);
-    call = malloc(nr * sizeof *call);
-    iter = malloc(nr * sizeof *iter);
-    uint32_t *adj = malloc((n_edges + 1) * sizeof *adj);
-    uint8_t *on = calloc(nr, 1);
-    if (!first || !idx || !low || !comp || !stk || !call || !iter || !adj || !on) {
-        free(adj);
-        free(on);
-        goto done;
-    }
-    for (size_t k = 0; k < n_edges; k++)
-        first[edges[k].from + 1]++;
-    for (size_t r = 0; r < nr; r++)
-        first[r + 1] += first[r];
-    for (size_t r = 0; r < nr; r++)
-        iter[r] = first[r];
-    for (size_t k = 0; k < n_edges; k++)
-        adj[iter[edges[k].from]++] = edges[k].to;
-    for (size_t r = 0; r < nr; r++)
-        idx[r] = UINT32_MAX;
-    uint32_t counter = 0, n_comp = 0;
-    size_t sn = 0;
-    for (uint32_t root = 0; root < nr; root++) {
-        if (idx[root] != UINT32_MAX || !seen[root])
-            continue;
-        size_t cn = 0;
-        call[cn++] = root;
-        idx[root] = low[root] = counter++;
-        iter[root] = first[root];
-        stk[sn++] = root;
-        on[root] = 1;
-        while (cn) {
-            uint32_t u = call[cn - 1];
-            if (iter[u] < first[u + 1]) {
-                uint32_t v = adj[iter[u]++];
-                if (idx[v] == UINT32_MAX) {
-                    idx[v] = low[v] = counter++;
-                    iter[v] = first[v];
-                    stk[sn++] = v;
-                    on[v] = 1;
-                    call[cn++] = v;
-                } else if (on[v] && idx[v] < low[u]) {
-                    low[u] = idx[v];
-                }
-                continue;
-            }
-            cn--;
-            if (cn && low[u] < low[call[cn - 1]])
-                low[call[cn - 1]] = low[u];
-            if (low[u] == idx[u]) {
-                uint32_t w;
-                do {
-                    w = stk[--sn];
-                    on[w] = 0;
-                    comp[w] = n_comp;
-                } while (w != u);
-                n_comp++;
-            }
-        }
-    }
-    free(adj);
-    free(on);
-    rc = 0;
-    for (size_t k = 0; k < n_edges; k++)
-        if (!edges[k].tail && comp[edges[k].from] == comp[edges[k].to]) {
-            char what[256];
-            rule_label(p, edges[k].from, what, sizeof what);
-            rc = fail_at(p, edges[k].off, EM_EFORMAT,
-                         "left recursion: %s can reach itself before matching any character", what);
-            break;
-        }
-done:
-    if (rc == EM_ENOMEM)
-        oom(p);
-    free(edges);
-    free(first);
-    free(idx);
-    free(low);
-    free(comp);
-    free(stk);
-    free(call);
-    free(iter);
-    return rc;
+    free(map->elem_src);
+    free(map->alt_rule);
+    free(map->def_off);
+    free(map->names);
+    free(map->name_len);
 }
 
 /* ---- entry --------------------------------------------------------------- */
@@ -1071,8 +810,7 @@ int em_grammar_compile(const char *src, size_t len, const char *root, em_grammar
 {
     gp p = { .s = src ? src : "", .len = src ? len : 0, .err = err };
     em_grammar *g = NULL;
-    layout_aux aux = { 0 };
-    uint8_t *nullable = NULL, *prod = NULL, *seen = NULL;
+    eg_src_map map = { 0 };
     int rc;
     *out = NULL;
     if (!root)
@@ -1109,7 +847,7 @@ int em_grammar_compile(const char *src, size_t len, const char *root, em_grammar
         goto done;
     }
     g->root = root_id;
-    if ((rc = layout(&p, g, &aux)))
+    if ((rc = layout(&p, g, &map)))
         goto done;
     g->csets = p.csets;
     g->n_csets = (uint32_t)p.n_csets;
@@ -1117,15 +855,7 @@ int em_grammar_compile(const char *src, size_t len, const char *root, em_grammar
     g->n_ranges = (uint32_t)p.n_ranges;
     p.csets = NULL;
     p.ranges = NULL;
-    nullable = malloc(g->n_rules);
-    prod = malloc(g->n_rules);
-    seen = malloc(g->n_rules);
-    if (!nullable || !prod || !seen || fixpoint(g, &aux, 0, nullable) || fixpoint(g, &aux, 1, prod) ||
-        reach(g, seen)) {
-        rc = oom(&p);
-        goto done;
-    }
-    if ((rc = check_productive(&p, g, prod, seen)) || (rc = check_left_rec(&p, g, &aux, nullable, seen)))
+    if ((rc = eg_grammar_check(g, &map, err)))
         goto done;
     *out = g;
     g = NULL;
@@ -1141,11 +871,7 @@ done:
     free(p.csets);
     free(p.cs_tab);
     free(p.tmp);
-    free(aux.elem_src);
-    free(aux.alt_rule);
-    free(nullable);
-    free(prod);
-    free(seen);
+    map_free(&map);
     em_grammar_destroy(g);
     return rc;
 }
