@@ -109,6 +109,12 @@ typedef struct {
 int  em_gvocab_create(const em_gvocab_token *toks, uint32_t n_vocab,
                       em_gvocab **out, em_err *err);
 void em_gvocab_destroy(em_gvocab *v);     /* accepts NULL */
+
+/* The vocabulary of tokenizer t (borrowed; core/grammar_tok.c): each
+ * token's decoded bytes (em_tokenizer_piece), control tokens as special,
+ * end-of-generation ids as EOG. *out is the caller's. */
+struct em_tokenizer;
+int  em_gvocab_from_tokenizer(const struct em_tokenizer *t, em_gvocab **out, em_err *err);
 uint32_t em_gvocab_n_vocab(const em_gvocab *v);
 uint32_t em_gvocab_n_nodes(const em_gvocab *v);   /* trie nodes (root included) */
 /* Words a mask needs: (n_vocab + 31) / 32. */

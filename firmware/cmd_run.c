@@ -1,6 +1,7 @@
 /* cmd_run.c — `ember run`: tokenize a prompt, feed it, and stream generated
  * text to stdout (greedy or sampled), with a summary on stderr. */
 #include <errno.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,8 @@
 #include "core/forward.h"
 #include "core/grow.h"
 #include "core/model.h"
+#include "core/grammar.h"
+#include "core/json_schema.h"
 #include "core/sample.h"
 #include "core/tokenizer.h"
 #include "firmware/cli.h"
@@ -18,11 +21,14 @@
 static const char usage[] =
     "usage: ember run [--model PATH] [--prompt TEXT] [-n N] [sampling flags] [--ctx N]\n"
     "                 [--backend vulkan|cpu] [--kv-type f16|q8_0] [--ids-out FILE] [--special]\n"
+    "                 [--grammar-file F.gbnf | --json-schema F.json]\n"
     "  Generates up to N tokens (default 256) after the prompt (default \"Once upon a time\")\n"
     "  and prints prompt + continuation. --temp 0 is greedy. Without --model: the first\n"
     "  *.gguf in ./models, else the demo model in ../shared/models.\n"
     "  --ids-out writes \"tokens: <prompt ids>\" and \"greedy: <generated ids>\" lines.\n"
     "  --special prints control tokens (such as the end-of-text token) as their text.\n"
+    "  --grammar-file / --json-schema: the continuation follows that GBNF grammar or JSON\n"
+    "  Schema (docs/grammar.md) and stops once it is complete.\n"
     EM_CLI_SAMPLING_USAGE;
 
 typedef struct {
@@ -55,6 +61,75 @@ static int write_ids(const char *path, const int32_t *prompt, size_t np, const i
     return 0;
 }
 
+/* A grammar the output follows (--grammar-file, --json-schema). */
+typedef struct {
+    em_grammar *g;
+    em_gmatch  *m;
+    em_gvocab  *v;
+    uint32_t   *allow;   /* [(n_vocab + 31) / 32] */
+} run_grammar;
+
+static int grammar_open(const char *gfile, const char *sfile, const em_tokenizer *tok, uint32_t n_vocab,
+                        run_grammar *rg)
+{
+    em_err err = { 0 };
+    const char *path = gfile ? gfile : sfile;
+    char *text = NULL;
+    size_t len = 0;
+    int rc = 0;
+    if (gfile) {
+        FILE *f = fopen(gfile, "rb");
+        if (!f)
+            return em_cli_fail(2, "run: %s: %s", gfile, strerror(errno));
+        size_t cap = 0;
+        for (;;) {
+            if (len + 4096 > cap) {
+                char *nt = realloc(text, cap = cap ? cap * 2 : 8192);
+                if (!nt) {
+                    fclose(f);
+                    free(text);
+                    return em_cli_fail(1, "run: out of memory");
+                }
+                text = nt;
+            }
+            size_t k = fread(text + len, 1, cap - len - 1, f);
+            len += k;
+            if (k == 0)
+                break;
+        }
+        fclose(f);
+        text[len] = 0;
+    } else {
+        json_error_t je;
+        json_t *schema = json_load_file(sfile, JSON_REJECT_DUPLICATES, &je);
+        if (!schema)
+            return em_cli_fail(2, "run: %s:%d:%d: %s", sfile, je.line, je.column, je.text);
+        rc = em_json_schema_to_gbnf(schema, NULL, &text, &len, &err);
+        json_decref(schema);
+        if (rc)
+            return em_cli_fail(2, "run: %s: %s", sfile, err.msg);
+    }
+    rc = em_grammar_compile(text, len, NULL, &rg->g, &err);
+    free(text);
+    if (rc)
+        return em_cli_fail(2, "run: %s: %s", path, err.msg);
+    if ((rc = em_gmatch_create(rg->g, &rg->m, &err)) || (rc = em_gvocab_from_tokenizer(tok, &rg->v, &err)))
+        return em_cli_fail(1, "run: %s", err.msg);
+    if (em_gvocab_mask_words(rg->v) > (n_vocab + 31) / 32)
+        return em_cli_fail(2, "run: the tokenizer has more tokens than the model's %u logits", n_vocab);
+    if (!(rg->allow = calloc((n_vocab + 31) / 32, sizeof *rg->allow)))
+        return em_cli_fail(1, "run: out of memory");
+    return 0;
+}
+
+static void grammar_close(run_grammar *rg)
+{
+    free(rg->allow);
+    em_gvocab_destroy(rg->v);
+    em_gmatch_destroy(rg->m);
+    em_grammar_destroy(rg->g);
+}
+
 /* Logits as the sampler may see them: a NaN or infinity means the weights
  * are broken (a model file of NaNs ran to "stop: length" printing nothing):
  * one error line, status 2; ids past the tokenizer's vocabulary (an
@@ -70,7 +145,7 @@ static int vet_logits(const char *path, float *logits, uint32_t n_vocab, uint32_
 int em_cmd_run(int argc, char **argv)
 {
     const char *model_path = NULL, *prompt = "Once upon a time", *backend_name = "vulkan", *kv_name = "f16";
-    const char *ids_out = NULL;
+    const char *ids_out = NULL, *grammar_file = NULL, *schema_file = NULL;
     long n_gen = 256, ctx = 0;
     int special = 0;
     em_cli_sampling smp_o = EM_CLI_SAMPLING_INIT;
@@ -84,6 +159,8 @@ int em_cmd_run(int argc, char **argv)
         { "--kv-type", NULL, EM_OPT_STR, &kv_name, 0, 0 },
         { "--ids-out", NULL, EM_OPT_STR, &ids_out, 0, 0 },
         { "--special", NULL, EM_OPT_FLAG, &special, 0, 0 },
+        { "--grammar-file", NULL, EM_OPT_STR, &grammar_file, 0, 0 },
+        { "--json-schema", NULL, EM_OPT_STR, &schema_file, 0, 0 },
         { NULL, NULL, 0, NULL, 0, 0 },
     };
     int rc = em_cli_parse("run", argc, argv, opts, NULL, 0, NULL, usage);
@@ -113,9 +190,15 @@ int em_cmd_run(int argc, char **argv)
     float *logits = NULL;
     char *piece = NULL;
     idvec gen = { 0 };
+    run_grammar rg = { 0 };
     int status = 0;
+    if (grammar_file && schema_file)
+        return em_cli_fail(2, "run: give --grammar-file or --json-schema, not both");
 
     if ((status = em_cli_open_model("run", model_path, &m, &tok)))
+        goto done;
+    if ((grammar_file || schema_file) &&
+        (status = grammar_open(grammar_file, schema_file, tok, em_model_hparams(m)->n_vocab, &rg)))
         goto done;
     if ((rc = em_tokenizer_encode(tok, prompt, strlen(prompt), 1, 0, &pids, &n_pids, &err))) {
         status = em_cli_fail_err(&err);
@@ -167,7 +250,29 @@ int em_cmd_run(int argc, char **argv)
     uint32_t pos = (uint32_t)n_pids;
     const char *stop = "length";
     for (long i = 0; i < n_gen; i++) {
-        int32_t id = em_sampler_sample(smp, logits);
+        int32_t id;
+        if (rg.m) {   /* only what keeps the output inside the grammar */
+            uint32_t words = (hp->n_vocab + 31) / 32, any = 0;
+            memset(rg.allow, 0, words * sizeof *rg.allow);
+            if ((rc = em_gmatch_allowed(rg.m, rg.v, NULL, rg.allow, &err))) {
+                status = em_cli_fail_err(&err);
+                goto done;
+            }
+            for (uint32_t w = 0; w < words; w++)
+                any |= rg.allow[w];
+            if (!any) {
+                status = em_cli_fail(1, "run: the grammar allows no token of the vocabulary here (after %zu)",
+                                     gen.n);
+                goto done;
+            }
+            id = em_sampler_sample_lp(smp, logits, rg.allow, 0, NULL);
+            if (id < 0 || (!em_tokenizer_is_eog(tok, id) && em_gmatch_accept_token(rg.m, rg.v, (uint32_t)id))) {
+                status = em_cli_fail(1, "run: the grammar refused the token its mask allowed (%d)", id);
+                goto done;
+            }
+        } else {
+            id = em_sampler_sample(smp, logits);
+        }
         if (push_id(&gen, id) || em_sampler_accept(smp, id, 1)) {
             status = em_cli_fail(1, "run: out of memory");
             goto done;
@@ -197,6 +302,10 @@ int em_cmd_run(int argc, char **argv)
         }
         if (eog) {
             stop = "end of text";
+            break;
+        }
+        if (rg.m && em_gmatch_done(rg.m)) {
+            stop = "grammar complete";
             break;
         }
         if (i + 1 == n_gen)
@@ -229,6 +338,7 @@ int em_cmd_run(int argc, char **argv)
     if (ids_out)
         status = write_ids(ids_out, pids, n_pids, &gen);
 done:
+    grammar_close(&rg);
     free(gen.v);
     free(piece);
     free(logits);

@@ -11,7 +11,7 @@ glslc glslang-tools spirv-tools
 libsqlite3-dev sqlite3 libwebsockets-dev libjansson-dev libinih-dev
 libsodium-dev libxxhash-dev libpcre2-dev libsystemd-dev
 libjs-markdown-it node-dompurify libjs-highlight.js libjs-chart.js libjs-katex fonts-katex
-chromium chromium-driver python3-selenium haproxy"
+chromium chromium-driver python3-selenium python3-jsonschema haproxy"
 
 missing=""
 for p in $PKGS; do

@@ -37,6 +37,7 @@ struct em_gen {
     char            *stop[EM_MAX_STOP];
     em_logit_bias    bias[EM_GEN_MAX_BIAS];   /* rp.sample.logit_bias: the later choices' too */
     json_t          *lp[EM_GEN_MAX_N];        /* logprob entries not yet taken (logprobs asked) */
+    web_grammar     *grammar;                 /* structured output: each choice's constraint's grammar */
     uint64_t         seed;
     em_usage_record  rec;          /* the ledger row */
 };
@@ -115,6 +116,7 @@ static void gen_free(em_gen *g)
         free(g->stop[i]);
     for (uint32_t i = 0; i < EM_GEN_MAX_N; i++)
         json_decref(g->lp[i]);
+    web_grammar_unref(g->grammar);
     free(g->ids);
     free(g);
 }
@@ -128,12 +130,16 @@ static void submit_rest(em_gen *g)
     for (uint32_t i = g->n_submitted; i < g->n; i++) {
         em_err err = { 0 };
         g->rp.sample.seed = g->seed + i;   /* each choice its own draws */
-        if (em_sched_submit(g->w->o.sched, &g->rp, &g->req[i], NULL, &err)) {
+        int rc = g->grammar ? web_grammar_constraint(g->grammar, em_model_hparams(g->w->o.model)->n_vocab,
+                                                     &g->rp.constraint, &err) : 0;
+        if (rc || em_sched_submit(g->w->o.sched, &g->rp, &g->req[i], NULL, &err)) {
+            web_constraint_free(&g->rp.constraint);
             g->done[i] = 1;
             g->finish[i] = EM_FINISH_ERROR;
             if (!g->error[0])
                 snprintf(g->error, sizeof g->error, "choice %u: %s", i, err.msg);
         }
+        g->rp.constraint = (em_constraint){ 0 };   /* submitted: the scheduler's */
     }
     g->n_submitted = g->n;
     free(g->ids);
@@ -245,8 +251,18 @@ int em_gen_start(em_web *w, const em_gen_params *p, em_gen **out, em_web_error *
             em_web_fail(e, 500, "server_error", NULL, NULL, "out of memory");
             goto fail;
         }
+    if (p->structure && web_structured_get(w, p->structure, &g->grammar, e))
+        goto fail;
+    if (g->grammar && (rc = web_grammar_constraint(g->grammar, n_vocab, &rp.constraint, &err))) {
+        em_web_fail(e, rc == EM_ENOMEM ? 500 : 400, rc == EM_ENOMEM ? "server_error" : "invalid_request_error",
+                    NULL, NULL, "%s", err.msg);
+        goto fail;
+    }
     uint32_t retry_ms = 0;
     rc = em_sched_submit(w->o.sched, &rp, &g->req[0], &retry_ms, &err);
+    if (rc)
+        web_constraint_free(&rp.constraint);   /* refused: still ours */
+    rp.constraint = (em_constraint){ 0 };   /* the scheduler's; the other choices make their own */
     if (rc == EM_EBUSY) {
         em_web_fail(e, 503, "server_error", "server_busy", NULL, "the %s queue is full; try again later",
                     em_class_name(p->cls));

@@ -105,13 +105,6 @@ static int want_bool(json_t *req, const char *name, int *out, em_web_error *e)
 static int refuse_unbuilt(json_t *req, em_web_error *e)
 {
     json_t *v;
-    if ((v = json_object_get(req, "response_format")) && !json_is_null(v)) {
-        const char *t = json_string_value(json_object_get(v, "type"));
-        if (!t || strcmp(t, "text") != 0)
-            return em_web_fail(e, 400, "invalid_request_error", "unsupported_parameter", "response_format",
-                               "'response_format' other than {\"type\": \"text\"} is not supported by this "
-                               "server yet");
-    }
     if ((v = json_object_get(req, "tools")) && !json_is_null(v) && !(json_is_array(v) && !json_array_size(v)))
         return em_web_fail(e, 400, "invalid_request_error", "unsupported_parameter", "tools",
                            "'tools' (function calling) is not supported by this server");
@@ -619,6 +612,7 @@ static void completions(web_conn *c, int chat)
     if (mct > 0)
         gp.max_tokens = mct;
     gp.n = (uint32_t)n;
+    gp.structure = req;   /* response_format, grammar, regex: read by em_gen_start */
     json_t *user = json_object_get(req, "user");
     if (user && !json_is_null(user) && !json_is_string(user)) {
         em_web_fail(&e, 400, "invalid_request_error", NULL, "user", "'user' must be a string");

@@ -564,7 +564,7 @@ int em_web_create(const em_web_opts *o, em_web **out, em_err *err)
     atomic_init(&w->draining, 0);
     atomic_init(&w->drain_end_us, 0);
     web_alive_beat(w);   /* alive.c: alive from the start, before em_web_run turns */
-    if (!w->host || !w->model_id || !w->device || web_metrics_create(w)) {
+    if (!w->host || !w->model_id || !w->device || web_metrics_create(w) || web_structured_create(&w->structured)) {
         rc = em_err_set(err, EM_ENOMEM, "serve: out of memory");
         goto fail;
     }
@@ -702,6 +702,7 @@ void em_web_destroy(em_web *w)
             em_sched_drain(w->o.sched);
     }
     web_metrics_destroy(w);            /* after: those requests' final rows are counted */
+    web_structured_destroy(w->structured);   /* grammars running requests use stay until they end */
     pthread_mutex_destroy(&w->mu);
     free(w->fds);
     free(w->rates);

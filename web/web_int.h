@@ -157,6 +157,7 @@ struct em_web {
                                          * and tell its clients (web_drain_stopping) */
     long long            stop_us;       /* drain.c: when drain_stop was set (service thread) */
     struct web_util     *util;          /* utilization.c: the busy-time recorder (service thread) */
+    struct web_structured *structured;  /* structured.c: compiled grammars shared by requests */
     atomic_llong         beat_us;       /* alive.c: the service loop's last turn, monotonic microseconds */
     lws_sorted_usec_list_t beat_sul;    /* alive.c: keeps the loop turning while nothing happens */
     atomic_int           reload;        /* em_web_reload was called (a signal handler may set it) */
@@ -187,6 +188,27 @@ int web_auth_key(em_web *w, const char *key, int loopback, const char *how, em_w
 /* The key's rate limit: 0 to go on, -1 with e filled (429, Retry-After). */
 int web_rate_check(em_web *w, const em_web_auth *a, em_web_error *e);
 
+/* ---- structured.c: grammars for structured output ------------------------------ */
+
+typedef struct web_structured web_structured;
+typedef struct web_grammar web_grammar;
+
+int  web_structured_create(web_structured **out);   /* EM_ENOMEM */
+/* Drops the registry's grammars; those still used by requests live on. */
+void web_structured_destroy(web_structured *s);
+/* The grammar req (borrowed) asks for — OpenAI's response_format
+ * (json_object, json_schema), or ember's "grammar" (GBNF) or "regex" — from
+ * the registry or compiled now: *out a reference the caller drops with
+ * web_grammar_unref, NULL when it asks for none. -1 with e filled (400
+ * naming the parameter and, for GBNF, line and column; 500). */
+int  web_structured_get(em_web *w, const json_t *req, web_grammar **out, em_web_error *e);
+void web_grammar_unref(web_grammar *g);   /* accepts NULL; any thread */
+/* A new matcher of g at its start as a scheduler constraint (*out's
+ * destroy drops it and a reference to g: the scheduler's once submitted,
+ * else web_constraint_free). */
+int  web_grammar_constraint(web_grammar *g, uint32_t n_vocab, em_constraint *out, em_err *err);
+void web_constraint_free(em_constraint *c);
+
 /* ---- gen.c: the one generation path ---------------------------------------- */
 
 #define EM_GEN_MAX_N 8
@@ -205,6 +227,8 @@ typedef struct {
     const char   *stop[EM_MAX_STOP];
     em_class      cls;
     int           ignore_eos;
+    const json_t *structure;       /* the request object its response_format / grammar / regex are read
+                                    * from (borrowed; NULL: none) */
     int           logprobs;        /* each token's log-probability (em_gen_take_logprobs) */
     uint32_t      top_logprobs;    /* and this many alternatives (<= 20) */
     const em_web_auth *auth;

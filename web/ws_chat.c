@@ -545,7 +545,8 @@ static const char *const chat_fields[] = { "type", "id", "conversation_id", "par
                                            "messages", "message", "params" };
 static const char *const chat_params[] = { "max_tokens", "temperature", "top_p", "top_k", "min_p",
                                            "seed", "stop", "priority", "ignore_eos", "presence_penalty",
-                                           "frequency_penalty", "repetition_penalty", "logit_bias" };
+                                           "frequency_penalty", "repetition_penalty", "logit_bias",
+                                           "response_format", "grammar", "regex" };
 
 static int known(const char *k, const char *const *names, size_t n)
 {
@@ -611,6 +612,7 @@ static void ws_chat_start(ws_chat *c, json_t *m, const json_t *id)
     }
     if (web_gen_params(params, &c->auth, &gp, &e))
         goto done;
+    gp.structure = params;   /* response_format, grammar, regex */
     r = calloc(1, sizeof *r);
     if (!r) {
         em_web_fail(&e, 500, "server_error", NULL, NULL, "out of memory");

@@ -106,7 +106,7 @@ try:
         err_of(st, body, 400, param=param)
     st, h, body = gen('/v1/completions', {'prompt': 'x', 'model': 'gpt-4'})
     err_of(st, body, 404, code='model_not_found', param='model')
-    for p in ({'response_format': {'type': 'json_object'}}, {'echo': True}, {'best_of': 2}):
+    for p in ({'response_format': {'type': 'xml'}}, {'echo': True}, {'best_of': 2}):
         st, h, body = gen('/v1/completions', dict(p, prompt='x'))
         err_of(st, body, 400, code='unsupported_parameter', param=list(p)[0])
     # the decoding parameters' bad values, each named

@@ -71,9 +71,9 @@ try:
     except openai.NotFoundError as e:
         assert e.body['code'] == 'model_not_found', e.body
     try:
-        client.chat.completions.create(model=name, messages=msgs, max_tokens=4,
-                                       response_format={'type': 'json_object'})
-        raise AssertionError('response_format was accepted')
+        client.chat.completions.create(model=name, messages=msgs, max_tokens=4, tools=[{
+            'type': 'function', 'function': {'name': 'f', 'parameters': {'type': 'object'}}}])
+        raise AssertionError('tools were accepted')
     except openai.BadRequestError as e:
         assert e.body['code'] == 'unsupported_parameter', e.body
     # non-ASCII streamed: every chunk valid UTF-8 (no character split across

@@ -1,0 +1,315 @@
+/* structured.c — structured output for the one generation path: a
+ * request's OpenAI "response_format" (json_object, json_schema) or ember's
+ * "grammar" (GBNF text) or "regex" becomes one GBNF text, compiled once per
+ * distinct text and kept with its token-mask cache in a small registry, so
+ * requests with the same schema share both; each choice of a request gets
+ * its own matcher, handed to the scheduler as an em_constraint. The
+ * grammar vocabulary (the tokenizer's pieces as a byte trie) is built at
+ * the first structured request.
+ *
+ * Lifetimes: the scheduler outlives em_web (firmware/cmd_serve.c destroys
+ * the web first), so what a constraint uses — its grammar entry, the
+ * vocabulary — is reference counted and freed by the last user, the
+ * registry being one of them. */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "core/grammar.h"
+#include "core/json_schema.h"
+#include "core/log.h"
+#include "web/web_int.h"
+
+#define REGISTRY_MAX  16                 /* distinct grammars kept compiled */
+#define CACHE_BYTES   (32u << 20)        /* masks cached per grammar */
+
+typedef struct {
+    atomic_int  refs;
+    em_gvocab  *v;
+    uint32_t    words;                   /* mask words */
+} vocab_ref;
+
+struct web_grammar {
+    atomic_int   refs;                   /* the registry's, each constraint's, a request's */
+    uint64_t     hash;
+    char        *text;
+    size_t       len;
+    em_grammar  *g;
+    em_gcache   *cache;
+    vocab_ref   *vr;
+    uint64_t     last_used;
+};
+
+struct web_structured {
+    pthread_mutex_t mu;
+    vocab_ref      *vr;                  /* built at the first use */
+    web_grammar    *reg[REGISTRY_MAX];
+    uint64_t        clock;
+};
+
+static void vocab_unref(vocab_ref *vr)
+{
+    if (vr && atomic_fetch_sub(&vr->refs, 1) == 1) {
+        em_gvocab_destroy(vr->v);
+        free(vr);
+    }
+}
+
+void web_grammar_unref(web_grammar *e)
+{
+    if (!e || atomic_fetch_sub(&e->refs, 1) != 1)
+        return;
+    em_gcache_destroy(e->cache);
+    em_grammar_destroy(e->g);
+    vocab_unref(e->vr);
+    free(e->text);
+    free(e);
+}
+
+int web_structured_create(web_structured **out)
+{
+    web_structured *s = calloc(1, sizeof *s);
+    if (!s)
+        return EM_ENOMEM;
+    pthread_mutex_init(&s->mu, NULL);
+    *out = s;
+    return 0;
+}
+
+void web_structured_destroy(web_structured *s)
+{
+    if (!s)
+        return;
+    for (int i = 0; i < REGISTRY_MAX; i++)
+        web_grammar_unref(s->reg[i]);
+    vocab_unref(s->vr);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+/* The request's structure as GBNF (*gbnf malloc'd; NULL when it asks for
+ * none) and the parameter it came from. */
+static int request_gbnf(const json_t *req, char **gbnf, size_t *len, const char **param, em_web_error *e)
+{
+    *gbnf = NULL;
+    *len = 0;
+    *param = NULL;
+    json_t *rf = json_object_get(req, "response_format"), *gr = json_object_get(req, "grammar"),
+           *re = json_object_get(req, "regex");
+    const char *type = NULL;
+    if (rf && !json_is_null(rf)) {
+        type = json_string_value(json_object_get(rf, "type"));
+        if (!json_is_object(rf) || !type)
+            return em_web_fail(e, 400, "invalid_request_error", NULL, "response_format",
+                               "'response_format' must be an object with a 'type'");
+        if (strcmp(type, "text") == 0)
+            type = NULL;
+        else if (strcmp(type, "json_object") && strcmp(type, "json_schema"))
+            return em_web_fail(e, 400, "invalid_request_error", "unsupported_parameter", "response_format",
+                               "'response_format' type '%s' is not supported (text, json_object, json_schema)",
+                               type);
+    }
+    int n = (type != NULL) + (gr && !json_is_null(gr)) + (re && !json_is_null(re));
+    if (n > 1)
+        return em_web_fail(e, 400, "invalid_request_error", NULL, type ? "response_format" : "grammar",
+                           "give one of 'response_format' (json_object, json_schema), 'grammar' and 'regex'");
+    em_err err = { 0 };
+    int rc = 0;
+    if (gr && !json_is_null(gr)) {
+        *param = "grammar";
+        if (!json_is_string(gr) || !json_string_length(gr))
+            return em_web_fail(e, 400, "invalid_request_error", NULL, "grammar",
+                               "'grammar' must be a non-empty string of GBNF rules (root ::= ...)");
+        if (!(*gbnf = malloc(json_string_length(gr) + 1)))
+            return em_web_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        memcpy(*gbnf, json_string_value(gr), json_string_length(gr) + 1);
+        *len = json_string_length(gr);
+        return 0;
+    }
+    if (re && !json_is_null(re)) {
+        *param = "regex";
+        if (!json_is_string(re) || !json_string_length(re))
+            return em_web_fail(e, 400, "invalid_request_error", NULL, "regex", "'regex' must be a non-empty string");
+        /* the whole output matches (a JSON Schema pattern, unanchored, only has to occur) */
+        size_t rn = json_string_length(re);
+        char *anchored = malloc(rn + 5);
+        if (!anchored)
+            return em_web_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        anchored[0] = '^';
+        anchored[1] = '(';
+        memcpy(anchored + 2, json_string_value(re), rn);
+        memcpy(anchored + 2 + rn, ")$", 3);
+        rc = em_regex_to_gbnf(anchored, rn + 4, gbnf, len, &err);
+        free(anchored);
+    } else if (type && strcmp(type, "json_object") == 0) {
+        *param = "response_format";
+        rc = em_json_object_gbnf(NULL, gbnf, len, &err);
+    } else if (type) {
+        *param = "response_format";
+        json_t *js = json_object_get(rf, "json_schema"), *schema = json_object_get(js, "schema");
+        json_t *strict = json_object_get(js, "strict");
+        if (!json_is_object(js) || !json_is_object(schema))
+            return em_web_fail(e, 400, "invalid_request_error", NULL, "response_format",
+                               "'response_format' of type json_schema needs 'json_schema': {'name': ..., "
+                               "'schema': {...}}");
+        if (strict && !json_is_boolean(strict))
+            return em_web_fail(e, 400, "invalid_request_error", NULL, "response_format",
+                               "'json_schema.strict' must be true or false");
+        rc = em_json_schema_to_gbnf(schema, NULL, gbnf, len, &err);
+    } else {
+        return 0;
+    }
+    if (rc) {
+        free(*gbnf);
+        *gbnf = NULL;
+        if (rc == EM_ENOMEM)
+            return em_web_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        return em_web_fail(e, 400, "invalid_request_error", "invalid_grammar", *param, "%s", err.msg);
+    }
+    return 0;
+}
+
+int web_structured_get(em_web *w, const json_t *req, web_grammar **out, em_web_error *e)
+{
+    *out = NULL;
+    char *text;
+    size_t len;
+    const char *param;
+    if (request_gbnf(req, &text, &len, &param, e))
+        return -1;
+    if (!text)
+        return 0;
+    web_structured *s = w->structured;
+    uint64_t h = XXH3_64bits(text, len);
+    em_err err = { 0 };
+    int rc = 0;
+    pthread_mutex_lock(&s->mu);
+    s->clock++;
+    for (int i = 0; i < REGISTRY_MAX; i++) {
+        web_grammar *g = s->reg[i];
+        if (g && g->hash == h && g->len == len && memcmp(g->text, text, len) == 0) {
+            atomic_fetch_add(&g->refs, 1);
+            g->last_used = s->clock;
+            *out = g;
+            break;
+        }
+    }
+    if (!*out && !s->vr) {   /* the vocabulary, once */
+        vocab_ref *vr = calloc(1, sizeof *vr);
+        if (!vr)
+            rc = EM_ENOMEM;
+        else if ((rc = em_gvocab_from_tokenizer(w->o.tok, &vr->v, &err)))
+            free(vr);
+        else {
+            atomic_init(&vr->refs, 1);
+            vr->words = em_gvocab_mask_words(vr->v);
+            s->vr = vr;
+        }
+    }
+    web_grammar *g = NULL;
+    if (!*out && !rc) {
+        g = calloc(1, sizeof *g);
+        if (!g)
+            rc = EM_ENOMEM;
+        else if (!(rc = em_grammar_compile(text, len, NULL, &g->g, &err)) &&
+                 !(rc = em_gcache_create(g->g, s->vr->v, CACHE_BYTES, &g->cache, &err))) {
+            atomic_init(&g->refs, 2);   /* the registry's and the caller's */
+            g->hash = h;
+            g->text = text;
+            g->len = len;
+            text = NULL;
+            g->vr = s->vr;
+            atomic_fetch_add(&s->vr->refs, 1);
+            g->last_used = s->clock;
+            int slot = 0;   /* an empty slot, else the least recently used */
+            for (int i = 0; i < REGISTRY_MAX; i++) {
+                if (!s->reg[i]) {
+                    slot = i;
+                    break;
+                }
+                if (s->reg[i]->last_used < s->reg[slot]->last_used)
+                    slot = i;
+            }
+            web_grammar_unref(s->reg[slot]);   /* constraints using it keep it alive */
+            s->reg[slot] = g;
+            *out = g;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (rc && g) {
+        em_gcache_destroy(g->cache);
+        em_grammar_destroy(g->g);
+        free(g);
+    }
+    free(text);
+    if (rc == EM_ENOMEM)
+        return em_web_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    if (rc)
+        return em_web_fail(e, 400, "invalid_request_error", "invalid_grammar", param, "%s", err.msg);
+    return 0;
+}
+
+/* ---- one choice's matcher as a scheduler constraint ---------------------------- */
+
+typedef struct {
+    web_grammar *g;
+    em_gmatch   *m;
+} con_ctx;
+
+static int con_allowed(void *ctx, uint32_t *allow, em_err *err)
+{
+    con_ctx *c = ctx;
+    return em_gmatch_allowed(c->m, c->g->vr->v, c->g->cache, allow, err);
+}
+
+static int con_accept(void *ctx, int32_t id, em_err *err)
+{
+    con_ctx *c = ctx;
+    int rc = em_gmatch_accept_token(c->m, c->g->vr->v, (uint32_t)id);
+    return rc ? em_err_set(err, rc, "the grammar refused token %d, which its mask allowed", id) : 0;
+}
+
+static int con_can_end(void *ctx)
+{
+    return em_gmatch_can_end(((con_ctx *)ctx)->m);
+}
+
+static int con_done(void *ctx)
+{
+    return em_gmatch_done(((con_ctx *)ctx)->m);
+}
+
+static void con_destroy(void *ctx)
+{
+    con_ctx *c = ctx;
+    em_gmatch_destroy(c->m);
+    web_grammar_unref(c->g);
+    free(c);
+}
+
+int web_grammar_constraint(web_grammar *g, uint32_t n_vocab, em_constraint *out, em_err *err)
+{
+    *out = (em_constraint){ 0 };
+    if (g->vr->words > (n_vocab + 31) / 32)
+        return em_err_set(err, EM_EINVAL, "the tokenizer has more tokens than the model's %u logits", n_vocab);
+    con_ctx *c = calloc(1, sizeof *c);
+    if (!c)
+        return em_err_set(err, EM_ENOMEM, "out of memory");
+    int rc = em_gmatch_create(g->g, &c->m, err);
+    if (rc) {
+        free(c);
+        return rc;
+    }
+    c->g = g;
+    atomic_fetch_add(&g->refs, 1);
+    *out = (em_constraint){ c, con_allowed, con_accept, con_can_end, con_done, con_destroy };
+    return 0;
+}
+
+void web_constraint_free(em_constraint *c)
+{
+    if (c->ctx && c->destroy)
+        c->destroy(c->ctx);
+    c->ctx = NULL;
+}
