@@ -336,13 +336,19 @@ static void sort_prefix(cand *c, uint32_t *sorted, uint32_t need, uint32_t m)
     *sorted = end;
 }
 
-/* The draw over the steered logits. */
-static int32_t draw(em_sampler *s, const float *logits)
+/* The distribution the draw is from, over the steered logits: s->c[0, m)
+ * the kept tokens with their probabilities before renormalising by total,
+ * sorted as far as *sorted. Returns 1 with *id the answer when there is
+ * nothing to draw (greedy, or nothing kept: the argmax). */
+static int kept_set(em_sampler *s, const float *logits, uint32_t *m_out, uint32_t *sorted_out, double *total_out,
+                    int32_t *id)
 {
     const em_sample_params *p = &s->prm;
     uint32_t n = s->n_vocab;
-    if (p->temp == 0 || p->top_k == 1)
-        return em_argmax(logits, n);
+    if (p->temp == 0 || p->top_k == 1) {
+        *id = em_argmax(logits, n);
+        return 1;
+    }
 
     /* softmax of logits / temp */
     float max = logits[em_argmax(logits, n)];
@@ -367,8 +373,10 @@ static int32_t draw(em_sampler *s, const float *logits)
                 s->c[k++] = s->c[i];
         m = k;
     }
-    if (m == 0)   /* NaN logits keep nothing (no p compares >= floor): the argmax, not c[-1] */
-        return em_argmax(logits, n);
+    if (m == 0) {   /* NaN logits keep nothing (no p compares >= floor): the argmax, not c[-1] */
+        *id = em_argmax(logits, n);
+        return 1;
+    }
     /* the candidates in descending order, sorted only as far as the walk
      * needs: top-k, the top-p prefix and the draw usually stop within the
      * first few dozen of a 50k vocabulary (a full sort cost 14 ms a token) */
@@ -391,6 +399,20 @@ static int32_t draw(em_sampler *s, const float *logits)
     double total = 0;
     for (uint32_t i = 0; i < m; i++)
         total += s->c[i].p;
+    *m_out = m;
+    *sorted_out = sorted;
+    *total_out = total;
+    return 0;
+}
+
+/* The draw over the steered logits. */
+static int32_t draw(em_sampler *s, const float *logits)
+{
+    uint32_t m, sorted;
+    double total;
+    int32_t id;
+    if (kept_set(s, logits, &m, &sorted, &total, &id))
+        return id;
     double r = (double)(next_u64(s->rng) >> 11) * (1.0 / 9007199254740992.0) * total;
     double acc = 0;
     int32_t last = s->c[0].id;   /* the last with some mass: rounding can leave r past the walk's sum */
@@ -541,4 +563,45 @@ int32_t em_sampler_sample_top(em_sampler *s, const em_sample_top *top, uint32_t 
     if (id < 0)
         memcpy(s->rng, saved, sizeof saved);   /* the row's draw takes the same number */
     return id;
+}
+
+int32_t em_sampler_verify(em_sampler *s, const float *logits, int is_steered, int32_t draft, int *accepted)
+{
+    const float *x = is_steered ? logits : steered(s, logits, NULL);
+    uint32_t m, sorted;
+    double total;
+    int32_t id;
+    *accepted = 0;
+    if (kept_set(s, x, &m, &sorted, &total, &id)) {
+        *accepted = id == draft;
+        return id;
+    }
+    sort_prefix(s->c, &sorted, m, m);
+    uint32_t at = m;   /* the draft among the kept tokens */
+    for (uint32_t i = 0; i < m && at == m; i++)
+        if (s->c[i].id == draft)
+            at = i;
+    double pd = at < m ? s->c[at].p : 0;
+    double u = (double)(next_u64(s->rng) >> 11) * (1.0 / 9007199254740992.0);
+    if (at < m && u * total < pd) {   /* accepted with probability p(draft) */
+        *accepted = 1;
+        return draft;
+    }
+    /* rejected: a draw from the rest, renormalised (the residual of p less
+     * the draft's point mass) */
+    double rest = total - pd;
+    if (!(rest > 0))
+        return draft;   /* p(draft) = 1: never rejected but for rounding */
+    double r = (double)(next_u64(s->rng) >> 11) * (1.0 / 9007199254740992.0) * rest, acc = 0;
+    int32_t last = -1;
+    for (uint32_t i = 0; i < m; i++) {
+        if (i == at)
+            continue;
+        acc += s->c[i].p;
+        if (r < acc)
+            return s->c[i].id;
+        if (s->c[i].p > 0)
+            last = s->c[i].id;
+    }
+    return last >= 0 ? last : draft;
 }

@@ -138,6 +138,16 @@ int32_t em_sampler_sample_top(em_sampler *s, const em_sample_top *top, uint32_t 
  * borrowed, not modified). */
 int32_t em_sampler_sample_steered(em_sampler *s, const float *row, uint32_t n_top, em_sample_lp *lp);
 
+/* Speculative decoding's check of a drafted token against the target's
+ * logits (the raw row, or one the device steered: is_steered): with the
+ * standard rejection rule for a draft that proposes one token for sure,
+ * the draft is kept with the probability the draw gives it (greedy: when
+ * it is the argmax), *accepted set and the draft returned; else a token
+ * drawn from the rest of the distribution (renormalised) is returned with
+ * *accepted 0 — so the output follows the target's distribution exactly.
+ * The penalties' record is not advanced (em_sampler_accept). */
+int32_t em_sampler_verify(em_sampler *s, const float *logits, int is_steered, int32_t draft, int *accepted);
+
 /* Index of the largest value (lowest index on ties). */
 int32_t em_argmax(const float *v, uint32_t n);
 

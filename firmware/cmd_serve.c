@@ -225,6 +225,8 @@ int em_cmd_serve(int argc, char **argv)
     }
     if (parallel <= 0 && blocks / min_blocks < seqs / 4 && blocks / min_blocks * 4 < seqs)
         seqs = blocks / min_blocks * 4 > 1 ? blocks / min_blocks * 4 : 1;
+    /* logit rows: one per sequence; speculation's drafts take the rows of
+     * sequences not running (a full server does not speculate) */
     em_fwd_opts fo = { .max_tokens = T, .max_seqs = seqs, .max_ctx = n_ctx, .n_blocks = blocks,
                        .max_logits = seqs, .kv_type = kv_type };
     if ((rc = em_fwd_create(vk, m, &fo, &fwd, &err))) {
@@ -267,6 +269,7 @@ int em_cmd_serve(int argc, char **argv)
     sco.bg_step_ms = em_config_float(cfg, EM_CFG_BG_STEP_MS);
     sco.aging_ms = em_config_float(cfg, EM_CFG_AGING_MS);
     sco.prefix_cache = (int)em_config_int(cfg, EM_CFG_PREFIX_CACHE);
+    sco.speculate = (uint32_t)em_config_int(cfg, EM_CFG_SPECULATE);
     if ((rc = em_sched_create(&sco, &be, tok, &s, &err))) {
         status = em_cli_fail_err(&err);
         goto done;

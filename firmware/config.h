@@ -46,6 +46,7 @@
     X(BG_STEP_MS, "scheduler", "bg_step_ms", FLOAT, 0, 60000, NULL, "--bg-step-ms", 0, "200")         \
     X(AGING_MS, "scheduler", "aging_ms", FLOAT, 1, 3600000, NULL, "--aging-ms", 0, "10000")           \
     X(PREFIX_CACHE, "scheduler", "prefix_cache", BOOL, 0, 0, NULL, "--no-prefix-cache", 0, "true")    \
+    X(SPECULATE, "scheduler", "speculate", INT, 0, 8, NULL, "--speculate", 0, "0")                     \
     X(REQUIRE_KEY, "auth", "require_key", BOOL, 0, 0, NULL, "--require-key", 1, "false")              \
     X(RATE_LIMIT, "auth", "rate_limit", INT, 0, 1000000, NULL, "--rate-limit", 1, "0")                \
     X(DB, "storage", "db", STR, 0, 0, NULL, "--db", 0, "ember.db")                                    \

@@ -47,6 +47,7 @@ struct em_sched {
     em_sample_top      *top;         /* [max_logits]: what the device made of each row */
     em_sample_adj      *adj;         /* [be.max_adj]: the rows' adjustments, one after another */
     int                 on_device;   /* this step chooses from the device's summaries */
+    uint64_t            spec_drafted, spec_accepted;   /* speculation, all requests */
     int32_t            *eog;         /* the vocabulary's end-of-generation ids */
     uint32_t            n_eog;
 
@@ -174,6 +175,57 @@ static int reserve(em_sched *s, em_request *r, uint32_t from, uint32_t to, uint3
 
 /* ---- planning ---------------------------------------------------------------------- */
 
+/* Prompt lookup: the tokens that followed the latest earlier occurrence of
+ * the context's last g tokens (g = 3, 2, 1), at most k, into out. */
+static uint32_t lookup(const int32_t *t, uint32_t n, uint32_t k, int32_t *out)
+{
+    for (uint32_t g = 3; g >= 1; g--) {
+        if (n < g + 1)
+            continue;
+        for (uint32_t at = n - g; at-- > 0;) {
+            if (memcmp(t + at, t + n - g, g * sizeof *t) != 0)
+                continue;
+            uint32_t m = 0;
+            while (m < k && at + g + m < n) {
+                out[m] = t[at + g + m];
+                m++;
+            }
+            if (m)
+                return m;
+        }
+    }
+    return 0;
+}
+
+/* Draft tokens for a decoding sequence that speculates (prompt lookup),
+ * within the step's room (rows, logit rows, context, max_tokens) left
+ * after the dec_left decodes still to place (this one's included): pushed
+ * onto its tokens, r->n_draft of them. Not while many sequences decode
+ * (the batch is compute-bound already: drafts would only add work). */
+static int drafts(em_sched *s, em_request *r, uint32_t room, uint32_t L, uint32_t dec_left)
+{
+    if (s->n_running[0] + s->n_running[1] > EM_SCHED_SPEC_MAX_SEQS)
+        return 0;
+    uint32_t k = r->spec_k ? r->spec_k : 1;
+    if (room < dec_left + k)   /* the other decodes first: drafts never crowd them out */
+        k = room > dec_left ? room - dec_left : 0;
+    if (L + dec_left + k > s->be.max_logits)
+        k = s->be.max_logits > L + dec_left ? s->be.max_logits - L - dec_left : 0;
+    if (r->n_done + 1 + k > s->be.max_ctx)
+        k = s->be.max_ctx > r->n_done + 1 ? s->be.max_ctx - r->n_done - 1 : 0;
+    if (r->max_tokens && r->n_gen + 1 + k > r->max_tokens)
+        k = r->max_tokens > r->n_gen + 1 ? r->max_tokens - r->n_gen - 1 : 0;
+    int32_t d[EM_SCHED_MAX_DRAFT];
+    uint32_t n = k ? lookup(r->toks, r->n_toks, k < EM_SCHED_MAX_DRAFT ? k : EM_SCHED_MAX_DRAFT, d) : 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (em_req_push_token(r, d[i])) {
+            r->n_toks -= i;
+            return 0;
+        }
+    r->n_draft = n;
+    return n > 0;
+}
+
 /* Add tokens [r->n_done, r->n_done + c) of r to the batch. */
 static void add_rows(em_sched *s, em_request *r, uint32_t c, uint32_t *T, uint32_t *L)
 {
@@ -187,7 +239,7 @@ static void add_rows(em_sched *s, em_request *r, uint32_t c, uint32_t *T, uint32
         s->b_dec[*T] = c == 1 && p >= r->n_prompt;
         s->b_req[*T] = r;
         s->b_cnt[*T] = i == 0 ? c : 0;
-        if (p + 1 == r->n_toks)
+        if (p + 1 + r->n_draft >= r->n_toks)   /* the last token's logits, and each draft's */
             s->b_rows[(*L)++] = (int32_t)*T;
         (*T)++;
     }
@@ -354,9 +406,94 @@ static void steer_rows(em_sched *s, uint32_t T, uint32_t L)
             continue;
         }
         used += n;
-        s->steer[li] = (em_sample_steer){ em_sampler_temp(r->sampler), adj, n,
-                                          r->con.ctx && !r->con_fail ? allow : NULL };
+        /* a speculating sequence's rows (no penalties, no constraint) share it */
+        for (uint32_t k = 0; k <= r->n_draft && li + k < L; k++)
+            s->steer[li + k] = (em_sample_steer){ em_sampler_temp(r->sampler), adj, n,
+                                                  r->con.ctx && !r->con_fail ? allow : NULL };
     }
+}
+
+/* r's next token is id (lp: its log-probabilities, or NULL): end it there
+ * (end of text, a stop token), or take it — the sampler's record, the
+ * constraint, the text and its stop strings — and end r where it is done.
+ * Returns 1 when r finished. */
+static int emit_one(em_sched *s, em_request *r, int32_t id, const em_sample_lp *lp, double now)
+{
+    if ((!r->ignore_eog && em_tokenizer_is_eog(s->tok, id)) || is_stop_token(r, id)) {
+        finish_running(s, r, EM_FINISH_STOP, NULL);
+        return 1;
+    }
+    if (em_req_push_token(r, id) || em_sampler_accept(r->sampler, id, 1)) {
+        finish_running(s, r, EM_FINISH_ERROR, "out of memory");
+        return 1;
+    }
+    em_err cerr = { 0 };
+    if (r->con.ctx && r->con.accept(r->con.ctx, id, &cerr)) {
+        finish_running(s, r, EM_FINISH_ERROR, cerr.msg);
+        return 1;
+    }
+    int stopped = em_req_emit_token(r, s->tok, id, lp, now);
+    if (!stopped && r->con.ctx && r->con.done(r->con.ctx))
+        stopped = 1;   /* the constraint is complete: nothing more may follow */
+    if (stopped) {
+        finish_running(s, r, EM_FINISH_STOP, NULL);
+        return 1;
+    }
+    if ((r->max_tokens && r->n_gen >= r->max_tokens) || r->n_toks >= s->be.max_ctx) {
+        finish_running(s, r, EM_FINISH_LENGTH, NULL);
+        return 1;
+    }
+    return 0;
+}
+
+/* A speculating sequence's step: its last token and n drafted ones went
+ * through the model together (rows li0 .. li0 + n). Each draft is checked
+ * against the row before it (em_sampler_verify: the target's distribution
+ * exactly); the accepted ones and the first correction — or, all accepted,
+ * a token from the last row — are emitted, the rest rolled back (their
+ * positions' K/V is overwritten later; whole blocks past them go back). */
+static void spec_advance(em_sched *s, em_request *r, uint32_t li0, double now, uint32_t *gen)
+{
+    uint32_t n = r->n_draft, base = r->n_done;
+    int32_t drafts[EM_SCHED_MAX_DRAFT];
+    memcpy(drafts, r->toks + base + 1, n * sizeof *drafts);
+    r->n_toks = base + 1;   /* the drafts leave; what is accepted comes back as emitted */
+    r->n_draft = 0;
+    r->n_done = base + 1;
+    em_kv_seq_commit(s->kv, r->slot, r->toks, r->n_done);
+    uint32_t acc = 0;
+    for (uint32_t j = 0; j <= n; j++) {
+        const float *row = s->on_device ? s->be.row(s->be.ctx, li0 + j)
+                                        : s->logits + (size_t)(li0 + j) * s->be.n_vocab;
+        int ok = 0;
+        int32_t id = j < n ? em_sampler_verify(r->sampler, row, s->on_device, drafts[j], &ok)
+                   : s->on_device ? em_sampler_sample_steered(r->sampler, row, 0, NULL)
+                                  : em_sampler_sample_lp(r->sampler, row, NULL, 0, NULL);
+        (*gen)++;
+        r->n_done = base + 1 + j;   /* the K/V of the last token and the drafts taken so far */
+        acc += ok;
+        if (j == n || !ok) {   /* the last token of this step: counted before r may go */
+            s->spec_drafted += n;
+            s->spec_accepted += acc;
+        }
+        if (id < 0) {
+            finish_running(s, r, EM_FINISH_ERROR, "out of memory");
+            return;
+        }
+        if (emit_one(s, r, id, NULL, now))
+            return;   /* finished: r may be gone */
+        if (!ok)
+            break;
+    }
+    em_kv_seq_commit(s->kv, r->slot, r->toks, r->n_done);
+    em_kv_seq_truncate(s->kv, r->slot, r->n_done);
+    /* the next draft's length follows how this one went; a sequence whose
+     * drafts keep failing stops drafting */
+    r->spec_k = acc == n ? (r->spec_k < r->spec_max ? r->spec_k + 1 : r->spec_max) : acc + 1;
+    r->spec_drafted += n;
+    r->spec_accepted += acc;
+    if (r->spec_drafted >= 24 && r->spec_accepted * 4 < r->spec_drafted)
+        r->spec_max = 0;
 }
 
 /* After the step: advance every request in the batch, sample where it
@@ -370,6 +507,12 @@ static void advance(em_sched *s, uint32_t T, uint32_t L, double now)
             continue;
         em_request *r = s->b_req[i];
         uint32_t c = s->b_cnt[i];
+        if (r->n_draft) {
+            while (li < L && (uint32_t)s->b_rows[li] < i)
+                li++;
+            spec_advance(s, r, li, now, &gen);
+            continue;
+        }
         r->n_done += c;
         em_kv_seq_commit(s->kv, r->slot, r->toks, r->n_done);
         if (r->n_done < r->n_toks) {   /* a prompt chunk: no logits yet */
@@ -403,32 +546,15 @@ static void advance(em_sched *s, uint32_t T, uint32_t L, double now)
             continue;
         }
         gen++;
-        if ((!r->ignore_eog && em_tokenizer_is_eog(s->tok, id)) || is_stop_token(r, id)) {
-            finish_running(s, r, EM_FINISH_STOP, NULL);
-            continue;
-        }
-        if (em_req_push_token(r, id) || em_sampler_accept(r->sampler, id, 1)) {
-            finish_running(s, r, EM_FINISH_ERROR, "out of memory");
-            continue;
-        }
-        em_err cerr = { 0 };
-        if (r->con.ctx && r->con.accept(r->con.ctx, id, &cerr)) {
-            finish_running(s, r, EM_FINISH_ERROR, cerr.msg);
-            continue;
-        }
-        int stopped = em_req_emit_token(r, s->tok, id, r->logprobs ? &lp : NULL, now);
-        if (!stopped && r->con.ctx && r->con.done(r->con.ctx))
-            stopped = 1;   /* the constraint is complete: nothing more may follow */
-        if (stopped)
-            finish_running(s, r, EM_FINISH_STOP, NULL);
-        else if ((r->max_tokens && r->n_gen >= r->max_tokens) || r->n_toks >= s->be.max_ctx)
-            finish_running(s, r, EM_FINISH_LENGTH, NULL);
+        emit_one(s, r, id, lpp, now);
     }
     pthread_mutex_lock(&s->mu);
     s->st.tokens_generated += gen;
     s->st.tokens_prefilled += pre;
     s->st.chosen_on_device += summary;
     s->st.chosen_from_row += whole;
+    s->st.spec_drafted = s->spec_drafted;
+    s->st.spec_accepted = s->spec_accepted;
     s->win_tok[s->win_i % RATE_WINDOW] = gen;
     pthread_mutex_unlock(&s->mu);
 }
@@ -540,7 +666,9 @@ static void plan_and_run(em_sched *s)
      * fill a step only to about bg_step_ms (at least one block's worth, so
      * they always progress). Decodes of both classes always run. */
     int ia_prompt = 0;
-    uint32_t bg_rows = UINT32_MAX;
+    uint32_t bg_rows = UINT32_MAX, dec_left = 0;   /* decodes not yet placed (speculation leaves them room) */
+    for (uint32_t k = 0; k < n_snap; k++)
+        dec_left += snap[k]->state == R_RUNNING && snap[k]->n_toks - snap[k]->n_done == 1;
     for (int cls = 0; cls < EM_CLASS_COUNT; cls++) {
         if (cls == EM_CLASS_BACKGROUND && s->o.bg_step_ms > 0) {
             uint32_t fit = rows_within(s, s->o.bg_step_ms);
@@ -562,9 +690,19 @@ static void plan_and_run(em_sched *s)
                 }
                 if (L == s->be.max_logits && r->n_done + c == r->n_toks)
                     continue;
-                if (reserve(s, r, r->n_done, r->n_done + c, T, &n_copies))
-                    continue;   /* waits a step; may be preempted if this persists */
+                if (pass == 0 && r->spec_max && drafts(s, r, budget - T, L, dec_left))
+                    c += r->n_draft;
+                if (reserve(s, r, r->n_done, r->n_done + c, T, &n_copies)) {
+                    if (!r->n_draft)
+                        continue;   /* waits a step; may be preempted if this persists */
+                    r->n_toks -= r->n_draft;   /* no room for the drafts: decode as usual */
+                    r->n_draft = 0;
+                    c = 1;
+                    if (reserve(s, r, r->n_done, r->n_done + c, T, &n_copies))
+                        continue;
+                }
                 add_rows(s, r, c, &T, &L);
+                dec_left -= pass == 0 && dec_left;
                 if (pass == 1 && cls == EM_CLASS_INTERACTIVE)
                     ia_prompt = 1;
                 if (pass == 1 && cls == EM_CLASS_BACKGROUND && bg_rows != UINT32_MAX)
@@ -846,6 +984,14 @@ int em_sched_submit(em_sched *s, const em_req_params *p, em_request **out, uint3
     if (!r)
         return err ? err->code : EM_ENOMEM;
     r->con = p->constraint;   /* the scheduler's from here */
+    int32_t k = p->speculate ? p->speculate : (int32_t)s->o.speculate;
+    const em_sample_params *sp = &p->sample;
+    int steered_by_history = sp->presence_penalty != 0 || sp->frequency_penalty != 0 ||
+                             (sp->repetition_penalty != 0 && sp->repetition_penalty != 1);
+    if (k > 0 && !r->con.ctx && !r->logprobs && !steered_by_history) {
+        r->spec_max = (uint32_t)k < EM_SCHED_MAX_DRAFT ? (uint32_t)k : EM_SCHED_MAX_DRAFT;
+        r->spec_k = r->spec_max < 4 ? r->spec_max : 4;
+    }
     r->m.t_submit = em_sched_now();
     pthread_mutex_lock(&s->mu);
     list_insert(&s->waitq[r->cls], r);

@@ -29,6 +29,10 @@ struct em_request {
     uint32_t         top_logprobs;
     em_constraint    con;            /* owned (ctx NULL: none) */
     int              con_fail;       /* this step: the constraint failed or allows nothing */
+    /* speculation (prompt lookup): at most spec_max drafts, spec_k next */
+    uint32_t         spec_max, spec_k;
+    uint32_t         n_draft;        /* this step: drafted tokens at the end of toks */
+    uint64_t         spec_drafted, spec_accepted;
     char             con_why[200];
     void           (*notify)(void *user);
     void            *user;

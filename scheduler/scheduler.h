@@ -132,6 +132,12 @@ typedef struct {
     int              logprobs;      /* TOKEN events carry the token's log-probability */
     uint32_t         top_logprobs;  /* and the most likely alternatives (<= EM_SAMPLE_MAX_TOP) */
     em_constraint    constraint;    /* taken on success (see em_constraint) */
+    /* speculative decoding by prompt lookup: drafts of up to this many
+     * tokens from n-gram matches in the context, verified in one step (the
+     * output's distribution is the model's, greedy output the same token
+     * for token). 0: the scheduler's default (em_sched_opts.speculate);
+     * -1: none. Not with penalties, a constraint or logprobs. */
+    int32_t          speculate;
     void           (*notify)(void *user);  /* called on the scheduler thread after events */
     void            *user;          /* passed to notify, never dereferenced */
 } em_req_params;
@@ -206,7 +212,11 @@ typedef struct {
                                  long (measured), bounding how long an arriving interactive
                                  request waits for the step in flight; 0: no bound */
     int      prefix_cache;    /* share full KV blocks between sequences by prefix */
+    uint32_t speculate;       /* requests' default draft length (em_req_params.speculate); 0 off */
 } em_sched_opts;
+
+#define EM_SCHED_MAX_DRAFT     8   /* drafted tokens per sequence and step */
+#define EM_SCHED_SPEC_MAX_SEQS 8   /* no drafting while more sequences than this run */
 
 void em_sched_opts_init(em_sched_opts *o);   /* 512 tokens, 256/1024 waiting, 10 s, 200 ms,
                                                 cache on */
@@ -239,6 +249,8 @@ typedef struct {
     uint64_t tokens_generated;
     uint64_t chosen_on_device;    /* tokens chosen from the device's summary of their row */
     uint64_t chosen_from_row;     /* tokens whose choice needed the whole (steered) row */
+    uint64_t spec_drafted;        /* tokens drafted by speculation (prompt lookup) */
+    uint64_t spec_accepted;       /* of those, accepted by the model */
     uint64_t tokens_prefilled;
     uint64_t preemptions;
     uint64_t rejected_busy;

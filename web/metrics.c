@@ -318,6 +318,15 @@ static void metrics(web_conn *c)
     scalar(&t, "ember_device_resets_total", "counter",
            "Times the device and forward pass were rebuilt and checked after a failure, and serving resumed.",
            st.device_resets);
+    scalar(&t, "ember_speculative_drafted_tokens_total", "counter",
+           "Tokens drafted by speculative decoding (prompt lookup) and checked by the model.", st.spec_drafted);
+    scalar(&t, "ember_speculative_accepted_tokens_total", "counter",
+           "Drafted tokens the model accepted (each saved a step).", st.spec_accepted);
+    scalar(&t, "ember_tokens_chosen_on_device_total", "counter",
+           "Tokens chosen from the device's summary of their logit row (topk.comp).", st.chosen_on_device);
+    scalar(&t, "ember_tokens_chosen_from_row_total", "counter",
+           "Tokens whose choice needed their whole logit row (a filter or the draw past the summary's "
+           "candidates).", st.chosen_from_row);
     scalar(&t, "ember_preemptions_total", "counter",
            "Sequences preempted (their blocks freed, to be recomputed) to make room.", st.preemptions);
     family(&t, "ember_busy_seconds_total", "counter",

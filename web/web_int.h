@@ -231,6 +231,7 @@ typedef struct {
                                     * from (borrowed; NULL: none) */
     int           logprobs;        /* each token's log-probability (em_gen_take_logprobs) */
     uint32_t      top_logprobs;    /* and this many alternatives (<= 20) */
+    int32_t       speculate;       /* em_req_params.speculate */
     const em_web_auth *auth;
     const char   *client_addr;
     const char   *request_id;      /* for the ledger */
@@ -286,7 +287,7 @@ int  web_openai_route(web_conn *c);
  * API: temperature, top_p, top_k, min_p, seed, max_tokens, stop,
  * presence_penalty, frequency_penalty, repetition_penalty, logit_bias,
  * logprobs (true/false as in chat, or a count of alternatives as in
- * completions), top_logprobs, ignore_eos, priority (the key's class unless
+ * completions), top_logprobs, speculative, ignore_eos, priority (the key's class unless
  * named; a background-only key cannot ask for interactive). Fills gp's
  * sample, bias, max_tokens, stop (pointing into obj: keep obj alive while gp
  * is used), logprobs, top_logprobs, ignore_eos and cls; leaves the rest. 0,

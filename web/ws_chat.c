@@ -546,7 +546,7 @@ static const char *const chat_fields[] = { "type", "id", "conversation_id", "par
 static const char *const chat_params[] = { "max_tokens", "temperature", "top_p", "top_k", "min_p",
                                            "seed", "stop", "priority", "ignore_eos", "presence_penalty",
                                            "frequency_penalty", "repetition_penalty", "logit_bias",
-                                           "response_format", "grammar", "regex" };
+                                           "response_format", "grammar", "regex", "speculative" };
 
 static int known(const char *k, const char *const *names, size_t n)
 {

@@ -212,6 +212,10 @@ FAMILIES = {
     'ember_selftest_passed': ('gauge', set()),
     'ember_selftest_nmse': ('gauge', {'stage'}),
     'ember_selftest_kernel_nmse': ('gauge', {'kernel', 'tn', 'flags'}),
+    'ember_speculative_drafted_tokens_total': ('counter', set()),
+    'ember_speculative_accepted_tokens_total': ('counter', set()),
+    'ember_tokens_chosen_on_device_total': ('counter', set()),
+    'ember_tokens_chosen_from_row_total': ('counter', set()),
 }
 HISTS = {'ember_time_to_first_token_seconds': 'ttft_ms', 'ember_time_per_output_token_seconds': 'tpot_mean_ms',
          'ember_queue_time_seconds': 'queue_ms'}

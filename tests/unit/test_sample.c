@@ -260,6 +260,56 @@ static void test_top(void)
     }
 }
 
+/* The rejection rule with a one-token draft keeps the target's
+ * distribution: verify's outputs over many draws against the softmax
+ * (chi-square, 63 degrees of freedom, at a significance of 0.001: critical
+ * value 103.4), for a likely and an unlikely draft, and under top-k a
+ * draft outside the kept set is never accepted. */
+static void test_verify(void)
+{
+    float lg[NV];
+    for (int i = 0; i < NV; i++)
+        lg[i] = (float)((i * 37) % NV) / 16.0f;
+    double pr[NV], sum = 0;
+    for (int i = 0; i < NV; i++)
+        sum += pr[i] = exp(lg[i]);
+    for (int i = 0; i < NV; i++)
+        pr[i] /= sum;
+    int32_t likely = em_argmax(lg, NV), unlikely = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        em_sampler *s = make(1, 0, 1, 0, 77 + pass);
+        enum { N = 40000 };
+        static uint32_t hist[NV];
+        memset(hist, 0, sizeof hist);
+        int acc = 0;
+        for (int d = 0; d < N; d++) {
+            int ok;
+            int32_t id = em_sampler_verify(s, lg, 0, pass ? unlikely : likely, &ok);
+            hist[id]++;
+            acc += ok;
+        }
+        double chi = 0;
+        for (int i = 0; i < NV; i++)
+            chi += (hist[i] - N * pr[i]) * (hist[i] - N * pr[i]) / (N * pr[i]);
+        CHECKF(chi < 103.4, "verify, %s draft: chi-square %.1f over 63 df", pass ? "an unlikely" : "a likely", chi);
+        double want = N * pr[pass ? unlikely : likely];
+        CHECKF(fabs(acc - want) < 5 * sqrt(want) + 1, "accepted %d times, expected %.0f", acc, want);
+        em_sampler_destroy(s);
+    }
+    em_sampler *k = make(1, 10, 1, 0, 5);
+    for (int d = 0; d < 2000; d++) {
+        int ok;
+        int32_t id = em_sampler_verify(k, lg, 0, unlikely, &ok);
+        CHECK(!ok && id != unlikely && lg[id] >= (float)(NV - 10) / 16.0f);
+    }
+    em_sampler_destroy(k);
+    em_sampler *g = make(0, 0, 1, 0, 5);
+    int ok;
+    CHECK(em_sampler_verify(g, lg, 0, likely, &ok) == likely && ok);
+    CHECK(em_sampler_verify(g, lg, 0, unlikely, &ok) == likely && !ok);
+    em_sampler_destroy(g);
+}
+
 int main(void)
 {
     float lg[NV];
@@ -360,5 +410,6 @@ int main(void)
         }
     test_steering();
     test_top();
+    test_verify();
     return test_summary("sample");
 }

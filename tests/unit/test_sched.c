@@ -104,6 +104,7 @@ typedef struct {
     int32_t  ids[8][EM_SAMPLE_TOPK];
     void    *scratch;
     uint64_t top_steps, plain_steps;
+    int      local;               /* the next token depends on the last one only (repetitive text) */
 } fake;
 
 static int fake_copy(void *ctx, const em_kv_copy *c, uint32_t n, em_err *err)
@@ -145,8 +146,10 @@ static int fake_step(void *ctx, const em_sched_batch *b, float *logits, em_err *
         uint32_t i = (uint32_t)b->logit_rows[r];
         const int32_t *t = b->tables[b->seq[i]];
         uint64_t h = 0xcbf29ce484222325ull;
-        for (int32_t p = 0; p <= b->pos[i]; p++)
+        for (int32_t p = f->local ? b->pos[i] : 0; p <= b->pos[i]; p++)
             h = mix(h, f->mem[(size_t)t[p / EM_KV_BLOCK] * EM_KV_BLOCK + p % EM_KV_BLOCK]);
+        if (f->local && next_of(h) == EOS)
+            h++;   /* repetitive text that goes on */
         float *lg = logits + (size_t)r * V;
         for (int v = 0; v < V; v++)
             lg[v] = 0;
@@ -797,6 +800,73 @@ static void test_device_choice(em_tokenizer *tok)
            (unsigned long long)top_steps[2], (unsigned long long)plain_steps[2]);
 }
 
+/* ---- speculation ------------------------------------------------------------------------------ */
+
+/* Prompt lookup: greedy output token for token the same with and without
+ * speculation, over a model whose text repeats (drafts accepted, fewer
+ * steps) and one whose text does not (drafts rejected and rolled back);
+ * a sampled speculating request runs to its length; no block leaks. */
+static void test_speculation(em_tokenizer *tok)
+{
+    for (int local = 0; local < 2; local++) {
+        int32_t out[2][4][64];
+        uint32_t n_out[2][4];
+        uint64_t steps[2];
+        em_sched_stats st[2];
+        for (int spec = 0; spec < 2; spec++) {
+            em_sched_backend be;
+            fake *f = fake_new(64, 4, 256, 64, &be);
+            be.max_logits = 4 + 16;   /* rows for drafts beside every decode */
+            f->local = local;
+            em_sched *s = mk(&be, 64, 60000, 0, tok);
+            em_request *r[4];
+            job j[4];
+            for (int q = 0; q < 4; q++) {
+                fill_prompt(&j[q], 8 + q, 40 + q, 0);
+                em_req_params p = { .prompt = j[q].prompt, .n_prompt = 8 + q, .max_tokens = 48,
+                                    .speculate = spec ? 4 : -1 };
+                p.sample.top_p = 1;
+                if (q == 3) {   /* sampled: runs to its length either way */
+                    p.sample.temp = 1.5f;
+                    p.sample.seed = 3;
+                }
+                CHECK(em_sched_submit(s, &p, &r[q], NULL, NULL) == 0);
+            }
+            for (int q = 0; q < 4; q++) {
+                em_event ev;
+                int done = 0;
+                n_out[spec][q] = 0;
+                while (!done && em_request_next(r[q], &ev, 5000)) {
+                    if (ev.kind == EM_EV_TOKEN && n_out[spec][q] < 64)
+                        out[spec][q][n_out[spec][q]++] = ev.token;
+                    done = ev.kind == EM_EV_DONE;
+                    em_event_clear(&ev);
+                }
+                CHECKF(done, "speculation %d request %d did not finish", spec, q);
+                em_request_release(r[q]);
+            }
+            em_sched_drain(s);
+            em_sched_get_stats(s, &st[spec]);
+            steps[spec] = f->steps;
+            no_leak(s, "speculation");
+            em_sched_destroy(s);
+            fake_free(f);
+        }
+        for (int q = 0; q < 3; q++)
+            CHECKF(n_out[1][q] == n_out[0][q] && memcmp(out[1][q], out[0][q], n_out[0][q] * 4) == 0,
+                   "%s text, request %d: %u tokens speculating, %u not", local ? "repetitive" : "varied", q,
+                   n_out[1][q], n_out[0][q]);
+        CHECKF(n_out[1][3] >= 1 && n_out[1][3] <= 48, "sampled: %u tokens", n_out[1][3]);
+        CHECKF(st[1].spec_drafted > 0 && st[0].spec_drafted == 0, "drafted %llu",
+               (unsigned long long)st[1].spec_drafted);
+        if (local)
+            CHECKF(st[1].spec_accepted * 2 > st[1].spec_drafted && steps[1] < steps[0],
+                   "repetitive text: %llu of %llu drafts accepted, %llu steps vs %llu",
+                   (unsigned long long)st[1].spec_accepted, (unsigned long long)st[1].spec_drafted,
+                   (unsigned long long)steps[1], (unsigned long long)steps[0]);
+    }
+}
+
 /* ---- randomized ---------------------------------------------------------------------------- */
 
 static void test_random(em_tokenizer *tok)
@@ -954,6 +1024,7 @@ int main(void)
     test_stop_string(tok);
     test_constraint(tok);
     test_device_choice(tok);
+    test_speculation(tok);
     test_background_step_bound(tok);
     test_busy_time(tok);
     test_random(tok);

@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+# speculative_test.py — speculative decoding by prompt lookup through a
+# real `ember serve`:
+#  - greedy output token for token the same with "speculative":
+#    "prompt_lookup" as without, on a repetitive prompt (drafts accepted)
+#    and on a story (drafts mostly rejected and rolled back), streamed too;
+#    /metrics counts drafted and accepted tokens;
+#  - sampled output keeps the model's distribution: the three generated
+#    tokens (the 2nd and 3rd checked against drafts) over 500 seeds with
+#    and 500 other seeds without speculation, a two-sample chi-square test of homogeneity
+#    at a significance level of 0.001 (pairs expected fewer than 5 times
+#    pooled; the critical value by the Wilson–Hilferty approximation);
+#  - a bad "speculative" value is refused by name.
+import collections
+import json
+import math
+import re
+import sys
+
+sys.path.insert(0, __file__.rsplit('/', 1)[0])
+from serve_util import Server, shared_model  # noqa: E402
+
+REPEAT = 'one two three four, one two three four, one two three four, one two three four, one two'
+STORY = 'Once upon a time, there was a little girl named Lily. She loved to play outside.'
+
+srv = Server(shared_model('stories260K.gguf'), '--parallel', '4')
+try:
+    def comp(expect=200, **body):
+        st, _, r = srv.post('/v1/completions', body)
+        assert st == expect, (st, r)
+        return r
+
+    def counters():
+        st, _, body = srv.request('GET', '/metrics')
+        text = body.decode()
+        get = lambda n: int(re.search(r'^%s (\d+)$' % n, text, re.M).group(1))  # noqa: E731
+        return get('ember_speculative_drafted_tokens_total'), get('ember_speculative_accepted_tokens_total')
+
+    d0, a0 = counters()
+    for prompt in (REPEAT, STORY):
+        off = comp(prompt=prompt, max_tokens=60, temperature=0, speculative='off')['choices'][0]['text']
+        on = comp(prompt=prompt, max_tokens=60, temperature=0, speculative='prompt_lookup')['choices'][0]['text']
+        assert on == off, (prompt, on, off)
+        big = comp(prompt=prompt, max_tokens=60, temperature=0,
+                   speculative={'method': 'prompt_lookup', 'max_draft': 8})['choices'][0]['text']
+        assert big == off, (prompt, big, off)
+        st, _, raw = srv.request('POST', '/v1/completions', {'prompt': prompt, 'max_tokens': 60, 'temperature': 0,
+                                                             'speculative': 'prompt_lookup', 'stream': True})
+        parts = [json.loads(ln[6:]) for ln in raw.decode().split('\n') if ln.startswith('data: {')]
+        assert ''.join(p['choices'][0]['text'] for p in parts if p['choices']) == off
+    d1, a1 = counters()
+    assert d1 > d0 and a1 > a0 and a1 - a0 <= d1 - d0, (d0, a0, d1, a1)
+    greedy_rate = (a1 - a0) / (d1 - d0)
+
+    # the distribution: pairs of the 2nd and 3rd tokens, 500 seeds each way
+    def pairs(spec):   # independent samples: the two arms draw with different seeds
+        c = collections.Counter()
+        for seed in range(500):
+            r = comp(prompt=REPEAT, max_tokens=3, temperature=1.0, seed=seed + (0 if spec else 100000),
+                     logprobs=None, ignore_eos=True, speculative='prompt_lookup' if spec else 'off')
+            toks = r['choices'][0]['text']
+            c[toks] += 1
+        return c
+    d2, a2 = counters()
+    with_spec, without = pairs(True), pairs(False)
+    d3, a3 = counters()
+    assert d3 > d2 and a3 > a2 and a3 < d3, ('the sampled runs must draft, accept and reject', d2, a2, d3, a3)
+    n1, n2 = sum(with_spec.values()), sum(without.values())
+    keys = set(with_spec) | set(without)
+    bins, rest = [], [0, 0]
+    for k in keys:
+        a, b = with_spec[k], without[k]
+        if (a + b) * min(n1, n2) / (n1 + n2) < 5:
+            rest[0] += a
+            rest[1] += b
+        else:
+            bins.append((a, b))
+    if rest[0] + rest[1]:
+        bins.append(tuple(rest))
+    chi = 0.0
+    for a, b in bins:
+        tot = a + b
+        for obs, n in ((a, n1), (b, n2)):
+            exp = tot * n / (n1 + n2)
+            chi += (obs - exp) ** 2 / exp
+    df = len(bins) - 1
+    z = 3.0902   # the standard normal's 0.999 quantile
+    crit = df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
+    assert df >= 3 and chi < crit, ('distributions differ', chi, crit, df)
+
+    e = comp(400, prompt='x', speculative='draft_model')['error']
+    assert e['param'] == 'speculative', e
+    e = comp(400, prompt='x', speculative={'method': 'prompt_lookup', 'max_draft': 9})['error']
+    assert e['param'] == 'max_draft', e
+    print('speculative: greedy identical, %.0f%% of %d greedy drafts accepted; sampled: %d of %d drafts accepted, '
+          'chi-square %.1f < %.1f (df %d, alpha 0.001)' %
+          (100 * greedy_rate, d1 - d0, a3 - a2, d3 - d2, chi, crit, df))
+finally:
+    rc, err = srv.stop()
+assert rc == 0, err
