@@ -10,15 +10,21 @@
 #    streamed output equal to the plain one; n = 2 choices both valid;
 #  - bad input named before anything runs: a GBNF error with line and
 #    column, an unsupported schema keyword, two structures at once;
+#  - `ember run --json-schema` / `--grammar-file`: the continuation after the
+#    prompt validates, it stops once complete; a bad grammar file is exit 2
+#    with file, line and column;
 #  - the chat model through the official openai SDK (strict json_schema).
 import json
+import os
 import re
+import subprocess
 import sys
+import tempfile
 
 import jsonschema
 
 sys.path.insert(0, __file__.rsplit('/', 1)[0])
-from serve_util import Server, chat_model, shared_model  # noqa: E402
+from serve_util import EMBER, Server, chat_model, shared_model  # noqa: E402
 
 SCHEMAS = {
     'person': {'type': 'object', 'properties': {
@@ -117,6 +123,31 @@ try:
 finally:
     rc, err = srv.stop()
 assert rc == 0, err
+
+# ---- ember run ----
+tmp = tempfile.mkdtemp(prefix='ember-structured-')
+sf, gf, bf = (os.path.join(tmp, n) for n in ('s.json', 'g.gbnf', 'bad.gbnf'))
+with open(sf, 'w') as f:
+    json.dump(SCHEMAS['person'], f)
+with open(gf, 'w') as f:
+    f.write('root ::= ("yes" | "no") "."\n')
+with open(bf, 'w') as f:
+    f.write('root ::= "a"\n  | b\n')
+for seed in range(3):
+    p = subprocess.run([EMBER, 'run', '--model', stories, '--json-schema', sf, '--temp', '1', '--seed', str(seed),
+                        '-n', '400', '-p', 'Once'], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0 and p.stdout.startswith('Once'), (p.returncode, p.stderr)
+    if 'stop: grammar complete' in p.stderr:
+        jsonschema.validate(json.loads(p.stdout[len('Once'):]), SCHEMAS['person'],
+                            format_checker=jsonschema.FormatChecker())
+    else:
+        assert 'stop: length' in p.stderr, p.stderr
+p = subprocess.run([EMBER, 'run', '--model', stories, '--grammar-file', gf, '-p', 'Is it'], capture_output=True,
+                   text=True, timeout=600)
+assert p.returncode == 0 and re.fullmatch(r'Is it(yes|no)\.\n', p.stdout) and 'grammar complete' in p.stderr, p
+p = subprocess.run([EMBER, 'run', '--model', stories, '--grammar-file', bf], capture_output=True, text=True,
+                   timeout=600)
+assert p.returncode == 2 and bf in p.stderr and 'grammar:2:' in p.stderr and p.stderr.count('\n') == 1, p.stderr
 
 # ---- the chat model through the official SDK ----
 try:
