@@ -78,27 +78,8 @@ static int grammar_open(const char *gfile, const char *sfile, const em_tokenizer
     size_t len = 0;
     int rc = 0;
     if (gfile) {
-        FILE *f = fopen(gfile, "rb");
-        if (!f)
-            return em_cli_fail(2, "run: %s: %s", gfile, strerror(errno));
-        size_t cap = 0;
-        for (;;) {
-            if (len + 4096 > cap) {
-                char *nt = realloc(text, cap = cap ? cap * 2 : 8192);
-                if (!nt) {
-                    fclose(f);
-                    free(text);
-                    return em_cli_fail(1, "run: out of memory");
-                }
-                text = nt;
-            }
-            size_t k = fread(text + len, 1, cap - len - 1, f);
-            len += k;
-            if (k == 0)
-                break;
-        }
-        fclose(f);
-        text[len] = 0;
+        if ((rc = em_cli_read_file(gfile, &text, &len, &err)))
+            return em_cli_fail(2, "run: --grammar-file: %s", err.msg);
     } else {
         json_error_t je;
         json_t *schema = json_load_file(sfile, JSON_REJECT_DUPLICATES, &je);
