@@ -605,3 +605,84 @@ int32_t em_sampler_verify(em_sampler *s, const float *logits, int is_steered, in
     }
     return last >= 0 ? last : draft;
 }
+
+/* ---- a draft model's proposals (speculative decoding) ---- */
+
+void em_sampler_dist(em_sampler *s, const float *logits, int is_steered, float *p)
+{
+    const float *x = is_steered ? logits : steered(s, logits, NULL);
+    uint32_t m, sorted;
+    double total;
+    int32_t id;
+    memset(p, 0, (size_t)s->n_vocab * sizeof *p);
+    if (kept_set(s, x, &m, &sorted, &total, &id)) {
+        p[id] = 1;
+        return;
+    }
+    for (uint32_t i = 0; i < m; i++)
+        p[s->c[i].id] = (float)(s->c[i].p / total);
+}
+
+int32_t em_sampler_draw_dist(em_sampler *s, const float *p)
+{
+    if (s->prm.temp == 0 || s->prm.top_k == 1)
+        return em_argmax(p, s->n_vocab);   /* one-hot: no draw, as greedy takes none */
+    double r = (double)(next_u64(s->rng) >> 11) * (1.0 / 9007199254740992.0), acc = 0;
+    int32_t last = -1;
+    for (uint32_t i = 0; i < s->n_vocab; i++) {
+        if (!(p[i] > 0))
+            continue;
+        acc += p[i];
+        if (r < acc)
+            return (int32_t)i;
+        last = (int32_t)i;
+    }
+    return last >= 0 ? last : em_argmax(p, s->n_vocab);
+}
+
+int32_t em_sampler_verify_dist(em_sampler *s, const float *logits, int is_steered, int32_t draft, const float *q,
+                               int *accepted)
+{
+    const float *x = is_steered ? logits : steered(s, logits, NULL);
+    uint32_t m, sorted;
+    double total;
+    int32_t id;
+    *accepted = 0;
+    if (kept_set(s, x, &m, &sorted, &total, &id)) {   /* greedy: kept when it is the argmax */
+        *accepted = id == draft;
+        return id;
+    }
+    double pd = 0;
+    for (uint32_t i = 0; i < m; i++)
+        if (s->c[i].id == draft) {
+            pd = s->c[i].p / total;
+            break;
+        }
+    double qd = draft >= 0 && (uint32_t)draft < s->n_vocab ? q[draft] : 0;
+    double u = (double)(next_u64(s->rng) >> 11) * (1.0 / 9007199254740992.0);
+    if (pd > 0 && u * qd < pd) {   /* kept with probability min(1, p / q) */
+        *accepted = 1;
+        return draft;
+    }
+    /* rejected: a draw from the residual max(p - q, 0), renormalised; only
+     * tokens the target keeps have p > 0 */
+    double rest = 0;
+    for (uint32_t i = 0; i < m; i++) {
+        double d = s->c[i].p / total - q[s->c[i].id];
+        rest += d > 0 ? d : 0;
+    }
+    if (!(rest > 0))
+        return draft;   /* p = q: never rejected but for rounding */
+    double r = (double)(next_u64(s->rng) >> 11) * (1.0 / 9007199254740992.0) * rest, acc = 0;
+    int32_t last = -1;
+    for (uint32_t i = 0; i < m; i++) {
+        double d = s->c[i].p / total - q[s->c[i].id];
+        if (!(d > 0))
+            continue;
+        acc += d;
+        if (r < acc)
+            return s->c[i].id;
+        last = s->c[i].id;
+    }
+    return last >= 0 ? last : draft;
+}

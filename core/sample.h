@@ -148,6 +148,24 @@ int32_t em_sampler_sample_steered(em_sampler *s, const float *row, uint32_t n_to
  * The penalties' record is not advanced (em_sampler_accept). */
 int32_t em_sampler_verify(em_sampler *s, const float *logits, int is_steered, int32_t draft, int *accepted);
 
+/* Draft-model speculation. em_sampler_dist writes p[n_vocab] (caller's
+ * buffer), the distribution this sampler draws from for logits (the raw
+ * row, or one the device steered: is_steered): the tokens temperature,
+ * top-k, top-p and min-p keep, renormalised, 0 elsewhere; greedy: 1 at the
+ * argmax. em_sampler_draw_dist draws from such a p with the sampler's PRNG
+ * (greedy: its argmax, no draw). The penalties' record is not advanced. */
+void    em_sampler_dist(em_sampler *s, const float *logits, int is_steered, float *p);
+int32_t em_sampler_draw_dist(em_sampler *s, const float *p);
+/* The check of a draft drawn from q[n_vocab] (borrowed; a draft model's
+ * em_sampler_dist) against the target's logits, by the standard rejection
+ * rule: kept with probability min(1, p(draft) / q(draft)), *accepted set
+ * and the draft returned; else a token drawn from max(p - q, 0)
+ * renormalised, *accepted 0 — the output follows the target's
+ * distribution p exactly. Greedy: kept when it is the argmax, else the
+ * argmax (no draw). */
+int32_t em_sampler_verify_dist(em_sampler *s, const float *logits, int is_steered, int32_t draft, const float *q,
+                               int *accepted);
+
 /* Index of the largest value (lowest index on ties). */
 int32_t em_argmax(const float *v, uint32_t n);
 

@@ -72,6 +72,7 @@ em_request *em_req_new(const em_req_params *p, uint32_t n_vocab, uint64_t order,
     r->user = p->user;
     r->order = order;
     r->slot = -1;
+    r->d_slot = -1;
     r->state = R_WAITING;
     r->cap_toks = p->n_prompt + 64;
     r->toks = malloc(r->cap_toks * sizeof *r->toks);
@@ -127,6 +128,8 @@ void em_req_unref(em_request *r)
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
     em_sampler_destroy(r->sampler);
+    em_sampler_destroy(r->dsampler);
+    free(r->q);
     if (r->con.ctx && r->con.destroy)
         r->con.destroy(r->con.ctx);
     free(r->toks);

@@ -48,6 +48,18 @@ struct em_sched {
     em_sample_adj      *adj;         /* [be.max_adj]: the rows' adjustments, one after another */
     int                 on_device;   /* this step chooses from the device's summaries */
     uint64_t            spec_drafted, spec_accepted;   /* speculation, all requests */
+
+    /* the draft model (em_sched_opts.draft; has_draft 0: none, or turned
+     * off after a failed draft step) and one draft step's batch */
+    em_sched_backend    dbe;
+    int                 has_draft;
+    em_kv              *dkv;
+    int32_t            *d_tok, *d_pos, *d_seq, *d_rows;
+    uint8_t            *d_dec;
+    const int32_t     **d_tables;
+    em_kv_copy         *d_copies;
+    uint32_t            d_max_copies;
+    float              *d_logits;
     int32_t            *eog;         /* the vocabulary's end-of-generation ids */
     uint32_t            n_eog;
 
@@ -101,6 +113,11 @@ static void release_slot(em_sched *s, em_request *r)
         r->slot = -1;
     }
     r->n_done = 0;
+    if (r->d_slot >= 0) {
+        em_kv_seq_close(s->dkv, r->d_slot);
+        r->d_slot = -1;
+    }
+    r->d_done = r->d_n = 0;
 }
 
 /* A running request ends: blocks released, DONE sent, the scheduler's
@@ -216,7 +233,15 @@ static int drafts(em_sched *s, em_request *r, uint32_t room, uint32_t L, uint32_
     if (r->max_tokens && r->n_gen + 1 + k > r->max_tokens)
         k = r->max_tokens > r->n_gen + 1 ? r->max_tokens - r->n_gen - 1 : 0;
     int32_t d[EM_SCHED_MAX_DRAFT];
-    uint32_t n = k ? lookup(r->toks, r->n_toks, k < EM_SCHED_MAX_DRAFT ? k : EM_SCHED_MAX_DRAFT, d) : 0;
+    uint32_t n = 0;
+    if (k > EM_SCHED_MAX_DRAFT)
+        k = EM_SCHED_MAX_DRAFT;
+    if (!r->spec_draft) {
+        n = k ? lookup(r->toks, r->n_toks, k, d) : 0;
+    } else if (r->d_n && r->d_base == r->n_toks) {   /* what the draft phase proposed for this position */
+        n = r->d_n < k ? r->d_n : k;
+        memcpy(d, r->dtok, n * sizeof *d);
+    }
     for (uint32_t i = 0; i < n; i++)
         if (em_req_push_token(r, d[i])) {
             r->n_toks -= i;
@@ -224,6 +249,165 @@ static int drafts(em_sched *s, em_request *r, uint32_t room, uint32_t L, uint32_
         }
     r->n_draft = n;
     return n > 0;
+}
+
+/* ---- draft-model speculation ---------------------------------------------------------- */
+
+/* After a step: keep of the draft's K/V what still matches r's tokens (its
+ * positions up to d_base, and the proposals it fed that were accepted). */
+static void draft_settle(em_sched *s, em_request *r)
+{
+    if (r->d_slot < 0 || !r->d_n)
+        return;
+    uint32_t m = 0;
+    while (m + 1 < r->d_n && r->d_base + m < r->n_toks && r->toks[r->d_base + m] == r->dtok[m])
+        m++;
+    r->d_done = r->d_base + m;
+    r->d_n = 0;
+    em_kv_seq_commit(s->dkv, r->d_slot, r->toks, r->d_done);
+    em_kv_seq_truncate(s->dkv, r->d_slot, r->d_done);
+}
+
+/* A draft step failed: no more drafting (the target goes on without). */
+static void draft_off(em_sched *s, const em_err *err)
+{
+    em_log(EM_LOG_ERROR, NULL, "scheduler: the draft model failed (%s): speculation with it is off",
+           err->msg[0] ? err->msg : "draft step failed");
+    s->has_draft = 0;
+    for (em_request *r = s->running; r; r = r->next) {
+        if (r->d_slot >= 0)
+            em_kv_seq_close(s->dkv, r->d_slot);
+        r->d_slot = -1;
+        r->d_done = r->d_n = 0;
+        r->spec_draft = 0;
+        r->spec_max = 0;
+    }
+}
+
+/* One draft step over the n_rows rows in d_*; 0 or the error (drafting then off). */
+static int draft_step(em_sched *s, uint32_t T, uint32_t L, uint32_t n_copies)
+{
+    em_err err = { 0 };
+    int rc = n_copies ? s->dbe.copy(s->dbe.ctx, s->d_copies, n_copies, &err) : 0;
+    if (!rc) {
+        em_sched_batch b = { T, s->d_tok, s->d_pos, s->d_seq, L, s->d_rows, s->d_tables, s->d_dec };
+        rc = s->dbe.step(s->dbe.ctx, &b, s->d_logits, &err);
+    }
+    if (rc)
+        draft_off(s, &err);
+    return rc;
+}
+
+/* How many tokens r may draft this step: its adaptive length within the
+ * context and max_tokens (the step's room is settled when it is planned). */
+static uint32_t draft_len(const em_sched *s, const em_request *r)
+{
+    uint32_t k = r->spec_k ? r->spec_k : 1;
+    if (r->n_done + 1 + k > s->be.max_ctx)
+        k = s->be.max_ctx > r->n_done + 1 ? s->be.max_ctx - r->n_done - 1 : 0;
+    if (r->max_tokens && r->n_gen + 1 + k > r->max_tokens)
+        k = r->max_tokens > r->n_gen + 1 ? r->max_tokens - r->n_gen - 1 : 0;
+    return k < EM_SCHED_MAX_DRAFT ? k : EM_SCHED_MAX_DRAFT;
+}
+
+/* Before the step is planned: every decoding sequence that speculates with
+ * the draft model catches the draft up on its tokens (the whole prompt the
+ * first time, in chunks as the draft's step allows; cached prefixes are
+ * shared) and, caught up, has it propose up to draft_len tokens, each drawn
+ * from the draft's distribution (kept in r->q for the target's check): one
+ * batched draft step per proposed token. Not while many sequences run. */
+static void draft_phase(em_sched *s)
+{
+    struct { em_request *r; uint32_t c, k; int full; } e[EM_SCHED_SPEC_MAX_SEQS];
+    uint32_t n = 0, T = 0, L = 0, n_copies = 0, V = s->be.n_vocab;
+    if (!s->has_draft)
+        return;
+    for (em_request *r = s->running; r; r = r->next)
+        draft_settle(s, r);
+    if (s->n_running[0] + s->n_running[1] > EM_SCHED_SPEC_MAX_SEQS)
+        return;
+    for (em_request *r = s->running; r && n < EM_SCHED_SPEC_MAX_SEQS && T < s->dbe.max_tokens; r = r->next) {
+        if (r->state != R_RUNNING || !r->spec_draft || !r->spec_max || r->n_toks - r->n_done != 1)
+            continue;
+        uint32_t k = draft_len(s, r);
+        if (!k)
+            continue;
+        if (!r->q && !(r->q = malloc((size_t)r->spec_max * V * sizeof *r->q)))
+            continue;
+        if (r->d_slot < 0) {
+            if (em_kv_seq_open(s->dkv, &r->d_slot, NULL))
+                continue;
+            r->d_done = em_kv_seq_match(s->dkv, r->d_slot, r->toks, r->n_toks);
+        }
+        uint32_t need = r->n_toks - r->d_done, room = s->dbe.max_tokens - T;
+        uint32_t c = need < room ? need : room;
+        int full = c == need && L < s->dbe.max_logits;
+        if (!full && c == need)
+            c--;   /* no logit row left: catch up all but the last */
+        if (!c)
+            continue;
+        uint32_t end = full ? r->n_toks + k - 1 : r->d_done + c;
+        if (em_kv_seq_reserve(s->dkv, r->d_slot, r->d_done, end, s->d_copies, s->d_max_copies, &n_copies, NULL))
+            continue;   /* the draft's pool is full: no drafts for r this step */
+        for (uint32_t i = 0; i < c; i++) {
+            uint32_t p = r->d_done + i;
+            s->d_tok[T] = r->toks[p];
+            s->d_pos[T] = (int32_t)p;
+            s->d_seq[T] = r->d_slot;
+            s->d_dec[T] = c == 1 && p >= r->n_prompt;
+            if (full && i + 1 == c)
+                s->d_rows[L++] = (int32_t)T;
+            T++;
+        }
+        s->d_tables[r->d_slot] = em_kv_seq_table(s->dkv, r->d_slot);
+        e[n].r = r;
+        e[n].c = c;
+        e[n].k = k;
+        e[n].full = full;
+        n++;
+    }
+    if (!T || draft_step(s, T, L, n_copies))
+        return;
+    uint32_t li = 0, rounds = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        em_request *r = e[i].r;
+        r->d_done += e[i].c;
+        em_kv_seq_commit(s->dkv, r->d_slot, r->toks, r->d_done);
+        if (!e[i].full)
+            continue;
+        em_sampler_dist(r->dsampler, s->d_logits + (size_t)li++ * V, 0, r->q);
+        r->dtok[0] = em_sampler_draw_dist(r->dsampler, r->q);
+        r->d_base = r->n_toks;
+        r->d_n = 1;
+        rounds = e[i].k > rounds ? e[i].k : rounds;
+    }
+    /* each further round feeds every sequence's newest proposal */
+    for (uint32_t j = 1; j < rounds; j++) {
+        T = L = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            em_request *r = e[i].r;
+            if (!e[i].full || e[i].k <= j)
+                continue;
+            s->d_tok[T] = r->dtok[j - 1];
+            s->d_pos[T] = (int32_t)(r->d_base + j - 1);
+            s->d_seq[T] = r->d_slot;
+            s->d_dec[T] = 1;
+            s->d_rows[L++] = (int32_t)T;
+            T++;
+        }
+        if (draft_step(s, T, L, 0))
+            return;
+        li = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            em_request *r = e[i].r;
+            if (!e[i].full || e[i].k <= j)
+                continue;
+            float *q = r->q + (size_t)j * V;
+            em_sampler_dist(r->dsampler, s->d_logits + (size_t)li++ * V, 0, q);
+            r->dtok[j] = em_sampler_draw_dist(r->dsampler, q);
+            r->d_n = j + 1;
+        }
+    }
 }
 
 /* Add tokens [r->n_done, r->n_done + c) of r to the batch. */
@@ -466,7 +650,10 @@ static void spec_advance(em_sched *s, em_request *r, uint32_t li0, double now, u
         const float *row = s->on_device ? s->be.row(s->be.ctx, li0 + j)
                                         : s->logits + (size_t)(li0 + j) * s->be.n_vocab;
         int ok = 0;
-        int32_t id = j < n ? em_sampler_verify(r->sampler, row, s->on_device, drafts[j], &ok)
+        int32_t id = j < n && r->spec_draft
+                         ? em_sampler_verify_dist(r->sampler, row, s->on_device, drafts[j],
+                                                  r->q + (size_t)j * s->be.n_vocab, &ok)
+                   : j < n ? em_sampler_verify(r->sampler, row, s->on_device, drafts[j], &ok)
                    : s->on_device ? em_sampler_sample_steered(r->sampler, row, 0, NULL)
                                   : em_sampler_sample_lp(r->sampler, row, NULL, 0, NULL);
         (*gen)++;
@@ -601,10 +788,13 @@ static void recover_device(em_sched *s, const em_err *why)
 static void step_once(em_sched *s)
 {
     plan_and_run(s);
-    em_kv_stats ks;
+    em_kv_stats ks, dks = { 0 };
     em_kv_get_stats(s->kv, &ks);
+    if (s->dkv)
+        em_kv_get_stats(s->dkv, &dks);
     pthread_mutex_lock(&s->mu);
     s->st.kv = ks;
+    s->st.kv_draft = dks;
     s->st.kv_live_sum += ks.tokens_live;
     s->st.kv_alloc_sum += ks.tokens_alloc;
     pthread_mutex_unlock(&s->mu);
@@ -648,6 +838,7 @@ static void plan_and_run(em_sched *s)
 {
     double t0 = em_sched_now();
     reap_cancelled(s);
+    draft_phase(s);
     uint32_t budget = s->o.step_tokens, T = 0, L = 0, n_copies = 0;
 
     /* Interactive work first, then background: for each class its running
@@ -832,10 +1023,13 @@ static void *thread_main(void *arg)
             em_req_unref(r);
         }
     }
-    em_kv_stats ks;
+    em_kv_stats ks, dks = { 0 };
     em_kv_get_stats(s->kv, &ks);
+    if (s->dkv)
+        em_kv_get_stats(s->dkv, &dks);
     pthread_mutex_lock(&s->mu);
     s->st.kv = ks;
+    s->st.kv_draft = dks;
     pthread_cond_broadcast(&s->idle_cv);
     pthread_mutex_unlock(&s->mu);
     return NULL;
@@ -851,10 +1045,17 @@ int em_sched_create(const em_sched_opts *o, const em_sched_backend *backend,
     if (!s) {
         if (backend->destroy)
             backend->destroy(backend->ctx);
+        if (o->draft && o->draft->destroy)
+            o->draft->destroy(o->draft->ctx);
         return em_err_set(err, EM_ENOMEM, "scheduler: out of memory");
     }
     s->o = *o;
+    s->o.draft = NULL;
     s->be = *backend;
+    if (o->draft) {
+        s->dbe = *o->draft;
+        s->has_draft = 1;
+    }
     s->idle = 0;
     s->tok = tok;
     s->t_created = em_sched_now();
@@ -874,6 +1075,28 @@ int em_sched_create(const em_sched_opts *o, const em_sched_backend *backend,
     int rc = em_kv_create(&ko, &s->kv, err);
     if (!rc)
         em_kv_get_stats(s->kv, &s->st.kv);
+    if (!rc && s->has_draft && s->dbe.n_vocab != s->be.n_vocab)
+        rc = em_err_set(err, EM_EINVAL, "scheduler: the draft model's vocabulary has %u tokens, the model's %u",
+                        s->dbe.n_vocab, s->be.n_vocab);
+    if (!rc && s->has_draft) {
+        em_kv_opts dko = { s->dbe.n_blocks, s->dbe.max_seqs, s->dbe.max_ctx, s->o.prefix_cache };
+        uint32_t DT = s->dbe.max_tokens;
+        s->d_max_copies = 4 * s->dbe.max_seqs + 64;
+        rc = em_kv_create(&dko, &s->dkv, err);
+        if (!rc) {
+            s->d_tok = malloc(DT * sizeof *s->d_tok);
+            s->d_pos = malloc(DT * sizeof *s->d_pos);
+            s->d_seq = malloc(DT * sizeof *s->d_seq);
+            s->d_rows = malloc(DT * sizeof *s->d_rows);
+            s->d_dec = malloc(DT * sizeof *s->d_dec);
+            s->d_tables = calloc(s->dbe.max_seqs, sizeof *s->d_tables);
+            s->d_copies = malloc(s->d_max_copies * sizeof *s->d_copies);
+            s->d_logits = malloc((size_t)s->dbe.max_logits * s->dbe.n_vocab * sizeof *s->d_logits);
+            if (!s->d_tok || !s->d_pos || !s->d_seq || !s->d_rows || !s->d_dec || !s->d_tables || !s->d_copies ||
+                !s->d_logits)
+                rc = em_err_set(err, EM_ENOMEM, "scheduler: out of memory");
+        }
+    }
     if (!rc) {
         s->b_tok = malloc(T * sizeof *s->b_tok);
         s->b_pos = malloc(T * sizeof *s->b_pos);
@@ -932,7 +1155,12 @@ void em_sched_destroy(em_sched *s)
     }
     if (s->be.destroy)
         s->be.destroy(s->be.ctx);
+    if (s->dbe.destroy)
+        s->dbe.destroy(s->dbe.ctx);
     em_kv_destroy(s->kv);
+    em_kv_destroy(s->dkv);
+    free(s->d_tok); free(s->d_pos); free(s->d_seq); free(s->d_rows); free(s->d_dec); free(s->d_tables);
+    free(s->d_copies); free(s->d_logits);
     free(s->b_tok); free(s->b_pos); free(s->b_seq); free(s->b_rows); free(s->b_dec); free(s->b_req);
     free(s->b_cnt); free(s->b_tables); free(s->copies); free(s->logits);
     free(s->allow); free(s->eog); free(s->steer); free(s->top); free(s->adj);
@@ -980,6 +1208,9 @@ int em_sched_submit(em_sched *s, const em_req_params *p, em_request **out, uint3
     }
     uint64_t order = s->next_order++;
     pthread_mutex_unlock(&s->mu);
+    if (p->spec_method == EM_SPEC_DRAFT && !s->dbe.step)
+        return em_err_set(err, EM_EINVAL, "request: speculation with a draft model needs a server started "
+                          "with a draft model (--draft-model)");
     em_request *r = em_req_new(p, s->be.n_vocab, order, err);
     if (!r)
         return err ? err->code : EM_ENOMEM;
@@ -991,6 +1222,16 @@ int em_sched_submit(em_sched *s, const em_req_params *p, em_request **out, uint3
     if (k > 0 && !r->con.ctx && !r->logprobs && !steered_by_history) {
         r->spec_max = (uint32_t)k < EM_SCHED_MAX_DRAFT ? (uint32_t)k : EM_SCHED_MAX_DRAFT;
         r->spec_k = r->spec_max < 4 ? r->spec_max : 4;
+        /* drafts from the draft model: its own sampler (the request's
+         * parameters, a PRNG stream of its own) */
+        if (p->spec_method != EM_SPEC_LOOKUP && s->dbe.step) {
+            em_sample_params dp = *sp;
+            dp.seed ^= 0xd1b54a32d192ed03ull;
+            if (em_sampler_create(&dp, s->be.n_vocab, &r->dsampler, NULL) == 0)
+                r->spec_draft = 1;
+            else
+                r->spec_max = 0;
+        }
     }
     r->m.t_submit = em_sched_now();
     pthread_mutex_lock(&s->mu);

@@ -33,6 +33,16 @@ struct em_request {
     uint32_t         spec_max, spec_k;
     uint32_t         n_draft;        /* this step: drafted tokens at the end of toks */
     uint64_t         spec_drafted, spec_accepted;
+    /* draft-model speculation (spec_draft set): the draft's KV slot (-1:
+     * none) holds toks[0, d_done); the last draft phase proposed dtok[0,
+     * d_n) for positions d_base.., drawn from q[j * n_vocab ..] (the
+     * draft's distributions) by dsampler, and fed all but the last */
+    int              spec_draft;
+    int32_t          d_slot;
+    uint32_t         d_done, d_base, d_n;
+    int32_t          dtok[EM_SCHED_MAX_DRAFT];
+    float           *q;
+    em_sampler      *dsampler;
     char             con_why[200];
     void           (*notify)(void *user);
     void            *user;

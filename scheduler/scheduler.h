@@ -138,9 +138,16 @@ typedef struct {
      * for token). 0: the scheduler's default (em_sched_opts.speculate);
      * -1: none. Not with penalties, a constraint or logprobs. */
     int32_t          speculate;
+    /* where drafts come from: EM_SPEC_AUTO the scheduler's draft model
+     * (em_sched_opts.draft) when it has one, else prompt lookup;
+     * EM_SPEC_LOOKUP prompt lookup; EM_SPEC_DRAFT the draft model
+     * (EM_EINVAL at submit when the scheduler has none) */
+    int              spec_method;
     void           (*notify)(void *user);  /* called on the scheduler thread after events */
     void            *user;          /* passed to notify, never dereferenced */
 } em_req_params;
+
+enum { EM_SPEC_AUTO = 0, EM_SPEC_LOOKUP, EM_SPEC_DRAFT };
 
 typedef enum {
     EM_FINISH_NONE = 0,     /* still running */
@@ -213,6 +220,18 @@ typedef struct {
                                  request waits for the step in flight; 0: no bound */
     int      prefix_cache;    /* share full KV blocks between sequences by prefix */
     uint32_t speculate;       /* requests' default draft length (em_req_params.speculate); 0 off */
+    /* Optional (NULL: none): a draft model for speculative decoding, a
+     * smaller model with the same vocabulary behind a backend of its own
+     * (its own KV pool; only step and copy are used). Each step, before the
+     * target's, the sequences that speculate with it catch it up on their
+     * tokens and it proposes up to their draft length, one batched draft
+     * step per token; the target verifies them by the rejection rule
+     * against the draft's distribution (core/sample.h
+     * em_sampler_verify_dist). Taken like the backend: em_sched_create owns
+     * it from the call on, also when it fails; its n_vocab must equal the
+     * backend's (EM_EINVAL). A draft step that fails turns drafting off
+     * for good (logged); the target goes on. */
+    const em_sched_backend *draft;
 } em_sched_opts;
 
 #define EM_SCHED_MAX_DRAFT     8   /* drafted tokens per sequence and step */
@@ -245,11 +264,12 @@ typedef struct {
     uint32_t running[EM_CLASS_COUNT];
     uint32_t waiting[EM_CLASS_COUNT];
     em_kv_stats kv;
+    em_kv_stats kv_draft;         /* the draft model's pool (em_sched_opts.draft); zeros without one */
     uint64_t steps;
     uint64_t tokens_generated;
     uint64_t chosen_on_device;    /* tokens chosen from the device's summary of their row */
     uint64_t chosen_from_row;     /* tokens whose choice needed the whole (steered) row */
-    uint64_t spec_drafted;        /* tokens drafted by speculation (prompt lookup) */
+    uint64_t spec_drafted;        /* tokens drafted by speculation (prompt lookup, draft model) */
     uint64_t spec_accepted;       /* of those, accepted by the model */
     uint64_t tokens_prefilled;
     uint64_t preemptions;

@@ -310,6 +310,79 @@ static void test_verify(void)
     em_sampler_destroy(g);
 }
 
+/* Draft-model speculation's rejection rule: a draft drawn from another
+ * distribution q (em_sampler_draw_dist over em_sampler_dist of different
+ * logits, with top-k leaving tokens out of q that the target keeps), checked
+ * by em_sampler_verify_dist, must leave tokens following the target's own
+ * distribution. Pearson's chi-square over the 64 tokens, 63 degrees of
+ * freedom, at significance 0.001 (critical value 103.4); the acceptance rate
+ * against sum(min(p, q)). */
+static void test_verify_dist(void)
+{
+    float lg[NV], dl[NV];
+    for (int i = 0; i < NV; i++) {
+        lg[i] = (float)((i * 37) % NV) / 16.0f;
+        dl[i] = (float)((i * 11) % NV) / 12.0f;   /* the draft's: a different order */
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        /* pass 0: the target at temperature 1, the draft at 1 with top-k 20;
+         * pass 1: the target with top-k 16 and top-p 0.9, the draft unfiltered */
+        em_sampler *t = pass ? make(1, 16, 0.9f, 0, 91) : make(1, 0, 1, 0, 90);
+        em_sampler *d = pass ? make(1, 0, 1, 0, 93) : make(1, 20, 1, 0, 92);
+        static float p[NV], q[NV];
+        em_sampler_dist(t, lg, 0, p);
+        em_sampler_dist(d, dl, 0, q);
+        double sp = 0, sq = 0, overlap = 0;
+        for (int i = 0; i < NV; i++) {
+            sp += p[i];
+            sq += q[i];
+            overlap += p[i] < q[i] ? p[i] : q[i];
+        }
+        CHECKF(fabs(sp - 1) < 1e-4 && fabs(sq - 1) < 1e-4, "dist sums %.6f %.6f", sp, sq);
+        enum { N = 40000 };
+        static uint32_t hist[NV];
+        memset(hist, 0, sizeof hist);
+        int acc = 0;
+        for (int n = 0; n < N; n++) {
+            int32_t draft = em_sampler_draw_dist(d, q), ok;
+            CHECK(q[draft] > 0);
+            int32_t id = em_sampler_verify_dist(t, lg, 0, draft, q, &ok);
+            CHECK(p[id] > 0 && (!ok || id == draft));
+            hist[id]++;
+            acc += ok;
+        }
+        double chi = 0;
+        int df = -1;
+        for (int i = 0; i < NV; i++) {
+            if (p[i] <= 0) {
+                CHECKF(hist[i] == 0, "token %d outside the target's kept set came out %u times", i, hist[i]);
+                continue;
+            }
+            chi += (hist[i] - N * p[i]) * (hist[i] - N * p[i]) / (N * p[i]);
+            df++;
+        }
+        /* critical values at 0.001: 63 df 103.4, 15 df (top-k 16) 37.7; a
+         * top-p set in between: Wilson-Hilferty's bound at z = 3.09 */
+        double crit = df * pow(1 - 2.0 / (9 * df) + 3.09 * sqrt(2.0 / (9 * df)), 3);
+        CHECKF(chi < crit, "verify_dist pass %d: chi-square %.1f over %d df (limit %.1f)", pass, chi, df, crit);
+        double want = N * overlap;
+        CHECKF(fabs(acc - want) < 5 * sqrt(want) + 1, "accepted %d times, expected %.0f", acc, want);
+        em_sampler_destroy(t);
+        em_sampler_destroy(d);
+    }
+    /* greedy on both sides: kept when it is the argmax, else the argmax */
+    em_sampler *g = make(0, 0, 1, 0, 5), *gd = make(0, 0, 1, 0, 6);
+    static float q[NV];
+    em_sampler_dist(gd, dl, 0, q);
+    int32_t draft = em_sampler_draw_dist(gd, q), ok;
+    CHECK(draft == em_argmax(dl, NV) && q[draft] == 1);
+    CHECK(em_sampler_verify_dist(g, lg, 0, draft, q, &ok) == em_argmax(lg, NV) && !ok);
+    em_sampler_dist(gd, lg, 0, q);
+    CHECK(em_sampler_verify_dist(g, lg, 0, em_argmax(lg, NV), q, &ok) == em_argmax(lg, NV) && ok);
+    em_sampler_destroy(g);
+    em_sampler_destroy(gd);
+}
+
 int main(void)
 {
     float lg[NV];
@@ -411,5 +484,6 @@ int main(void)
     test_steering();
     test_top();
     test_verify();
+    test_verify_dist();
     return test_summary("sample");
 }

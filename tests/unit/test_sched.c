@@ -105,6 +105,8 @@ typedef struct {
     void    *scratch;
     uint64_t top_steps, plain_steps;
     int      local;               /* the next token depends on the last one only (repetitive text) */
+    int      wrong;               /* a draft model: wrong at every third position */
+    uint64_t fail_at;             /* the step (from 1) that fails with EM_EDEVICE; 0: none */
 } fake;
 
 static int fake_copy(void *ctx, const em_kv_copy *c, uint32_t n, em_err *err)
@@ -138,6 +140,8 @@ static int fake_step(void *ctx, const em_sched_batch *b, float *logits, em_err *
         usleep(f->delay_us + f->row_us * b->n_tokens);
     if (b->n_tokens > f->max_tokens)
         return em_err_set(err, EM_ERANGE, "fake: %u tokens in a step", b->n_tokens);
+    if (f->fail_at && f->steps == f->fail_at)
+        return em_err_set(err, EM_EDEVICE, "fake: the device is lost");
     for (uint32_t i = 0; i < b->n_tokens; i++) {
         const int32_t *t = b->tables[b->seq[i]];
         f->mem[(size_t)t[b->pos[i] / EM_KV_BLOCK] * EM_KV_BLOCK + b->pos[i] % EM_KV_BLOCK] = b->tokens[i];
@@ -150,6 +154,8 @@ static int fake_step(void *ctx, const em_sched_batch *b, float *logits, em_err *
             h = mix(h, f->mem[(size_t)t[p / EM_KV_BLOCK] * EM_KV_BLOCK + p % EM_KV_BLOCK]);
         if (f->local && next_of(h) == EOS)
             h++;   /* repetitive text that goes on */
+        if (f->wrong && b->pos[i] % 3 == 0)
+            h = mix(h, 7);
         float *lg = logits + (size_t)r * V;
         for (int v = 0; v < V; v++)
             lg[v] = 0;
@@ -867,6 +873,120 @@ static void test_speculation(em_tokenizer *tok)
     }
 }
 
+/* Draft-model speculation over the fake: a perfect draft (the same fake
+ * model) and a wrong one (wrong at every third position) give greedy
+ * outputs identical to decoding without speculation, token for token; the
+ * perfect one has every draft accepted and takes fewer steps; neither pool
+ * leaks a block. A draft model whose step fails turns drafting off and the
+ * requests still come out the same. A draft model of another vocabulary is
+ * refused, and so is asking for one from a scheduler without. */
+static void run_draft(em_tokenizer *tok, int mode, int32_t out[4][64], uint32_t n_out[4], em_sched_stats *st,
+                      uint64_t *steps)
+{
+    /* mode 0: no speculation; 1: a perfect draft; 2: a wrong one; 3: a draft that fails */
+    em_sched_backend be, dbe;
+    fake *f = fake_new(64, 4, 256, 64, &be), *d = NULL;
+    be.max_logits = 4 + 16;
+    em_sched_opts o;
+    em_sched_opts_init(&o);
+    o.step_tokens = 64;
+    o.aging_ms = 60000;
+    if (mode) {
+        d = fake_new(64, 4, 256, 24, &dbe);   /* a small draft step: prompts catch up in chunks */
+        d->wrong = mode == 2;
+        d->fail_at = mode == 3 ? 9 : 0;
+        o.draft = &dbe;
+        o.speculate = 4;
+    }
+    em_sched *s = NULL;
+    em_err e = { 0 };
+    CHECKF(em_sched_create(&o, &be, tok, &s, &e) == 0, "%s", e.msg);
+    em_request *r[4];
+    job j[4];
+    for (int q = 0; q < 4; q++) {
+        fill_prompt(&j[q], 8 + 20 * q, 40 + q, q == 3 ? 48 : 0);
+        em_req_params p = { .prompt = j[q].prompt, .n_prompt = j[q].n_prompt, .max_tokens = 48 };
+        p.sample.top_p = 1;
+        if (q == 3) {   /* sampled: runs its course either way */
+            p.sample.temp = 1.5f;
+            p.sample.seed = 3;
+        }
+        CHECKF(em_sched_submit(s, &p, &r[q], NULL, &e) == 0, "%s", e.msg);
+    }
+    for (int q = 0; q < 4; q++) {
+        em_event ev;
+        int done = 0;
+        n_out[q] = 0;
+        while (!done && em_request_next(r[q], &ev, 5000)) {
+            if (ev.kind == EM_EV_TOKEN && n_out[q] < 64)
+                out[q][n_out[q]++] = ev.token;
+            done = ev.kind == EM_EV_DONE;
+            CHECKF(!done || ev.finish != EM_FINISH_ERROR, "draft mode %d, request %d: %s", mode, q, ev.error);
+            em_event_clear(&ev);
+        }
+        CHECKF(done, "draft mode %d request %d did not finish", mode, q);
+        em_request_release(r[q]);
+    }
+    em_sched_drain(s);
+    em_sched_get_stats(s, st);
+    *steps = f->steps;
+    no_leak(s, "draft model");
+    CHECKF(st->kv_draft.used == 0, "draft mode %d: %u draft blocks still used", mode, st->kv_draft.used);
+    em_sched_destroy(s);
+    fake_free(f);
+    if (d)
+        fake_free(d);
+}
+
+static void test_draft_model(em_tokenizer *tok)
+{
+    int32_t out[4][4][64];
+    uint32_t n_out[4][4];
+    uint64_t steps[4];
+    em_sched_stats st[4];
+    for (int mode = 0; mode < 4; mode++)
+        run_draft(tok, mode, out[mode], n_out[mode], &st[mode], &steps[mode]);
+    for (int mode = 1; mode < 4; mode++) {
+        for (int q = 0; q < 3; q++)
+            CHECKF(n_out[mode][q] == n_out[0][q] && memcmp(out[mode][q], out[0][q], n_out[0][q] * 4) == 0,
+                   "draft mode %d, request %d: %u tokens speculating, %u not", mode, q, n_out[mode][q],
+                   n_out[0][q]);
+        CHECKF(n_out[mode][3] >= 1 && n_out[mode][3] <= 48, "sampled: %u tokens", n_out[mode][3]);
+    }
+    CHECKF(st[1].spec_drafted > 0 && st[1].spec_accepted == st[1].spec_drafted && steps[1] < steps[0],
+           "perfect draft: %llu of %llu accepted, %llu steps vs %llu", (unsigned long long)st[1].spec_accepted,
+           (unsigned long long)st[1].spec_drafted, (unsigned long long)steps[1], (unsigned long long)steps[0]);
+    /* the wrong draft is right at two positions in three as long as its K/V
+     * holds exactly the sequence's tokens (its hash covers them all): a
+     * rollback that kept a rejected proposal would make it wrong from there on */
+    CHECKF(st[2].spec_drafted > 0 && st[2].spec_accepted < st[2].spec_drafted &&
+           st[2].spec_accepted * 5 > st[2].spec_drafted * 2,
+           "wrong draft: %llu of %llu accepted", (unsigned long long)st[2].spec_accepted,
+           (unsigned long long)st[2].spec_drafted);
+    CHECKF(st[0].spec_drafted == 0, "no speculation drafted %llu", (unsigned long long)st[0].spec_drafted);
+
+    /* refusals */
+    em_sched_backend be, dbe;
+    fake *f = fake_new(64, 4, 256, 64, &be), *d = fake_new(64, 4, 256, 64, &dbe);
+    dbe.n_vocab = V + 1;
+    em_sched_opts o;
+    em_sched_opts_init(&o);
+    o.draft = &dbe;
+    em_sched *s = NULL;
+    em_err e = { 0 };
+    CHECK(em_sched_create(&o, &be, tok, &s, &e) == EM_EINVAL && !s && strstr(e.msg, "vocabulary"));
+    s = mk(&be, 64, 0, 0, tok);
+    job j;
+    fill_prompt(&j, 8, 1, 0);
+    em_req_params p = { .prompt = j.prompt, .n_prompt = 8, .max_tokens = 4, .speculate = 4,
+                        .spec_method = EM_SPEC_DRAFT };
+    em_request *r = NULL;
+    CHECK(em_sched_submit(s, &p, &r, NULL, &e) == EM_EINVAL && !r && strstr(e.msg, "--draft-model"));
+    em_sched_destroy(s);
+    fake_free(f);
+    fake_free(d);
+}
+
 /* ---- randomized ---------------------------------------------------------------------------- */
 
 static void test_random(em_tokenizer *tok)
@@ -1025,6 +1145,7 @@ int main(void)
     test_constraint(tok);
     test_device_choice(tok);
     test_speculation(tok);
+    test_draft_model(tok);
     test_background_step_bound(tok);
     test_busy_time(tok);
     test_random(tok);
