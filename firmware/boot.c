@@ -31,6 +31,10 @@ void em_boot_end(em_web_boot *b, const char *name)
 int em_boot_rebuild(void *arg, em_fwd **f, em_err *err)
 {
     em_boot_device *d = arg;
+    if (d->dfwd) {   /* the draft's forward pass lives on the device about to go */
+        em_fwd_destroy(*d->dfwd);
+        *d->dfwd = NULL;
+    }
     em_fwd_destroy(*d->fwd);
     em_vk_destroy(*d->vk);
     *d->fwd = NULL;
@@ -51,6 +55,29 @@ int em_boot_rebuild(void *arg, em_fwd **f, em_err *err)
         return rc;
     }
     *f = *d->fwd;
+    return 0;
+}
+
+int em_boot_rebuild_draft(void *arg, em_fwd **f, em_err *err)
+{
+    em_boot_device *d = arg;
+    *f = NULL;
+    if (!d->dfwd || !*d->vk)
+        return em_err_set(err, EM_EDEVICE, "no device for the draft model");
+    em_fwd_destroy(*d->dfwd);
+    *d->dfwd = NULL;
+    em_selftest_report rep;
+    int rc = em_fwd_create(*d->vk, d->dm, &d->dfo, d->dfwd, err);
+    if (!rc)
+        rc = em_selftest_run(*d->dfwd, d->dm, &rep, err);
+    if (!rc && !rep.ok)
+        rc = em_err_set(err, EM_EDEVICE, "the draft model fails its self-test: %s", rep.failure);
+    if (rc) {
+        em_fwd_destroy(*d->dfwd);
+        *d->dfwd = NULL;
+        return rc;
+    }
+    *f = *d->dfwd;
     return 0;
 }
 

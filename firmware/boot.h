@@ -37,6 +37,12 @@ typedef struct {
     em_vk_opts          vo;
     em_fwd_opts         fo;
     em_selftest_report  report;   /* the last rebuild's self-test */
+    /* a draft model (--draft-model) on the same device, or dm NULL: its
+     * forward pass goes with the device and em_boot_rebuild_draft makes
+     * it again on the new one */
+    em_fwd            **dfwd;
+    const em_model     *dm;
+    em_fwd_opts         dfo;
 } em_boot_device;
 
 /* The GPU backend's rebuild (em_sched_backend_gpu_recovery; arg is an
@@ -44,5 +50,11 @@ typedef struct {
  * again with the same options, run the self-test; 0 with *f the new
  * forward pass, else the error (the self-test's failure named) and *f NULL. */
 int em_boot_rebuild(void *arg, em_fwd **f, em_err *err);
+
+/* The draft backend's rebuild, after em_boot_rebuild succeeded (which
+ * destroyed the draft's forward pass with the old device): the draft's
+ * forward pass on the new device, self-tested; 0 with *f it, else the
+ * error and *f NULL. */
+int em_boot_rebuild_draft(void *arg, em_fwd **f, em_err *err);
 
 #endif

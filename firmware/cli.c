@@ -435,3 +435,17 @@ int em_cli_open_model(const char *cmd, const char *path, em_model **m, em_tokeni
     }
     return 0;
 }
+
+int em_cli_same_vocab(const em_tokenizer *a, const em_tokenizer *b, em_err *err)
+{
+    uint32_t na = em_tokenizer_n_vocab(a), nb = em_tokenizer_n_vocab(b);
+    if (na != nb)
+        return em_err_set(err, EM_EINVAL, "its vocabulary has %u tokens, the model's %u", nb, na);
+    for (uint32_t i = 0; i < na; i++) {
+        const char *x = em_tokenizer_token_text(a, (int32_t)i), *y = em_tokenizer_token_text(b, (int32_t)i);
+        if (strcmp(x ? x : "", y ? y : "") != 0)
+            return em_err_set(err, EM_EINVAL, "token %u is \"%.40s\" in its vocabulary, \"%.40s\" in the model's",
+                              i, y ? y : "", x ? x : "");
+    }
+    return 0;
+}

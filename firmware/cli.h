@@ -156,4 +156,10 @@ struct em_model;
 struct em_tokenizer;
 int em_cli_open_model(const char *cmd, const char *path, struct em_model **m, struct em_tokenizer **tok);
 
+/* Whether a draft model's tokenizer b has the same vocabulary as a's: as
+ * many tokens, each with the same text (speculative decoding feeds one
+ * model's ids to the other). 0, or EM_EINVAL with err naming the first
+ * difference. Both borrowed. */
+int em_cli_same_vocab(const struct em_tokenizer *a, const struct em_tokenizer *b, em_err *err);
+
 #endif

@@ -32,7 +32,8 @@
 #include "web/web.h"
 
 static const char usage[] =
-    "usage: ember serve [--config FILE] [--print-config] [--model PATH] [--device N] [--host H]\n"
+    "usage: ember serve [--config FILE] [--print-config] [--model PATH] [--draft-model PATH]\n"
+    "                   [--speculate N] [--device N] [--host H]\n"
     "                   [--port P] [--db PATH] [--ctx N] [--kv-mb N] [--parallel N] [--kv-type f16|q8_0]\n"
     "                   [--tls-cert PEM --tls-key PEM] [--require-key] [--rate-limit N]\n"
     "                   [--allowed-origins LIST] [--ping-s S]\n"
@@ -157,7 +158,9 @@ int em_cmd_serve(int argc, char **argv)
     em_tokenizer *tok = NULL;
     em_storage *st = NULL;
     em_vk *vk = NULL;
-    em_fwd *fwd = NULL;
+    em_fwd *fwd = NULL, *dfwd = NULL;
+    em_model *dm = NULL;
+    em_tokenizer *dtok = NULL;
     em_sched *s = NULL;
     em_web *w = NULL;
     em_notify *nt = NULL;
@@ -198,6 +201,17 @@ int em_cmd_serve(int argc, char **argv)
     if ((status = em_cli_open_model("serve", model_path, &m, &tok)))
         goto done;
     em_boot_end(&boot, "model");
+    /* a draft model (speculative decoding) must share the vocabulary: checked before the device */
+    const char *draft_path = em_config_str(cfg, EM_CFG_DRAFT_MODEL);
+    if (draft_path[0]) {
+        if ((status = em_cli_open_model("serve", draft_path, &dm, &dtok)))
+            goto done;
+        if ((rc = em_cli_same_vocab(tok, dtok, &err))) {
+            status = em_cli_fail(2, "serve: the draft model %s cannot draft for %s: %s", draft_path, model_path,
+                                 err.msg);
+            goto done;
+        }
+    }
     const em_hparams *hp = em_model_hparams(m);
     uint32_t n_ctx = ctx > 0 ? (uint32_t)ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
     if (n_ctx > hp->n_ctx_train)
@@ -250,6 +264,29 @@ int em_cmd_serve(int argc, char **argv)
     em_vk_pipe_cache_save(vk);
     boot.selftest = &selftest;
     em_boot_end(&boot, "selftest");
+    /* a draft model for speculative decoding: the same vocabulary, its own
+     * forward pass and KV pool on the same device (enough blocks for the
+     * sequences that speculate at once), self-tested like the model */
+    em_sched_backend dbe;
+    em_fwd_opts dfo = { 0 };
+    if (dm) {
+        uint32_t dseqs = seqs < EM_SCHED_SPEC_MAX_SEQS ? seqs : EM_SCHED_SPEC_MAX_SEQS;
+        uint32_t dblocks = (dseqs + 1) * min_blocks;
+        dfo = (em_fwd_opts){ .max_tokens = T, .max_seqs = seqs, .max_ctx = n_ctx, .n_blocks = dblocks,
+                             .max_logits = dseqs, .kv_type = kv_type };
+        em_selftest_report drep;
+        if ((rc = em_fwd_create(vk, dm, &dfo, &dfwd, &err)) || (rc = em_selftest_run(dfwd, dm, &drep, &err))) {
+            status = em_cli_fail(1, "serve: the draft model %s: %s", draft_path, err.msg);
+            goto done;
+        }
+        if (!drep.ok) {
+            status = em_cli_fail(1, "serve: the draft model %s fails the self-test on %s: %s", draft_path,
+                                 em_vk_info(vk)->name, drep.failure);
+            goto done;
+        }
+        em_sched_backend_gpu(dfwd, vk, em_model_hparams(dm)->n_vocab, T, dseqs, seqs, n_ctx, dblocks, &dbe);
+        em_boot_end(&boot, "draft model");
+    }
     em_sched_backend be;
     em_sched_backend_gpu(fwd, vk, hp->n_vocab, T, seqs, seqs, n_ctx, blocks, &be);
     /* a device lost or a kernel failure mid-step: the scheduler fails what
@@ -259,7 +296,12 @@ int em_cmd_serve(int argc, char **argv)
     dev.m = m;
     dev.vo = vo;
     dev.fo = fo;
+    dev.dfwd = dfwd ? &dfwd : NULL;
+    dev.dm = dm;
+    dev.dfo = dfo;
     em_sched_backend_gpu_recovery(&be, em_boot_rebuild, &dev);
+    if (dfwd)
+        em_sched_backend_gpu_recovery(&dbe, em_boot_rebuild_draft, &dev);
     em_sched_opts sco;
     em_sched_opts_init(&sco);
     sco.step_tokens = T;
@@ -270,6 +312,11 @@ int em_cmd_serve(int argc, char **argv)
     sco.aging_ms = em_config_float(cfg, EM_CFG_AGING_MS);
     sco.prefix_cache = (int)em_config_int(cfg, EM_CFG_PREFIX_CACHE);
     sco.speculate = (uint32_t)em_config_int(cfg, EM_CFG_SPECULATE);
+    if (dfwd) {
+        sco.draft = &dbe;
+        if (!sco.speculate)   /* a draft model is there to draft: 4 tokens unless told */
+            sco.speculate = 4;
+    }
     if ((rc = em_sched_create(&sco, &be, tok, &s, &err))) {
         status = em_cli_fail_err(&err);
         goto done;
@@ -348,8 +395,11 @@ done:
     em_notify_stop(nt);         /* STOPPING=1 unless the drain sent it */
     em_web_destroy(w);          /* closes connections: their requests are cancelled */
     em_sched_destroy(s);        /* finishes what is left */
+    em_fwd_destroy(dfwd);
     em_fwd_destroy(fwd);
     em_vk_destroy(vk);
+    em_tokenizer_destroy(dtok);
+    em_model_close(dm);
     em_storage_close(st);       /* commits the last ledger rows */
     em_tokenizer_destroy(tok);
     em_model_close(m);

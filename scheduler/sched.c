@@ -53,6 +53,7 @@ struct em_sched {
      * off after a failed draft step) and one draft step's batch */
     em_sched_backend    dbe;
     int                 has_draft;
+    int                 draft_down;  /* the device failed: no drafts until the draft is rebuilt */
     em_kv              *dkv;
     int32_t            *d_tok, *d_pos, *d_seq, *d_rows;
     uint8_t            *d_dec;
@@ -320,7 +321,7 @@ static void draft_phase(em_sched *s)
 {
     struct { em_request *r; uint32_t c, k; int full; } e[EM_SCHED_SPEC_MAX_SEQS];
     uint32_t n = 0, T = 0, L = 0, n_copies = 0, V = s->be.n_vocab;
-    if (!s->has_draft)
+    if (!s->has_draft || s->draft_down)
         return;
     for (em_request *r = s->running; r; r = r->next)
         draft_settle(s, r);
@@ -764,6 +765,9 @@ static void recover_device(em_sched *s, const em_err *why)
     s->st.device_failures++;
     pthread_mutex_unlock(&s->mu);
     double now = em_sched_now();
+    /* a draft model on the same device is gone with it: no drafts until it
+     * is rebuilt too */
+    s->draft_down = s->has_draft;
     if (!s->be.recover || now < s->recover_after)
         return;
     em_log(EM_LOG_ERROR, NULL, "scheduler: the device failed (%s): the requests running got the error; "
@@ -777,6 +781,17 @@ static void recover_device(em_sched *s, const em_err *why)
         return;
     }
     em_kv_drop_cached(s->kv);
+    if (s->draft_down) {
+        em_err derr = { 0 };
+        if (s->dbe.recover && s->dbe.recover(s->dbe.ctx, &derr) == 0) {
+            em_kv_drop_cached(s->dkv);
+            s->draft_down = 0;
+        } else {
+            if (!s->dbe.recover)
+                em_err_set(&derr, EM_EDEVICE, "it cannot be rebuilt");
+            draft_off(s, &derr);
+        }
+    }
     pthread_mutex_lock(&s->mu);
     s->st.device_resets++;
     pthread_mutex_unlock(&s->mu);

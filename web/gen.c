@@ -227,7 +227,8 @@ int em_gen_start(em_web *w, const em_gen_params *p, em_gen **out, em_web_error *
 
     em_req_params rp = { .prompt = ids, .n_prompt = (uint32_t)n_ids, .sample = p->sample, .cls = p->cls,
                          .max_tokens = (uint32_t)want, .ignore_eog = p->ignore_eos, .logprobs = p->logprobs,
-                         .top_logprobs = p->top_logprobs, .speculate = p->speculate, .notify = gen_notify,
+                         .top_logprobs = p->top_logprobs, .speculate = p->speculate,
+                         .spec_method = p->spec_method, .notify = gen_notify,
                          .user = w };
     uint32_t nb = p->sample.n_logit_bias <= EM_GEN_MAX_BIAS ? p->sample.n_logit_bias : EM_GEN_MAX_BIAS;
     uint32_t n_vocab = em_model_hparams(w->o.model)->n_vocab;

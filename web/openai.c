@@ -236,28 +236,34 @@ int web_gen_params(json_t *obj, const em_web_auth *auth, em_gen_params *gp, em_w
     gp->ignore_eos = ignore_eos;
     if (penalties(obj, gp, e) || logit_bias(obj, gp, e) || logprobs(obj, gp, e))
         return -1;
-    /* speculative decoding: "prompt_lookup" (drafts of up to 4 tokens, or
-     * {"method": "prompt_lookup", "max_draft": 1..8}), "off", or absent: the
-     * server's --speculate */
+    /* speculative decoding: "prompt_lookup" or "draft_model" (drafts of up
+     * to 4 tokens, or {"method": ..., "max_draft": 1..8}), "off", or absent:
+     * the server's --speculate (with --draft-model: its draft model) */
     json_t *sv = json_object_get(obj, "speculative");
     gp->speculate = 0;
-    if (json_is_string(sv) && strcmp(json_string_value(sv), "off") == 0) {
+    gp->spec_method = EM_SPEC_AUTO;
+    const char *method = json_is_string(sv) ? json_string_value(sv)
+                       : json_is_object(sv) ? json_string_value(json_object_get(sv, "method")) : NULL;
+    if (json_is_string(sv) && strcmp(method, "off") == 0) {
         gp->speculate = -1;
-    } else if (json_is_string(sv) && strcmp(json_string_value(sv), "prompt_lookup") == 0) {
-        gp->speculate = 4;
-    } else if (json_is_object(sv)) {
-        const char *m = json_string_value(json_object_get(sv, "method"));
+    } else if (json_is_string(sv) || json_is_object(sv)) {
         long long k = 4;
-        if (!m || strcmp(m, "prompt_lookup") != 0)
+        if (method && strcmp(method, "prompt_lookup") == 0)
+            gp->spec_method = EM_SPEC_LOOKUP;
+        else if (method && strcmp(method, "draft_model") == 0)
+            gp->spec_method = EM_SPEC_DRAFT;
+        else
             return em_web_fail(e, 400, "invalid_request_error", NULL, "speculative",
-                               "'speculative.method' must be \"prompt_lookup\" (a draft model is not served)");
-        if (want_int(sv, "max_draft", 1, EM_SCHED_MAX_DRAFT, &k, e))
+                               json_is_object(sv) ? "'speculative.method' must be \"prompt_lookup\" or \"draft_model\""
+                                                  : "'speculative' must be \"prompt_lookup\", \"draft_model\", "
+                                                    "\"off\" or {\"method\": ..., \"max_draft\": 1..8}");
+        if (json_is_object(sv) && want_int(sv, "max_draft", 1, EM_SCHED_MAX_DRAFT, &k, e))
             return -1;
         gp->speculate = (int32_t)k;
     } else if (sv && !json_is_null(sv)) {
         return em_web_fail(e, 400, "invalid_request_error", NULL, "speculative",
-                           "'speculative' must be \"prompt_lookup\", \"off\" or {\"method\": \"prompt_lookup\", "
-                           "\"max_draft\": 1..8}");
+                           "'speculative' must be \"prompt_lookup\", \"draft_model\", \"off\" or "
+                           "{\"method\": ..., \"max_draft\": 1..8}");
     }
     /* stop: a string or up to 4 strings */
     json_t *stop = json_object_get(obj, "stop");

@@ -232,6 +232,7 @@ typedef struct {
     int           logprobs;        /* each token's log-probability (em_gen_take_logprobs) */
     uint32_t      top_logprobs;    /* and this many alternatives (<= 20) */
     int32_t       speculate;       /* em_req_params.speculate */
+    int           spec_method;     /* em_req_params.spec_method */
     const em_web_auth *auth;
     const char   *client_addr;
     const char   *request_id;      /* for the ledger */

@@ -88,7 +88,9 @@ try:
     crit = df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
     assert df >= 3 and chi < crit, ('distributions differ', chi, crit, df)
 
-    e = comp(400, prompt='x', speculative='draft_model')['error']
+    e = comp(400, prompt='x', speculative='draft_model')['error']   # this server has no draft model
+    assert '--draft-model' in e['message'], e
+    e = comp(400, prompt='x', speculative='guess')['error']
     assert e['param'] == 'speculative', e
     e = comp(400, prompt='x', speculative={'method': 'prompt_lookup', 'max_draft': 9})['error']
     assert e['param'] == 'max_draft', e
