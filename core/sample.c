@@ -686,3 +686,23 @@ int32_t em_sampler_verify_dist(em_sampler *s, const float *logits, int is_steere
     }
     return last >= 0 ? last : draft;
 }
+
+uint32_t em_prompt_lookup(const int32_t *t, uint32_t n, uint32_t k, int32_t *out)
+{
+    for (uint32_t g = 3; g >= 1; g--) {
+        if (n < g + 1)
+            continue;
+        for (uint32_t at = n - g; at-- > 0;) {
+            if (memcmp(t + at, t + n - g, g * sizeof *t) != 0)
+                continue;
+            uint32_t m = 0;
+            while (m < k && at + g + m < n) {
+                out[m] = t[at + g + m];
+                m++;
+            }
+            if (m)
+                return m;
+        }
+    }
+    return 0;
+}

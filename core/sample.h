@@ -166,6 +166,12 @@ int32_t em_sampler_draw_dist(em_sampler *s, const float *p);
 int32_t em_sampler_verify_dist(em_sampler *s, const float *logits, int is_steered, int32_t draft, const float *q,
                                int *accepted);
 
+/* Prompt lookup, speculation's drafts without a draft model: the tokens
+ * that followed the latest earlier occurrence of t[0..n)'s last g tokens
+ * (g = 3, then 2, then 1), at most k of them, into out[k]; returns how many
+ * (0: no match). Borrowed arrays. */
+uint32_t em_prompt_lookup(const int32_t *t, uint32_t n, uint32_t k, int32_t *out);
+
 /* Index of the largest value (lowest index on ties). */
 int32_t em_argmax(const float *v, uint32_t n);
 

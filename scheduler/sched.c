@@ -193,28 +193,6 @@ static int reserve(em_sched *s, em_request *r, uint32_t from, uint32_t to, uint3
 
 /* ---- planning ---------------------------------------------------------------------- */
 
-/* Prompt lookup: the tokens that followed the latest earlier occurrence of
- * the context's last g tokens (g = 3, 2, 1), at most k, into out. */
-static uint32_t lookup(const int32_t *t, uint32_t n, uint32_t k, int32_t *out)
-{
-    for (uint32_t g = 3; g >= 1; g--) {
-        if (n < g + 1)
-            continue;
-        for (uint32_t at = n - g; at-- > 0;) {
-            if (memcmp(t + at, t + n - g, g * sizeof *t) != 0)
-                continue;
-            uint32_t m = 0;
-            while (m < k && at + g + m < n) {
-                out[m] = t[at + g + m];
-                m++;
-            }
-            if (m)
-                return m;
-        }
-    }
-    return 0;
-}
-
 /* Draft tokens for a decoding sequence that speculates (prompt lookup),
  * within the step's room (rows, logit rows, context, max_tokens) left
  * after the dec_left decodes still to place (this one's included): pushed
@@ -238,7 +216,7 @@ static int drafts(em_sched *s, em_request *r, uint32_t room, uint32_t L, uint32_
     if (k > EM_SCHED_MAX_DRAFT)
         k = EM_SCHED_MAX_DRAFT;
     if (!r->spec_draft) {
-        n = k ? lookup(r->toks, r->n_toks, k, d) : 0;
+        n = k ? em_prompt_lookup(r->toks, r->n_toks, k, d) : 0;
     } else if (r->d_n && r->d_base == r->n_toks) {   /* what the draft phase proposed for this position */
         n = r->d_n < k ? r->d_n : k;
         memcpy(d, r->dtok, n * sizeof *d);

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
-# draft_model_test.py — speculative decoding with a draft model through a
-# real `ember serve --draft-model`: TinyStories-656K-Q8_0 drafting for its
-# own F32 original (the same vocabulary):
+# draft_model_test.py — speculative decoding with a draft model through
+# `ember run` and a real `ember serve --draft-model`: TinyStories-656K-Q8_0
+# drafting for its own F32 original (the same vocabulary):
+#  - `ember run --draft-model` and `--speculate` (prompt lookup): greedy
+#    output byte for byte as without; penalties or another vocabulary are
+#    refused with exit status 2;
 #  - greedy output token for token the same with "speculative":
 #    "draft_model" as with "off", on a story and a repetitive prompt,
 #    plain and streamed; /metrics counts drafted and accepted tokens;
@@ -28,6 +31,29 @@ from serve_util import EMBER, Server, shared_model  # noqa: E402
 REPEAT = 'one two three four, one two three four, one two three four, one two three four, one two'
 STORY = 'Once upon a time, there was a little girl named Lily. She loved to play outside.'
 TARGET, DRAFT = shared_model('TinyStories-656K-F32.gguf'), shared_model('TinyStories-656K-Q8_0.gguf')
+
+# `ember run`: greedy output byte for byte the same with a draft model and
+# with prompt lookup as without, on both prompts; the summary counts drafts
+def run(*extra, prompt=STORY):
+    return subprocess.run([EMBER, 'run', '--model', TARGET, '--temp', '0', '-n', '100', '--prompt', prompt]
+                          + list(extra), capture_output=True, text=True, timeout=600)
+
+
+for prompt in ('Once upon a time', REPEAT):
+    plain = run(prompt=prompt)
+    assert plain.returncode == 0, plain.stderr
+    for extra in (('--draft-model', DRAFT), ('--draft-model', DRAFT, '--speculate', '8'), ('--speculate', '4')):
+        r = run(*extra, prompt=prompt)
+        assert r.returncode == 0 and r.stdout == plain.stdout, (extra, r.stderr, r.stdout, plain.stdout)
+        m = re.search(r'speculation \((draft model|prompt lookup)\): (\d+) tokens drafted, (\d+) accepted', r.stderr)
+        assert m and int(m.group(3)) <= int(m.group(2)), r.stderr
+        assert int(m.group(2)) > 0 or (prompt != REPEAT and m.group(1) == 'prompt lookup'), r.stderr
+sampled = run('--draft-model', DRAFT, '--temp', '1', '--seed', '7')
+assert sampled.returncode == 0 and len(sampled.stdout) > len(STORY), sampled.stderr
+for extra, why in ((('--draft-model', shared_model('stories260K.gguf')), 'cannot draft for'),
+                   (('--speculate', '2', '--repeat-penalty', '1.2'), 'penalties')):
+    r = run(*extra)
+    assert r.returncode == 2 and why in r.stderr and r.stderr.count('\n') == 1, (extra, r.returncode, r.stderr)
 
 # another vocabulary (512 tokens against 2048): refused before serving
 bad = subprocess.run([EMBER, 'serve', '--model', TARGET, '--draft-model', shared_model('stories260K.gguf'),
