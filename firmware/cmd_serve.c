@@ -65,7 +65,11 @@ static const char usage[] =
     "  (/api/conversations) unless --no-store-content. Before the port opens the\n"
     "  model's kernels are checked on the device against the CPU reference (`ember\n"
     "  selftest`); if they are wrong ember refuses to serve. The pipeline caches are\n"
-    "  kept beside the database.\n";
+    "  kept beside the database.\n"
+    "  Speculative decoding: --speculate N drafts up to N (1..8) tokens a step for\n"
+    "  requests that do not say, checked by the model at once (the output stays the\n"
+    "  model's); drafts come from --draft-model (a smaller model with the same\n"
+    "  vocabulary, loaded beside the model; N then defaults to 4), else by prompt lookup.\n";
 
 static em_web *volatile the_web;
 static em_notify *volatile the_notify;   /* systemd's side (notify.c): NULL when not under it */

@@ -72,7 +72,8 @@ static int parse_value(em_config_key k, const char *text, value *out, char *why,
     memset(out, 0, sizeof *out);
     switch (d->k) {
     case K_STR:
-        if (k != EM_CFG_MODEL_PATH && k != EM_CFG_ALLOWED_ORIGINS && k != EM_CFG_TLS_CERT && k != EM_CFG_TLS_KEY &&
+        if (k != EM_CFG_MODEL_PATH && k != EM_CFG_DRAFT_MODEL && k != EM_CFG_ALLOWED_ORIGINS && k != EM_CFG_TLS_CERT &&
+            k != EM_CFG_TLS_KEY &&
             !text[0]) {
             snprintf(why, cap, "an empty value");
             return -1;

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-# speculative.py — what prompt-lookup speculation buys: `ember serve` on
-# 127.0.0.1 with a model, greedy completions of a repetitive prompt, a
-# code-like one and a story, each with "speculative": "off" and
-# "prompt_lookup"; prints tokens/s both ways, the speed-up and the share of
-# drafted tokens accepted (from /metrics). Not a test: a benchmark.
-#   python3 tests/bench/speculative.py BUILD MODEL [max_tokens]
+# speculative.py — what speculation buys: `ember serve` on 127.0.0.1 with a
+# model (and, given DRAFT, --draft-model DRAFT), greedy completions of a
+# repetitive prompt, a code-like one and a story, each with "speculative":
+# "off", "prompt_lookup" and (with a draft) "draft_model"; prints tokens/s
+# each way, the speed-up over off and the share of drafted tokens accepted
+# (from /metrics). Not a test: a benchmark.
+#   python3 tests/bench/speculative.py BUILD MODEL [max_tokens] [DRAFT]
 import json
 import os
 import re
@@ -25,7 +26,9 @@ PROMPTS = {
 
 model = sys.argv[2]
 n = int(sys.argv[3]) if len(sys.argv) > 3 else 128
-srv = Server(model, '--parallel', '4')
+draft = sys.argv[4] if len(sys.argv) > 4 else None
+arms = ('off', 'prompt_lookup') + (('draft_model',) if draft else ())
+srv = Server(model, '--parallel', '4', *(('--draft-model', draft) if draft else ()))
 
 
 def counters():
@@ -35,10 +38,11 @@ def counters():
 
 
 try:
-    print('%-11s %12s %12s %8s %10s' % ('prompt', 'off tok/s', 'lookup tok/s', 'speed-up', 'accepted'))
+    print('%-11s %10s ' % ('prompt', 'off tok/s') +
+          ' '.join('%14s %8s %10s' % (a + ' tok/s', 'speed-up', 'accepted') for a in arms[1:]))
     for name, prompt in PROMPTS.items():
         rate = {}
-        for spec in ('off', 'prompt_lookup'):
+        for spec in arms:
             srv.post('/v1/completions', {'prompt': prompt, 'max_tokens': 4, 'temperature': 0})   # warm
             d0 = counters()
             t0 = time.monotonic()
@@ -48,9 +52,9 @@ try:
             assert st == 200, r
             d1 = counters()
             rate[spec] = (r['usage']['completion_tokens'] / dt, d1[0] - d0[0], d1[1] - d0[1])
-        drafted, accepted = rate['prompt_lookup'][1], rate['prompt_lookup'][2]
-        print('%-11s %12.1f %12.1f %7.2fx %5d/%-4d' % (name, rate['off'][0], rate['prompt_lookup'][0],
-                                                       rate['prompt_lookup'][0] / rate['off'][0], accepted, drafted))
+        print('%-11s %10.1f ' % (name, rate['off'][0]) +
+              ' '.join('%14.1f %7.2fx %5d/%-4d' % (rate[a][0], rate[a][0] / rate['off'][0], rate[a][2], rate[a][1])
+                       for a in arms[1:]))
 finally:
     srv.stop()
-print(json.dumps({'model': os.path.basename(model), 'max_tokens': n}))
+print(json.dumps({'model': os.path.basename(model), 'draft': draft and os.path.basename(draft), 'max_tokens': n}))
