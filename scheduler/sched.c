@@ -301,8 +301,14 @@ static void draft_phase(em_sched *s)
     uint32_t n = 0, T = 0, L = 0, n_copies = 0, V = s->be.n_vocab;
     if (!s->has_draft || s->draft_down)
         return;
-    for (em_request *r = s->running; r; r = r->next)
+    for (em_request *r = s->running; r; r = r->next) {
         draft_settle(s, r);
+        if (r->d_slot >= 0 && !r->spec_max) {   /* stopped drafting: its blocks go back */
+            em_kv_seq_close(s->dkv, r->d_slot);
+            r->d_slot = -1;
+            r->d_done = 0;
+        }
+    }
     if (s->n_running[0] + s->n_running[1] > EM_SCHED_SPEC_MAX_SEQS)
         return;
     for (em_request *r = s->running; r && n < EM_SCHED_SPEC_MAX_SEQS && T < s->dbe.max_tokens; r = r->next) {
@@ -326,8 +332,26 @@ static void draft_phase(em_sched *s)
         if (!c)
             continue;
         uint32_t end = full ? r->n_toks + k - 1 : r->d_done + c;
-        if (em_kv_seq_reserve(s->dkv, r->d_slot, r->d_done, end, s->d_copies, s->d_max_copies, &n_copies, NULL))
-            continue;   /* the draft's pool is full: no drafts for r this step */
+        int rc;
+        while ((rc = em_kv_seq_reserve(s->dkv, r->d_slot, r->d_done, end, s->d_copies, s->d_max_copies, &n_copies,
+                                       NULL)) == EM_EBUSY) {
+            /* the draft's pool is full: take the blocks of a sequence not drafting this step */
+            em_request *v = NULL;
+            for (em_request *o = s->running; o && !v; o = o->next) {
+                int drafting = o == r;
+                for (uint32_t i = 0; i < n && !drafting; i++)
+                    drafting = e[i].r == o;
+                if (o->d_slot >= 0 && !drafting)
+                    v = o;
+            }
+            if (!v)
+                break;
+            em_kv_seq_close(s->dkv, v->d_slot);
+            v->d_slot = -1;
+            v->d_done = v->d_n = 0;
+        }
+        if (rc)
+            continue;   /* no room in the draft's pool: no drafts for r this step */
         for (uint32_t i = 0; i < c; i++) {
             uint32_t p = r->d_done + i;
             s->d_tok[T] = r->toks[p];

@@ -883,7 +883,8 @@ static void test_speculation(em_tokenizer *tok)
 static void run_draft(em_tokenizer *tok, int mode, int32_t out[4][64], uint32_t n_out[4], em_sched_stats *st,
                       uint64_t *steps)
 {
-    /* mode 0: no speculation; 1: a perfect draft; 2: a wrong one; 3: a draft that fails */
+    /* mode 0: no speculation; 1: a perfect draft; 2: a wrong one; 3: a draft that fails;
+     * 4: a perfect draft whose pool holds about one sequence (they take its blocks in turn) */
     em_sched_backend be, dbe;
     fake *f = fake_new(64, 4, 256, 64, &be), *d = NULL;
     be.max_logits = 4 + 16;
@@ -892,7 +893,7 @@ static void run_draft(em_tokenizer *tok, int mode, int32_t out[4][64], uint32_t 
     o.step_tokens = 64;
     o.aging_ms = 60000;
     if (mode) {
-        d = fake_new(64, 4, 256, 24, &dbe);   /* a small draft step: prompts catch up in chunks */
+        d = fake_new(mode == 4 ? 6 : 64, 4, 256, 24, &dbe);   /* a small draft step: prompts catch up in chunks */
         d->wrong = mode == 2;
         d->fail_at = mode == 3 ? 9 : 0;
         o.draft = &dbe;
@@ -940,13 +941,13 @@ static void run_draft(em_tokenizer *tok, int mode, int32_t out[4][64], uint32_t 
 
 static void test_draft_model(em_tokenizer *tok)
 {
-    int32_t out[4][4][64];
-    uint32_t n_out[4][4];
-    uint64_t steps[4];
-    em_sched_stats st[4];
-    for (int mode = 0; mode < 4; mode++)
+    int32_t out[5][4][64];
+    uint32_t n_out[5][4];
+    uint64_t steps[5];
+    em_sched_stats st[5];
+    for (int mode = 0; mode < 5; mode++)
         run_draft(tok, mode, out[mode], n_out[mode], &st[mode], &steps[mode]);
-    for (int mode = 1; mode < 4; mode++) {
+    for (int mode = 1; mode < 5; mode++) {
         for (int q = 0; q < 3; q++)
             CHECKF(n_out[mode][q] == n_out[0][q] && memcmp(out[mode][q], out[0][q], n_out[0][q] * 4) == 0,
                    "draft mode %d, request %d: %u tokens speculating, %u not", mode, q, n_out[mode][q],
@@ -963,6 +964,9 @@ static void test_draft_model(em_tokenizer *tok)
            st[2].spec_accepted * 5 > st[2].spec_drafted * 2,
            "wrong draft: %llu of %llu accepted", (unsigned long long)st[2].spec_accepted,
            (unsigned long long)st[2].spec_drafted);
+    CHECKF(st[4].spec_drafted > 0 && st[4].spec_accepted == st[4].spec_drafted,
+           "perfect draft, small pool: %llu of %llu accepted", (unsigned long long)st[4].spec_accepted,
+           (unsigned long long)st[4].spec_drafted);
     CHECKF(st[0].spec_drafted == 0, "no speculation drafted %llu", (unsigned long long)st[0].spec_drafted);
 
     /* refusals */
