@@ -173,6 +173,20 @@ static const char *const migrations[EM_STORAGE_SCHEMA_VERSION] = {
     /* 5 -> 6: utilization (MIGRATE_UTILIZATION above). */
     MIGRATE_UTILIZATION
     "PRAGMA user_version = 6;",
+
+    /* 6 -> 7: files uploaded for the Batch API (their bytes live on disk
+     * beside the database, storage/files.c), owned by the key that made
+     * them (NULL: loopback without a key). */
+    "CREATE TABLE files ("
+    "  id         TEXT    PRIMARY KEY,"
+    "  key_id     INTEGER,"
+    "  filename   TEXT    NOT NULL,"
+    "  purpose    TEXT    NOT NULL,"
+    "  bytes      INTEGER NOT NULL CHECK (bytes >= 0),"
+    "  created_ms INTEGER NOT NULL"
+    ");"
+    "CREATE INDEX files_by_key ON files(key_id, created_ms);"
+    "PRAGMA user_version = 7;",
 };
 
 int em_sto_code(int sqlite_rc)

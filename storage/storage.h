@@ -25,7 +25,7 @@
 #include "core/err.h"
 
 /* The schema version this build writes (PRAGMA user_version). */
-#define EM_STORAGE_SCHEMA_VERSION 6
+#define EM_STORAGE_SCHEMA_VERSION 7
 
 typedef struct em_storage em_storage;
 
@@ -322,6 +322,46 @@ int em_storage_conv_get(em_storage *st, int64_t key_id, int64_t conv_id, em_conv
  * this key's. */
 int em_storage_conv_update(em_storage *st, int64_t key_id, int64_t conv_id, const char *title,
                            int64_t leaf_id, em_err *err);
+/* ---- files (the Batch API's uploads, docs/api.md "Files") ----------------------
+ * A file's bytes live on disk in the directory "<database path>.files"
+ * (created 0700 on first use), one file per id, written to a temporary name,
+ * synced and renamed before its row is committed; its row (id, owner, name,
+ * purpose, size, time) in the database. key_id scopes every call like the
+ * conversations' (0: loopback without a key); EM_STORAGE_ANY_KEY (an admin
+ * key) reaches every key's. A file that is not the key's is EM_ENOENT, as a
+ * missing one is. */
+#define EM_STORAGE_ANY_KEY     (-1)
+#define EM_STORAGE_FILENAME_MAX 256    /* bytes of a file's name, NUL included */
+#define EM_STORAGE_FILE_ID_MAX  40
+
+typedef struct {
+    char    id[EM_STORAGE_FILE_ID_MAX];          /* "file-" and 24 hex digits */
+    int64_t key_id;                              /* the owner; 0: none */
+    char    filename[EM_STORAGE_FILENAME_MAX];
+    char    purpose[32];
+    int64_t bytes;
+    int64_t created_ms;
+} em_file_info;
+
+/* Store data[0..n) (borrowed) as a new file of key_id named filename (1..255
+ * bytes, no control bytes: else EM_EINVAL) with purpose (1..31 bytes); *out
+ * describes it. EM_EIO when the directory or the file cannot be written
+ * (err names the path): nothing is left behind. */
+int em_storage_file_add(em_storage *st, int64_t key_id, const char *filename, const char *purpose,
+                        const void *data, size_t n, em_file_info *out, em_err *err);
+/* One file's row. */
+int em_storage_file_get(em_storage *st, int64_t key_id, const char *id, em_file_info *out, em_err *err);
+/* The key's files (purpose NULL: every purpose), newest first (order_asc:
+ * oldest first), after the file named after (NULL: from the start), at
+ * most limit; *more set when there are more. *out malloc'd (free), *n rows. */
+int em_storage_file_list(em_storage *st, int64_t key_id, const char *purpose, const char *after, int order_asc,
+                         size_t limit, em_file_info **out, size_t *n, int *more, em_err *err);
+/* A file's bytes: *data malloc'd (free; NUL-terminated past *n). EM_EIO
+ * when the bytes on disk are missing or not the size recorded. */
+int em_storage_file_read(em_storage *st, int64_t key_id, const char *id, char **data, size_t *n, em_err *err);
+/* Delete a file: its row, then its bytes. */
+int em_storage_file_delete(em_storage *st, int64_t key_id, const char *id, em_err *err);
+
 /* Delete a conversation and its messages. EM_ENOENT: not this key's. */
 int em_storage_conv_delete(em_storage *st, int64_t key_id, int64_t conv_id, em_err *err);
 

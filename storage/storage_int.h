@@ -45,6 +45,11 @@ enum {
     EM_STMT_MSG_IN_CONV,
     EM_STMT_MSG_PATH,
     EM_STMT_OPS_BEGIN_READ,
+    /* ops connection: files (files.c) */
+    EM_STMT_FILE_INSERT,
+    EM_STMT_FILE_GET,
+    EM_STMT_FILE_LIST,
+    EM_STMT_FILE_DELETE,
     /* ops connection: maintenance */
     EM_STMT_RETENTION,
     EM_STMT_MARK_INTERRUPTED,

@@ -1,0 +1,172 @@
+/* test_storage_files.c — unit tests of storage/files.c, the Batch API's
+ * uploaded files: bytes round-trip exactly (binary, empty, 1 MiB) and lie
+ * on disk under "<database>.files" with mode 0600 in a 0700 directory;
+ * rows survive reopening; each key sees its own files only (another key's
+ * id is ENOENT like a missing one, an admin scope sees all); listing by
+ * purpose, in both orders, in pages with the cursor; deletion removes row
+ * and bytes; bad names and ids are refused, ids that could name other paths
+ * never reach the disk; bytes gone or truncated on disk are an EIO that
+ * says so; an unwritable directory leaves no row. Real SQLite files in a
+ * temporary directory. */
+#include "tests/unit/storage_test.h"
+
+static int test_round_trip(void)
+{
+    char db[512], dir[600];
+    t_path(db, sizeof db, "files.db");
+    snprintf(dir, sizeof dir, "%s.files", db);
+    em_storage *st = t_open_at(db, NULL);
+    REQUIRE(st);
+    em_err err = { 0 };
+    static char big[1 << 20];
+    for (size_t i = 0; i < sizeof big; i++)
+        big[i] = (char)(i * 131 + (i >> 9));
+    em_file_info a, b, c, e;
+    CHECK_RC(em_storage_file_add(st, 1, "batch.jsonl", "batch", "{\"x\":1}\n\0tail", 14, &a, &err), 0);
+    CHECK_RC(em_storage_file_add(st, 1, "big.bin", "batch", big, sizeof big, &b, &err), 0);
+    CHECK_RC(em_storage_file_add(st, 2, "other.jsonl", "batch", "", 0, &c, &err), 0);
+    CHECK_RC(em_storage_file_add(st, 0, "loopback.jsonl", "batch_output", "zz", 2, &e, &err), 0);
+    CHECK(strncmp(a.id, "file-", 5) == 0 && strlen(a.id) == 29 && strcmp(a.id, b.id) != 0);
+    CHECK(a.bytes == 14 && b.bytes == (int64_t)sizeof big && c.bytes == 0 && a.key_id == 1 && e.key_id == 0);
+    struct stat sd, sf;
+    char fp[700];
+    snprintf(fp, sizeof fp, "%s/%s", dir, b.id);
+    CHECK(stat(dir, &sd) == 0 && (sd.st_mode & 0777) == 0700);
+    CHECK(stat(fp, &sf) == 0 && (sf.st_mode & 0777) == 0600 && sf.st_size == (off_t)sizeof big);
+    em_storage_close(st);
+
+    st = t_open_at(db, NULL);   /* rows and bytes outlive the process */
+    REQUIRE(st);
+    char *data = NULL;
+    size_t n = 0;
+    CHECK_RC(em_storage_file_read(st, 1, a.id, &data, &n, &err), 0);
+    CHECK(n == 14 && data && memcmp(data, "{\"x\":1}\n\0tail", 14) == 0 && data[14] == 0);
+    free(data);
+    CHECK_RC(em_storage_file_read(st, 1, b.id, &data, &n, &err), 0);
+    CHECK(n == sizeof big && data && memcmp(data, big, n) == 0);
+    free(data);
+    CHECK_RC(em_storage_file_read(st, 2, c.id, &data, &n, &err), 0);
+    CHECK(n == 0 && data && data[0] == 0);
+    free(data);
+    em_file_info g;
+    CHECK_RC(em_storage_file_get(st, 1, a.id, &g, &err), 0);
+    CHECK(strcmp(g.filename, "batch.jsonl") == 0 && strcmp(g.purpose, "batch") == 0 && g.created_ms == a.created_ms);
+
+    /* scope: another key's file is missing, an admin's scope reaches it */
+    CHECK_RC(em_storage_file_get(st, 2, a.id, &g, &err), EM_ENOENT);
+    CHECK(strstr(err.msg, a.id) != NULL);
+    CHECK_RC(em_storage_file_read(st, 0, a.id, &data, &n, &err), EM_ENOENT);
+    CHECK_RC(em_storage_file_delete(st, 2, a.id, &err), EM_ENOENT);
+    CHECK_RC(em_storage_file_get(st, EM_STORAGE_ANY_KEY, a.id, &g, &err), 0);
+    CHECK_RC(em_storage_file_get(st, 0, e.id, &g, &err), 0);
+    CHECK_RC(em_storage_file_get(st, 1, e.id, &g, &err), EM_ENOENT);
+
+    /* lists: the key's, newest first or oldest first, by purpose, in pages */
+    em_file_info *v = NULL;
+    int more = 0;
+    CHECK_RC(em_storage_file_list(st, 1, NULL, NULL, 0, 10, &v, &n, &more, &err), 0);
+    CHECK(n == 2 && !more && strcmp(v[0].id, b.id) == 0 && strcmp(v[1].id, a.id) == 0);
+    free(v);
+    CHECK_RC(em_storage_file_list(st, 1, NULL, NULL, 1, 1, &v, &n, &more, &err), 0);
+    CHECK(n == 1 && more && strcmp(v[0].id, a.id) == 0);
+    free(v);
+    CHECK_RC(em_storage_file_list(st, 1, NULL, a.id, 1, 1, &v, &n, &more, &err), 0);
+    CHECK(n == 1 && !more && strcmp(v[0].id, b.id) == 0);
+    free(v);
+    CHECK_RC(em_storage_file_list(st, 1, NULL, b.id, 0, 5, &v, &n, &more, &err), 0);
+    CHECK(n == 1 && !more && strcmp(v[0].id, a.id) == 0);
+    free(v);
+    CHECK_RC(em_storage_file_list(st, EM_STORAGE_ANY_KEY, "batch", NULL, 0, 10, &v, &n, &more, &err), 0);
+    CHECK(n == 3 && !more);
+    free(v);
+    CHECK_RC(em_storage_file_list(st, 2, "batch_output", NULL, 0, 10, &v, &n, &more, &err), 0);
+    CHECK(n == 0);
+    free(v);
+    CHECK_RC(em_storage_file_list(st, 2, NULL, a.id, 0, 10, &v, &n, &more, &err), EM_ENOENT);   /* a cursor not its own */
+
+    /* deletion: row and bytes */
+    CHECK_RC(em_storage_file_delete(st, 1, b.id, &err), 0);
+    CHECK(stat(fp, &sf) != 0 && errno == ENOENT);
+    CHECK_RC(em_storage_file_get(st, 1, b.id, &g, &err), EM_ENOENT);
+    CHECK_RC(em_storage_file_delete(st, 1, b.id, &err), EM_ENOENT);
+
+    /* bytes truncated or gone under a row: EIO naming the file */
+    snprintf(fp, sizeof fp, "%s/%s", dir, a.id);
+    CHECK(truncate(fp, 3) == 0);
+    CHECK_RC(em_storage_file_read(st, 1, a.id, &data, &n, &err), EM_EIO);
+    CHECK(strstr(err.msg, "3 bytes on disk, 14 recorded") != NULL && !data);
+    CHECK(unlink(fp) == 0);
+    CHECK_RC(em_storage_file_read(st, 1, a.id, &data, &n, &err), EM_EIO);
+    CHECK(strstr(err.msg, "gone") != NULL);
+    em_storage_close(st);
+    return 0;
+}
+
+static int test_refusals(void)
+{
+    char db[512], dir[600];
+    t_path(db, sizeof db, "refuse.db");
+    snprintf(dir, sizeof dir, "%s.files", db);
+    em_storage *st = t_open_at(db, NULL);
+    REQUIRE(st);
+    em_err err = { 0 };
+    em_file_info f, g;
+    char name[300];
+    memset(name, 'n', sizeof name);
+    name[256] = 0;
+    CHECK_RC(em_storage_file_add(st, 1, "", "batch", "x", 1, &f, &err), EM_EINVAL);
+    CHECK_RC(em_storage_file_add(st, 1, name, "batch", "x", 1, &f, &err), EM_EINVAL);
+    CHECK_RC(em_storage_file_add(st, 1, "a\nb", "batch", "x", 1, &f, &err), EM_EINVAL);
+    CHECK(strstr(err.msg, "filename") != NULL);
+    CHECK_RC(em_storage_file_add(st, 1, "ok", "", "x", 1, &f, &err), EM_EINVAL);
+    /* ids that are not ours never reach the disk */
+    const char *bad[] = { "../refuse.db", "file-../../etc/passwd", "file-", "FILE-0123456789abcdef01234567",
+                          "file-0123456789abcdef0123456g", "" };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK_RC(em_storage_file_get(st, EM_STORAGE_ANY_KEY, bad[i], &g, &err), EM_ENOENT);
+        CHECK_RC(em_storage_file_delete(st, EM_STORAGE_ANY_KEY, bad[i], &err), EM_ENOENT);
+    }
+    /* a directory that cannot be written: an error naming it, and no row */
+    if (geteuid() != 0) {   /* root writes anywhere */
+        CHECK(mkdir(dir, 0500) == 0);
+        CHECK_RC(em_storage_file_add(st, 1, "x.jsonl", "batch", "x", 1, &f, &err), EM_EIO);
+        CHECK(strstr(err.msg, dir) != NULL);
+        chmod(dir, 0700);
+    } else {   /* a file where the directory should be */
+        FILE *fp = fopen(dir, "w");
+        CHECK(fp != NULL);
+        if (fp)
+            fclose(fp);
+        CHECK_RC(em_storage_file_add(st, 1, "x.jsonl", "batch", "x", 1, &f, &err), EM_EIO);
+        CHECK(strstr(err.msg, dir) != NULL);
+        unlink(dir);
+    }
+    em_file_info *v = NULL;
+    size_t n = 0;
+    int more = 0;
+    CHECK_RC(em_storage_file_list(st, EM_STORAGE_ANY_KEY, NULL, NULL, 0, 10, &v, &n, &more, &err), 0);
+    CHECK(n == 0);
+    free(v);
+    em_storage_close(st);
+    return 0;
+}
+
+int main(void)
+{
+    if (t_mkdtemp("storage-files"))
+        return 1;
+    struct {
+        const char *name;
+        int (*fn)(void);
+    } tests[] = {
+        { "round_trip", test_round_trip },
+        { "refusals", test_refusals },
+    };
+    for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
+        int before = t_failures;
+        if (tests[i].fn())
+            t_failures++;
+        printf("%s %s\n", t_failures == before ? "ok  " : "FAIL", tests[i].name);
+    }
+    return t_failures ? 1 : 0;
+}
