@@ -38,6 +38,7 @@
     X(MAX_WS_MESSAGE, "server", "max_ws_message", INT, 256, 1 << 30, NULL, "--max-ws-message", 0,     \
       "1048576")                                                                                       \
     X(MAX_BODY, "server", "max_body", INT, 1024, 1 << 30, NULL, "--max-body", 0, "4194304")          \
+    X(MAX_UPLOAD, "server", "max_upload", INT, 1024, 1 << 30, NULL, "--max-upload", 0, "67108864")   \
     X(PARALLEL, "scheduler", "parallel", INT, 1, 1024, NULL, "--parallel", 0, "0")                    \
     X(STEP_TOKENS, "scheduler", "step_tokens", INT, 16, 16384, NULL, "--step-tokens", 0, "512")       \
     X(MAX_QUEUED_INTERACTIVE, "scheduler", "max_queued_interactive", INT, 1, 1 << 20, NULL,           \

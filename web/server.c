@@ -380,7 +380,7 @@ static void route(web_conn *c)
     em_web_error e = { 0 };
     if (c->body_too_big) {
         em_web_fail(&e, 413, "invalid_request_error", "request_too_large", NULL,
-                    "the request body is larger than %zu bytes", c->w->o.max_body);
+                    "the request body is larger than %zu bytes", c->max_body);
         web_respond_error(c, &e);
         return;
     }
@@ -388,6 +388,8 @@ static void route(web_conn *c)
         web_respond_error(c, &e);
         return;
     }
+    if (web_files_route(c) == 0)   /* /v1/files */
+        return;
     if (web_openai_route(c) == 0 || web_metrics_route(c) == 0)   /* /metrics, /healthz, /api/usage, /api/utilization */
         return;
     if (web_api_route(c) == 0)   /* /api/conversations */
@@ -432,10 +434,14 @@ static int begin(web_conn *c, struct lws *wsi, em_web *w, const char *uri)
         lws_hdr_copy(wsi, c->authz, sizeof c->authz, WSI_TOKEN_HTTP_AUTHORIZATION);
     if (lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_IF_NONE_MATCH) < (int)sizeof c->if_none_match)
         lws_hdr_copy(wsi, c->if_none_match, sizeof c->if_none_match, WSI_TOKEN_HTTP_IF_NONE_MATCH);
+    if (lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_CONTENT_TYPE) < (int)sizeof c->ctype_in)
+        lws_hdr_copy(wsi, c->ctype_in, sizeof c->ctype_in, WSI_TOKEN_HTTP_CONTENT_TYPE);
+    /* an upload (POST /v1/files) may be larger than an API request */
+    c->max_body = c->method == EM_M_POST && strcmp(c->path, "/v1/files") == 0 ? w->o.max_upload : w->o.max_body;
     char cl[32] = "";
     if (lws_hdr_copy(wsi, cl, sizeof cl, WSI_TOKEN_HTTP_CONTENT_LENGTH) > 0)
         c->content_length = strtoull(cl, NULL, 10);
-    if (c->content_length > w->o.max_body)
+    if (c->content_length > c->max_body)
         c->body_too_big = 1;
     em_web_error e = { 0 };
     if (web_addr_acquire(w, lws_get_socket_fd(wsi), c->addr, &e)) {
@@ -477,7 +483,7 @@ static int callback_http(struct lws *wsi, enum lws_callback_reasons reason, void
         route(c);
         return 0;
     case LWS_CALLBACK_HTTP_BODY:
-        if (c->body_too_big || c->body.n + len > w->o.max_body) {
+        if (c->body_too_big || c->body.n + len > c->max_body) {
             c->body_too_big = 1;
             return 0;
         }
@@ -530,6 +536,7 @@ void em_web_opts_init(em_web_opts *o)
     o->host = "127.0.0.1";
     o->port = 8080;
     o->max_body = 4u << 20;
+    o->max_upload = 64u << 20;
     o->max_ws_message = 1u << 20;
     o->max_conns_per_addr = 64;
     o->max_connections = 1024;

@@ -90,6 +90,8 @@ typedef struct web_conn {
     int         loopback;
     char        authz[512];        /* the Authorization header as received */
     char        if_none_match[80]; /* the If-None-Match header (assets.c) */
+    char        ctype_in[256];     /* the request's Content-Type header */
+    size_t      max_body;          /* this request's body bound (uploads have their own) */
     double      t_received;        /* monotonic seconds */
     char        rid[64];           /* the request id once one is made (log lines), else "" */
     /* the request body */
@@ -123,6 +125,30 @@ size_t web_backlog(const web_conn *c);
 /* Put c on / take it off the list woken when the scheduler has events. */
 void web_live_add(web_conn *c);
 void web_live_remove(web_conn *c);
+
+/* ---- multipart/form-data (multipart.c) ---------------------------------- */
+
+typedef struct {
+    char        name[64];
+    char        filename[256];
+    int         has_filename;
+    char        ctype[96];
+    const char *data;     /* into the body (borrowed) */
+    size_t      len;
+} web_part;
+
+/* The boundary of a Content-Type "multipart/form-data; boundary=..." into
+ * boundary (cap >= 71); -1 when ctype is not that or has no boundary. */
+int web_multipart_boundary(const char *ctype, char *boundary, size_t cap);
+/* Split body[0..n) into up to max parts; 0 with *n_parts, or -1 with why
+ * saying what is malformed. */
+int web_multipart_parse(const char *body, size_t n, const char *boundary, web_part *parts, size_t max,
+                        size_t *n_parts, char *why, size_t why_cap);
+
+/* The Files API (files.c): /v1/files. 0 when it answered, 1: not its path. */
+int web_files_route(web_conn *c);
+/* A file in OpenAI's shape (new reference). */
+json_t *web_file_json(const em_file_info *f);
 
 /* ---- the server ---------------------------------------------------------- */
 
