@@ -362,6 +362,78 @@ int em_storage_file_read(em_storage *st, int64_t key_id, const char *id, char **
 /* Delete a file: its row, then its bytes. */
 int em_storage_file_delete(em_storage *st, int64_t key_id, const char *id, em_err *err);
 
+/* ---- batches (the Batch API, docs/api.md "Batches") -----------------------------
+ * A batch's row holds OpenAI's object (status, counts, times, files); its
+ * lines (custom_id and request body, copied from the input file when it
+ * validated) and each line's result once it ran: state 0 pending, 1
+ * succeeded (result: its output line), 2 failed (result: its error line).
+ * A line's result and the batch's counts change in one transaction, so a
+ * line is recorded once or not at all: after a crash the pending ones run
+ * again and the recorded ones never do. Scoped per key like files. */
+#define EM_STORAGE_BATCH_ID_MAX 40
+
+typedef struct {
+    char    id[EM_STORAGE_BATCH_ID_MAX];     /* "batch_" and 24 hex digits */
+    int64_t key_id;
+    char    endpoint[32];
+    char    input_file_id[EM_STORAGE_FILE_ID_MAX];
+    char    completion_window[16];
+    char   *metadata;                        /* JSON object text, or NULL (owned: em_batch_info_clear) */
+    char    status[16];
+    char    output_file_id[EM_STORAGE_FILE_ID_MAX], error_file_id[EM_STORAGE_FILE_ID_MAX];   /* "": none */
+    char   *errors;                          /* JSON array text of validation errors, or NULL (owned) */
+    int64_t total, completed, failed;
+    int64_t created_ms, in_progress_ms, expires_ms, finalizing_ms, completed_ms, failed_ms, expired_ms,
+            cancelling_ms, cancelled_ms;     /* 0: not (yet) */
+} em_batch_info;
+
+void em_batch_info_clear(em_batch_info *b);   /* frees metadata and errors; accepts a zeroed one */
+
+typedef struct {
+    int64_t line;                             /* 0-based, in the input file's order */
+    char    custom_id[128];
+    char   *body;                             /* the request body (JSON text; owned by the array) */
+} em_batch_line;
+
+void em_batch_lines_free(em_batch_line *v, size_t n);
+
+/* A new batch of key_id in status validating; *out its row (clear it). */
+int em_storage_batch_create(em_storage *st, int64_t key_id, const char *endpoint, const char *input_file_id,
+                            const char *window, const char *metadata, em_batch_info *out, em_err *err);
+/* Validated: its lines stored, total set, status in_progress (expiring
+ * window_ms after it was created). EM_ESTATE when it is no longer
+ * validating (cancelled meanwhile). */
+int em_storage_batch_start(em_storage *st, const char *id, const em_batch_line *lines, size_t n, int64_t window_ms,
+                           em_err *err);
+/* Set the status (failed with errors, a JSON array text; finalizing;
+ * completed, expired or cancelled with the output and error files, "" for
+ * none) and its time. from: the status it must have now (NULL: any but a
+ * final one), else EM_ESTATE. */
+int em_storage_batch_set_status(em_storage *st, const char *id, const char *from, const char *status,
+                                const char *errors, const char *output_file_id, const char *error_file_id,
+                                em_err *err);
+/* The batch (scope as for files). */
+int em_storage_batch_get(em_storage *st, int64_t key_id, const char *id, em_batch_info *out, em_err *err);
+/* The key's batches, newest first, after the batch named after, at most
+ * limit; *more when there are more. *out malloc'd (em_batch_info_clear each,
+ * then free). */
+int em_storage_batch_list(em_storage *st, int64_t key_id, const char *after, size_t limit, em_batch_info **out,
+                          size_t *n, int *more, em_err *err);
+/* Up to max pending lines of batch id after line `after` (-1: from the
+ * start), in order. *out malloc'd (em_batch_lines_free). */
+int em_storage_batch_pending(em_storage *st, const char *id, int64_t after, size_t max, em_batch_line **out,
+                             size_t *n, em_err *err);
+/* Record a pending line's result (ok: succeeded, else failed) and count it.
+ * A line already recorded is left as it is (0). */
+int em_storage_batch_line_done(em_storage *st, const char *id, int64_t line, int ok, const char *result,
+                               em_err *err);
+/* The ids of the batches not in a final status (validating, in_progress,
+ * finalizing, cancelling), oldest first; *ids malloc'd [n][EM_STORAGE_BATCH_ID_MAX]. */
+int em_storage_batch_active(em_storage *st, char (**ids)[EM_STORAGE_BATCH_ID_MAX], size_t *n, em_err *err);
+/* The result lines of state (1: succeeded, 2: failed) in line order, each
+ * followed by "\n", as one malloc'd text (*n bytes; "" when none). */
+int em_storage_batch_results(em_storage *st, const char *id, int state, char **text, size_t *n, em_err *err);
+
 /* Delete a conversation and its messages. EM_ENOENT: not this key's. */
 int em_storage_conv_delete(em_storage *st, int64_t key_id, int64_t conv_id, em_err *err);
 

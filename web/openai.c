@@ -384,10 +384,10 @@ static json_t *usage_json(const api_req *a)
                      "cached_tokens", (json_int_t)cached);
 }
 
-static json_t *envelope(const api_req *a, const web_conn *c, const char *object)
+static json_t *envelope(const api_req *a, const em_web *w, const char *object)
 {
     return json_pack("{s:s, s:s, s:I, s:s, s:n}", "id", a->id, "object", object, "created",
-                     (json_int_t)a->created, "model", c->w->model_id, "system_fingerprint");
+                     (json_int_t)a->created, "model", w->model_id, "system_fingerprint");
 }
 
 static void sse_send(web_conn *c, const json_t *j)
@@ -451,7 +451,7 @@ static void stream_choice(web_conn *c, api_req *a, uint32_t i, int done)
                        "index", (json_int_t)i, "logprobs", choice_logprobs(a, i, em_gen_take_logprobs(a->gen, i)),
                        "finish_reason", fr);
     }
-    json_t *j = envelope(a, c, a->chat ? "chat.completion.chunk" : "text_completion");
+    json_t *j = envelope(a, c->w, a->chat ? "chat.completion.chunk" : "text_completion");
     json_object_set_new(j, "choices", json_pack("[o]", ch));
     if (a->include_usage)
         json_object_set_new(j, "usage", json_null());
@@ -460,14 +460,31 @@ static void stream_choice(web_conn *c, api_req *a, uint32_t i, int done)
     em_buf_reset(&a->delta[i]);
 }
 
-static void respond_whole(web_conn *c, api_req *a)
+/* A plain response's part of a pump: the new text and logprob entries onto
+ * the whole answer's. */
+static void collect_deltas(api_req *a, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        em_buf_add(&a->text[i], a->delta[i].s ? a->delta[i].s : "", a->delta[i].n);
+        em_buf_reset(&a->delta[i]);
+        json_t *lp = em_gen_take_logprobs(a->gen, i);
+        if (lp && !a->lp_all[i])
+            a->lp_all[i] = lp;
+        else if (lp) {
+            json_array_extend(a->lp_all[i], lp);
+            json_decref(lp);
+        }
+    }
+}
+
+json_t *web_openai_whole(em_web *w, api_req *a, int *status)
 {
     const char *err = em_gen_error(a->gen);
     if (err) {
         em_web_error e = { 0 };
         em_web_fail(&e, 500, "server_error", NULL, NULL, "generation failed: %s", err);
-        web_respond_error(c, &e);
-        return;
+        *status = 500;
+        return em_web_error_json(&e);
     }
     json_t *choices = json_array();
     for (uint32_t i = 0; i < em_gen_n(a->gen); i++) {
@@ -482,11 +499,37 @@ static void respond_whole(web_conn *c, api_req *a)
                         lp, "finish_reason", fr);
         json_array_append_new(choices, ch);
     }
-    json_t *j = envelope(a, c, a->chat ? "chat.completion" : "text_completion");
+    json_t *j = envelope(a, w, a->chat ? "chat.completion" : "text_completion");
     json_object_set_new(j, "choices", choices);
     json_object_set_new(j, "usage", usage_json(a));
-    web_respond_json(c, 200, j);
+    *status = 200;
+    return j;
+}
+
+static void respond_whole(web_conn *c, api_req *a)
+{
+    int status;
+    json_t *j = web_openai_whole(c->w, a, &status);
+    web_respond_json(c, status, j);
     json_decref(j);
+}
+
+int web_openai_collect(api_req *a)
+{
+    int all = em_gen_pump(a->gen, a->delta);
+    collect_deltas(a, em_gen_n(a->gen));
+    return all;
+}
+
+void web_openai_free(api_req *a)
+{
+    api_free(a);
+}
+
+void web_openai_cancel(api_req *a)
+{
+    if (a && a->gen)
+        em_gen_cancel(a->gen);
 }
 
 void web_openai_pump(web_conn *c)
@@ -514,17 +557,7 @@ void web_openai_pump(web_conn *c)
         web_drain_stopped(c->w, comp, &se);
     }
     if (!a->stream) {
-        for (uint32_t i = 0; i < n; i++) {
-            em_buf_add(&a->text[i], a->delta[i].s ? a->delta[i].s : "", a->delta[i].n);
-            em_buf_reset(&a->delta[i]);
-            json_t *lp = em_gen_take_logprobs(a->gen, i);
-            if (lp && !a->lp_all[i])
-                a->lp_all[i] = lp;
-            else if (lp) {
-                json_array_extend(a->lp_all[i], lp);
-                json_decref(lp);
-            }
-        }
+        collect_deltas(a, n);
         if (stopped)
             web_respond_error(c, &se);
         else if (all)
@@ -550,7 +583,7 @@ void web_openai_pump(web_conn *c)
         json_decref(j);
     }
     if (a->include_usage) {
-        json_t *j = envelope(a, c, a->chat ? "chat.completion.chunk" : "text_completion");
+        json_t *j = envelope(a, c->w, a->chat ? "chat.completion.chunk" : "text_completion");
         json_object_set_new(j, "choices", json_array());
         json_object_set_new(j, "usage", usage_json(a));
         sse_send(c, j);
@@ -579,61 +612,55 @@ void web_new_id(em_web *w, const char *prefix, char *out, size_t cap)
     out[k] = 0;
 }
 
-static void completions(web_conn *c, int chat)
+/* Check a completions body and start it: see web_int.h. */
+int web_openai_start(em_web *w, json_t *req, int chat, const em_web_auth *auth, const char *addr, const char *id,
+                     int background, api_req **out, em_web_error *e)
 {
-    em_web *w = c->w;
-    em_web_error e = { 0 };
     api_req *a = NULL;
-    json_t *req = NULL, *msgs = NULL;
-    em_web_auth auth;
+    json_t *msgs = NULL;
     int started = 0;   /* em_gen_start wrote the ledger row itself */
-    char id[64];
-    web_new_id(w, chat ? "chatcmpl-" : "cmpl-", id, sizeof id);
-    snprintf(c->rid, sizeof c->rid, "%s", id);   /* for the log lines of this request */
-    em_gen_params gp = { .n = 1, .max_tokens = -1, .auth = &auth, .client_addr = c->addr, .request_id = id };
-    if (web_auth(w, c, &auth, &e) || web_rate_check(w, &auth, &e))
-        goto fail;
-    json_error_t je;
-    req = json_loadb(c->body.s ? c->body.s : "", c->body.n, JSON_REJECT_DUPLICATES, &je);
-    if (!req) {
-        em_web_fail(&e, 400, "invalid_request_error", NULL, NULL, "We could not parse the JSON body of your "
-                    "request: %s (line %d, column %d).", je.text, je.line, je.column);
-        goto fail;
-    }
+    *out = NULL;
+    em_gen_params gp = { .n = 1, .max_tokens = -1, .auth = auth, .client_addr = addr, .request_id = id };
     if (!json_is_object(req)) {
-        em_web_fail(&e, 400, "invalid_request_error", NULL, NULL, "the request body must be a JSON object");
+        em_web_fail(e, 400, "invalid_request_error", NULL, NULL, "the request body must be a JSON object");
         goto fail;
     }
     json_t *model = json_object_get(req, "model");
     if (model && !json_is_string(model)) {
-        em_web_fail(&e, 400, "invalid_request_error", NULL, "model", "'model' must be a string");
+        em_web_fail(e, 400, "invalid_request_error", NULL, "model", "'model' must be a string");
         goto fail;
     }
     if (model && strcmp(json_string_value(model), w->model_id) != 0) {
-        em_web_fail(&e, 404, "invalid_request_error", "model_not_found", "model",
+        em_web_fail(e, 404, "invalid_request_error", "model_not_found", "model",
                     "The model '%s' does not exist; this server serves '%s'.", json_string_value(model),
                     w->model_id);
         goto fail;
     }
-    if (refuse_unbuilt(req, &e))
+    if (refuse_unbuilt(req, e))
         goto fail;
-    if (web_gen_params(req, &auth, &gp, &e))
+    if (web_gen_params(req, auth, &gp, e))
         goto fail;
+    if (background)
+        gp.cls = EM_CLASS_BACKGROUND;
     long long mct = -1, n = 1;
     int stream = 0, include_usage = 0;
-    if (want_int(req, "max_completion_tokens", 1, 1 << 24, &mct, &e) ||
-        want_int(req, "n", 1, EM_GEN_MAX_N, &n, &e) || want_bool(req, "stream", &stream, &e))
+    if (want_int(req, "max_completion_tokens", 1, 1 << 24, &mct, e) ||
+        want_int(req, "n", 1, EM_GEN_MAX_N, &n, e) || want_bool(req, "stream", &stream, e))
         goto fail;
+    if (stream && background) {
+        em_web_fail(e, 400, "invalid_request_error", NULL, "stream", "a batch's requests cannot stream");
+        goto fail;
+    }
     json_t *so = json_object_get(req, "stream_options");
     if (so && !json_is_null(so)) {
-        if (!json_is_object(so) || want_bool(so, "include_usage", &include_usage, &e)) {
-            if (!e.status)
-                em_web_fail(&e, 400, "invalid_request_error", NULL, "stream_options",
+        if (!json_is_object(so) || want_bool(so, "include_usage", &include_usage, e)) {
+            if (!e->status)
+                em_web_fail(e, 400, "invalid_request_error", NULL, "stream_options",
                             "'stream_options' must be an object");
             goto fail;
         }
         if (!stream) {
-            em_web_fail(&e, 400, "invalid_request_error", NULL, "stream_options",
+            em_web_fail(e, 400, "invalid_request_error", NULL, "stream_options",
                         "'stream_options' is only allowed when 'stream' is true");
             goto fail;
         }
@@ -644,11 +671,11 @@ static void completions(web_conn *c, int chat)
     gp.structure = req;   /* response_format, grammar, regex: read by em_gen_start */
     json_t *user = json_object_get(req, "user");
     if (user && !json_is_null(user) && !json_is_string(user)) {
-        em_web_fail(&e, 400, "invalid_request_error", NULL, "user", "'user' must be a string");
+        em_web_fail(e, 400, "invalid_request_error", NULL, "user", "'user' must be a string");
         goto fail;
     }
     if (chat) {
-        if (!(msgs = web_messages_check(json_object_get(req, "messages"), &e)))
+        if (!(msgs = web_messages_check(json_object_get(req, "messages"), e)))
             goto fail;
         gp.messages = msgs;
         gp.param_name = "messages";
@@ -657,7 +684,7 @@ static void completions(web_conn *c, int chat)
         if (json_is_array(p) && json_array_size(p) == 1 && json_is_string(json_array_get(p, 0)))
             p = json_array_get(p, 0);
         if (!json_is_string(p)) {
-            em_web_fail(&e, 400, "invalid_request_error", NULL, "prompt",
+            em_web_fail(e, 400, "invalid_request_error", NULL, "prompt",
                         "'prompt' must be a string (or an array of one string)");
             goto fail;
         }
@@ -667,30 +694,60 @@ static void completions(web_conn *c, int chat)
     }
     a = calloc(1, sizeof *a);
     if (!a) {
-        em_web_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
+        em_web_fail(e, 500, "server_error", NULL, NULL, "out of memory");
         goto fail;
     }
     a->chat = chat;
     a->stream = stream;
     a->include_usage = include_usage;
-    a->auth = auth;
+    a->auth = *auth;
     a->created = (int64_t)time(NULL);
     snprintf(a->id, sizeof a->id, "%s", id);
     started = 1;
-    if (em_gen_start(w, &gp, &a->gen, &e))
+    if (em_gen_start(w, &gp, &a->gen, e))
+        goto fail;
+    json_decref(msgs);
+    *out = a;
+    return 0;
+fail:
+    if (!started)
+        em_gen_refused(w, id, auth, addr, gp.cls, e);
+    api_free(a);
+    json_decref(msgs);
+    return -1;
+}
+
+static void completions(web_conn *c, int chat)
+{
+    em_web *w = c->w;
+    em_web_error e = { 0 };
+    api_req *a = NULL;
+    json_t *req = NULL;
+    em_web_auth auth;
+    char id[64];
+    web_new_id(w, chat ? "chatcmpl-" : "cmpl-", id, sizeof id);
+    snprintf(c->rid, sizeof c->rid, "%s", id);   /* for the log lines of this request */
+    if (web_auth(w, c, &auth, &e) || web_rate_check(w, &auth, &e)) {
+        em_gen_refused(w, id, e.status == 401 ? NULL : &auth, c->addr, EM_CLASS_INTERACTIVE, &e);
+        goto fail;
+    }
+    json_error_t je;
+    req = json_loadb(c->body.s ? c->body.s : "", c->body.n, JSON_REJECT_DUPLICATES, &je);
+    if (!req) {
+        em_web_fail(&e, 400, "invalid_request_error", NULL, NULL, "We could not parse the JSON body of your "
+                    "request: %s (line %d, column %d).", je.text, je.line, je.column);
+        em_gen_refused(w, id, &auth, c->addr, EM_CLASS_INTERACTIVE, &e);
+        goto fail;
+    }
+    if (web_openai_start(w, req, chat, &auth, c->addr, id, 0, &a, &e))
         goto fail;
     c->api = a;
     web_live_add(c);
-    if (stream)
+    if (a->stream)
         web_stream_begin(c, 200, "text/event-stream");
-    json_decref(msgs);
     json_decref(req);
     return;
 fail:
-    if (!started)
-        em_gen_refused(w, id, e.status == 401 ? NULL : &auth, c->addr, gp.cls, &e);
-    api_free(a);
-    json_decref(msgs);
     json_decref(req);
     web_respond_error(c, &e);
 }

@@ -126,6 +126,23 @@ size_t web_backlog(const web_conn *c);
 void web_live_add(web_conn *c);
 void web_live_remove(web_conn *c);
 
+/* ---- openai.c: one completions request, apart from its connection ---------- */
+
+/* Check a /v1/chat/completions (chat) or /v1/completions body req
+ * (borrowed) of auth and start it (background: in the background class,
+ * and it may not stream — the batch runner's lines): 0 with *out the
+ * caller's (web_openai_free), or -1 with e filled and the ledger row
+ * written. id names the request (ledger, response). */
+int     web_openai_start(em_web *w, json_t *req, int chat, const em_web_auth *auth, const char *addr, const char *id,
+                         int background, struct api_req **out, em_web_error *e);
+/* Take what the generation produced into the whole answer: 1 once done. */
+int     web_openai_collect(struct api_req *a);
+/* The whole response once done: the chat.completion / text_completion
+ * object (*status 200) or the error's (*status its HTTP status). New reference. */
+json_t *web_openai_whole(em_web *w, struct api_req *a, int *status);
+void    web_openai_cancel(struct api_req *a);
+void    web_openai_free(struct api_req *a);   /* accepts NULL */
+
 /* ---- multipart/form-data (multipart.c) ---------------------------------- */
 
 typedef struct {
