@@ -388,7 +388,7 @@ static void route(web_conn *c)
         web_respond_error(c, &e);
         return;
     }
-    if (web_files_route(c) == 0)   /* /v1/files */
+    if (web_files_route(c) == 0 || web_batch_route(c) == 0)   /* /v1/files, /v1/batches */
         return;
     if (web_openai_route(c) == 0 || web_metrics_route(c) == 0)   /* /metrics, /healthz, /api/usage, /api/utilization */
         return;
@@ -631,7 +631,7 @@ int em_web_create(const em_web_opts *o, em_web **out, em_err *err)
         goto fail;
     }
     w->port = lws_get_vhost_listen_port(w->vhost);
-    if (web_util_start(w)) {   /* utilization.c: busy time per hour into the ledger */
+    if (web_batch_create(w) || web_util_start(w)) {   /* batch.c; utilization.c: busy time per hour */
         rc = em_err_set(err, EM_ENOMEM, "serve: out of memory");
         goto fail;
     }
@@ -657,6 +657,7 @@ int em_web_run(em_web *w)
             break;
         }
         web_alive_beat(w);
+        web_batch_step(w);   /* batch.c: lines done, lines to start */
         if (web_drain_step(w))   /* drain.c: drained, or its time is up */
             break;
         if (atomic_exchange(&w->reload, 0) && w->o.on_reload)
@@ -703,11 +704,13 @@ void em_web_destroy(em_web *w)
         pthread_mutex_unlock(&w->mu);
         web_util_stop(w);              /* the last span of busy time, while the timer can be cancelled */
         lws_context_destroy(w->ctx);   /* closes every connection: CLOSED_HTTP cancels their requests */
+        web_batch_destroy(w);          /* the batch lines in flight too (they run again next time) */
         /* the scheduler calls a cancelled request's hook (with w) until it
          * has retired it: wait for that before w goes */
         if (w->o.sched)
             em_sched_drain(w->o.sched);
     }
+    web_batch_destroy(w);              /* (without a context: never started) */
     web_metrics_destroy(w);            /* after: those requests' final rows are counted */
     web_structured_destroy(w->structured);   /* grammars running requests use stay until they end */
     pthread_mutex_destroy(&w->mu);

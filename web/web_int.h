@@ -126,6 +126,17 @@ size_t web_backlog(const web_conn *c);
 void web_live_add(web_conn *c);
 void web_live_remove(web_conn *c);
 
+/* ---- batch.c: the Batch API and its runner ------------------------------------- */
+
+typedef struct web_batches web_batches;
+int      web_batch_create(em_web *w);    /* -1: out of memory */
+void     web_batch_destroy(em_web *w);   /* lines in flight stop; they stay pending */
+/* After each lws_service: finished lines recorded, new ones started, done
+ * batches finalized. Cheap when there is nothing to do. Service thread. */
+void     web_batch_step(em_web *w);
+int      web_batch_route(web_conn *c);   /* /v1/batches: 0 when it answered, 1: not its path */
+uint64_t web_batch_lines_done(const em_web *w);
+
 /* ---- openai.c: one completions request, apart from its connection ---------- */
 
 /* Check a /v1/chat/completions (chat) or /v1/completions body req
@@ -172,6 +183,7 @@ json_t *web_file_json(const em_file_info *f);
 struct em_web {
     em_web_opts          o;
     char                *host, *model_id, *device;
+    web_batches         *batches;       /* batch.c: the Batch API's runner */
     struct lws_context  *ctx;
     struct lws_vhost    *vhost;
     int                  port;

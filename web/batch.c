@@ -1,0 +1,678 @@
+/* batch.c — the OpenAI Batch API (docs/api.md "Batches"):
+ *   POST /v1/batches             input_file_id, endpoint, completion_window "24h", metadata
+ *   GET  /v1/batches[?limit=&after=]
+ *   GET  /v1/batches/ID
+ *   POST /v1/batches/ID/cancel
+ * and the runner that does the work. A batch validates when it is created:
+ * its input file is read line by line, every line checked (a JSON object
+ * with a unique custom_id, method POST, the batch's url, a body for this
+ * model that does not stream); any bad line fails the batch before any
+ * work, with an error per line. Otherwise its lines go into the database
+ * (storage/batches.c) and it is in_progress. The runner, on the service
+ * thread after each lws_service, keeps a bounded number of lines in
+ * flight — each a completions request of the background class through the
+ * same path as the HTTP endpoint (openai.c web_openai_start), so the
+ * scheduler keeps chat first — records each line's result as it finishes
+ * (result and count in one transaction), and when none are left writes the
+ * output and error files and completes the batch. A cancelled batch stops
+ * its lines in flight and keeps the results it has. After a restart (even
+ * SIGKILL) the batches not finished go on: pending lines run, recorded
+ * ones never again. Scoped per key like files. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/log.h"
+#include "web/web_int.h"
+
+#define PREFIX       "/v1/batches"
+#define PREFIX_LEN   (sizeof PREFIX - 1)
+#define MAX_LINES    50000        /* OpenAI's bound on a batch's requests */
+#define MAX_ERRORS   100          /* validation errors kept in the batch's "errors" */
+#define MAX_FLIGHT   64           /* lines in flight at most (all batches) */
+#define WINDOW_MS    (24LL * 3600 * 1000)
+
+typedef struct {
+    char            batch[EM_STORAGE_BATCH_ID_MAX];
+    int64_t         line;
+    char            custom_id[128];
+    char            req_id[64];
+    struct api_req *a;
+} flight;
+
+struct web_batches {
+    int     kick;                 /* look at the batches again (created, cancelled, a line done, boot) */
+    flight  fl[MAX_FLIGHT];
+    size_t  n_fl;
+    size_t  max_fl;               /* lines in flight at most: 2 per sequence the server runs, <= MAX_FLIGHT */
+    uint64_t lines_done;          /* /metrics */
+};
+
+/* ---- JSON out ------------------------------------------------------------------ */
+
+static json_t *secs_or_null(int64_t ms)
+{
+    return ms ? json_integer((json_int_t)(ms / 1000)) : json_null();
+}
+
+static json_t *text_or_null(const char *s)
+{
+    return s && s[0] ? json_string(s) : json_null();
+}
+
+static json_t *batch_json(const em_batch_info *b)
+{
+    json_t *errors = json_null(), *meta = json_null();
+    if (b->errors) {
+        json_t *data = json_loads(b->errors, 0, NULL);
+        errors = json_pack("{s:s, s:o}", "object", "list", "data", data ? data : json_array());
+    }
+    if (b->metadata && !(meta = json_loads(b->metadata, 0, NULL)))
+        meta = json_null();
+    json_t *j = json_pack("{s:s, s:s, s:s, s:o, s:s, s:s, s:s}", "id", b->id, "object", "batch", "endpoint",
+                          b->endpoint, "errors", errors, "input_file_id", b->input_file_id, "completion_window",
+                          b->completion_window, "status", b->status);
+    json_object_set_new(j, "output_file_id", text_or_null(b->output_file_id));
+    json_object_set_new(j, "error_file_id", text_or_null(b->error_file_id));
+    json_object_set_new(j, "created_at", secs_or_null(b->created_ms));
+    json_object_set_new(j, "in_progress_at", secs_or_null(b->in_progress_ms));
+    json_object_set_new(j, "expires_at", secs_or_null(b->expires_ms));
+    json_object_set_new(j, "finalizing_at", secs_or_null(b->finalizing_ms));
+    json_object_set_new(j, "completed_at", secs_or_null(b->completed_ms));
+    json_object_set_new(j, "failed_at", secs_or_null(b->failed_ms));
+    json_object_set_new(j, "expired_at", secs_or_null(b->expired_ms));
+    json_object_set_new(j, "cancelling_at", secs_or_null(b->cancelling_ms));
+    json_object_set_new(j, "cancelled_at", secs_or_null(b->cancelled_ms));
+    json_object_set_new(j, "request_counts", json_pack("{s:I, s:I, s:I}", "total", (json_int_t)b->total,
+                                                       "completed", (json_int_t)b->completed, "failed",
+                                                       (json_int_t)b->failed));
+    json_object_set_new(j, "metadata", meta);
+    return j;
+}
+
+static int answer(web_conn *c, int status, const char *type, const char *code, const char *param, const char *msg)
+{
+    em_web_error e = { 0 };
+    em_web_fail(&e, status, type, code, param, "%s", msg);
+    web_respond_error(c, &e);
+    return 0;
+}
+
+static int storage_error(web_conn *c, int rc, const char *id, const em_err *err)
+{
+    char msg[300];
+    if (rc == EM_ENOENT) {
+        snprintf(msg, sizeof msg, "No such Batch object: %.64s", id);
+        return answer(c, 404, "invalid_request_error", "not_found", "id", msg);
+    }
+    snprintf(msg, sizeof msg, "the batch store failed: %s", err->msg);
+    return answer(c, rc == EM_ESTATE ? 409 : 503, rc == EM_ESTATE ? "invalid_request_error" : "server_error", NULL,
+                  NULL, rc == EM_ESTATE ? err->msg : msg);
+}
+
+static int respond_batch(web_conn *c, const char *id)
+{
+    em_batch_info b;
+    em_err err = { 0 };
+    int rc = em_storage_batch_get(c->w->o.storage, EM_STORAGE_ANY_KEY, id, &b, &err);
+    if (rc)
+        return storage_error(c, rc, id, &err);
+    json_t *j = batch_json(&b);
+    em_batch_info_clear(&b);
+    web_respond_json(c, 200, j);
+    json_decref(j);
+    return 0;
+}
+
+/* ---- validation ------------------------------------------------------------------ */
+
+typedef struct {
+    json_t *errors;       /* [{code, message, param, line}] */
+    size_t  n_errors;
+} verrs;
+
+static void verr(verrs *v, size_t line, const char *code, const char *param, const char *fmt, const char *arg)
+{
+    v->n_errors++;
+    if (json_array_size(v->errors) >= MAX_ERRORS)
+        return;
+    char msg[300];
+    snprintf(msg, sizeof msg, fmt, arg);
+    json_array_append_new(v->errors, json_pack("{s:s, s:s, s:o, s:I}", "code", code, "message", msg, "param",
+                                               param ? json_string(param) : json_null(), "line",
+                                               (json_int_t)line));
+}
+
+/* Validate batch b's input file (the key's): 0 with lines[] (the caller's:
+ * em_batch_lines_free), or the error count with v->errors filled. */
+static size_t validate(em_web *w, const em_batch_info *b, int64_t scope_key, em_batch_line **lines, size_t *n,
+                       verrs *v)
+{
+    *lines = NULL;
+    *n = 0;
+    char *data = NULL;
+    size_t len = 0;
+    em_err err = { 0 };
+    int rc = em_storage_file_read(w->o.storage, scope_key, b->input_file_id, &data, &len, &err);
+    if (rc) {
+        verr(v, 0, rc == EM_ENOENT ? "invalid_file" : "file_unreadable", "input_file_id", "%s", err.msg);
+        return v->n_errors;
+    }
+    json_t *seen = json_object();   /* custom_ids */
+    size_t cap = 0;
+    size_t ln = 0;
+    for (size_t off = 0; off < len;) {
+        const char *s = data + off, *nl = memchr(s, '\n', len - off);
+        size_t l = nl ? (size_t)(nl - s) : len - off;
+        off += l + (nl ? 1 : 0);
+        ln++;
+        if (l && s[l - 1] == '\r')
+            l--;
+        if (!l) {
+            if (off < len)
+                verr(v, ln, "invalid_json_line", NULL, "%s", "line is empty");
+            continue;
+        }
+        if (ln > MAX_LINES) {
+            verr(v, ln, "too_many_requests", NULL, "%s", "a batch holds at most 50000 requests");
+            break;
+        }
+        json_error_t je;
+        json_t *o = json_loadb(s, l, JSON_REJECT_DUPLICATES, &je);
+        if (!json_is_object(o)) {
+            verr(v, ln, "invalid_json_line", NULL, "%s", o ? "a line must be a JSON object" : je.text);
+            json_decref(o);
+            continue;
+        }
+        const char *k;
+        json_t *val;
+        int bad = 0;
+        json_object_foreach(o, k, val) {
+            if (strcmp(k, "custom_id") && strcmp(k, "method") && strcmp(k, "url") && strcmp(k, "body")) {
+                verr(v, ln, "invalid_request", k, "unknown field '%.64s' (custom_id, method, url, body)", k);
+                bad = 1;
+            }
+        }
+        json_t *cid = json_object_get(o, "custom_id"), *method = json_object_get(o, "method"),
+               *url = json_object_get(o, "url"), *body = json_object_get(o, "body");
+        if (!json_is_string(cid) || !json_string_length(cid) || json_string_length(cid) >= 128) {
+            verr(v, ln, "invalid_request", "custom_id", "%s", "'custom_id' must be a string of 1 to 127 bytes");
+            bad = 1;
+        } else if (json_object_get(seen, json_string_value(cid))) {
+            verr(v, ln, "duplicate_custom_id", "custom_id", "custom_id '%.64s' is used by an earlier line",
+                 json_string_value(cid));
+            bad = 1;
+        }
+        if (!json_is_string(method) || strcmp(json_string_value(method), "POST") != 0) {
+            verr(v, ln, "invalid_method", "method", "%s", "'method' must be \"POST\"");
+            bad = 1;
+        }
+        if (!json_is_string(url) || strcmp(json_string_value(url), b->endpoint) != 0) {
+            verr(v, ln, "invalid_url", "url", "'url' must be the batch's endpoint, %s", b->endpoint);
+            bad = 1;
+        }
+        if (!json_is_object(body)) {
+            verr(v, ln, "invalid_request", "body", "%s", "'body' must be a JSON object");
+            bad = 1;
+        } else {
+            json_t *model = json_object_get(body, "model"), *stream = json_object_get(body, "stream");
+            if (model && (!json_is_string(model) || strcmp(json_string_value(model), w->model_id) != 0)) {
+                verr(v, ln, "model_not_found", "body.model", "this server serves '%s'", w->model_id);
+                bad = 1;
+            }
+            if (json_is_true(stream)) {
+                verr(v, ln, "invalid_request", "body.stream", "%s", "a batch's requests cannot stream");
+                bad = 1;
+            }
+        }
+        if (!bad) {
+            json_object_set_new(seen, json_string_value(cid), json_true());
+            if (*n == cap) {
+                size_t nc = cap ? 2 * cap : 64;
+                em_batch_line *nv = realloc(*lines, nc * sizeof *nv);
+                if (!nv) {
+                    verr(v, ln, "server_error", NULL, "%s", "out of memory");
+                    json_decref(o);
+                    break;
+                }
+                *lines = nv;
+                cap = nc;
+            }
+            em_batch_line *bl = &(*lines)[(*n)++];
+            bl->line = (int64_t)(*n - 1);
+            snprintf(bl->custom_id, sizeof bl->custom_id, "%s", json_string_value(cid));
+            bl->body = json_dumps(body, JSON_COMPACT);
+        }
+        json_decref(o);
+    }
+    json_decref(seen);
+    free(data);
+    if (!v->n_errors && !*n)
+        verr(v, 0, "empty_file", "input_file_id", "%s", "the input file holds no requests");
+    if (v->n_errors) {
+        em_batch_lines_free(*lines, *n);
+        *lines = NULL;
+        *n = 0;
+    }
+    return v->n_errors;
+}
+
+/* Validate and start (or fail) batch id. */
+static void validate_batch(em_web *w, const em_batch_info *b)
+{
+    verrs v = { json_array(), 0 };
+    em_batch_line *lines = NULL;
+    size_t n = 0;
+    em_err err = { 0 };
+    int64_t scope = b->key_id;
+    if (validate(w, b, scope, &lines, &n, &v)) {
+        char *txt = json_dumps(v.errors, JSON_COMPACT);
+        if (em_storage_batch_set_status(w->o.storage, b->id, "validating", "failed", txt, NULL, NULL, &err))
+            em_log(EM_LOG_ERROR, NULL, "batch %s: %s", b->id, err.msg);
+        free(txt);
+    } else if (em_storage_batch_start(w->o.storage, b->id, lines, n, WINDOW_MS, &err) && err.code != EM_ESTATE) {
+        em_log(EM_LOG_ERROR, NULL, "batch %s: cannot store its lines: %s", b->id, err.msg);
+    }
+    em_batch_lines_free(lines, n);
+    json_decref(v.errors);
+    w->batches->kick = 1;
+}
+
+/* ---- the runner -------------------------------------------------------------------- */
+
+/* A line's result line (OpenAI's batch output shape). */
+static char *result_line(em_web *w, flight *f, int *ok)
+{
+    int status = 0;
+    json_t *body = web_openai_whole(w, f->a, &status);
+    char rid[64];
+    web_new_id(w, "batch_req_", rid, sizeof rid);
+    *ok = status == 200;
+    json_t *err = json_null();
+    if (!*ok) {
+        json_t *e = json_object_get(body, "error");
+        json_t *code = json_object_get(e, "code");
+        err = json_pack("{s:O, s:O}", "code", json_is_string(code) ? code : json_object_get(e, "type"), "message",
+                        json_object_get(e, "message"));
+    }
+    json_t *j = json_pack("{s:s, s:s, s:{s:i, s:s, s:o}, s:o}", "id", rid, "custom_id", f->custom_id, "response",
+                          "status_code", status, "request_id", f->req_id, "body", body, "error", err);
+    char *s = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    return s;
+}
+
+/* A line that could not start (its body refused): its error line. */
+static char *refused_line(em_web *w, const em_batch_line *l, const em_web_error *e)
+{
+    char rid[64];
+    web_new_id(w, "batch_req_", rid, sizeof rid);
+    json_t *body = em_web_error_json(e);
+    json_t *j = json_pack("{s:s, s:s, s:{s:i, s:n, s:o}, s:{s:s, s:s}}", "id", rid, "custom_id", l->custom_id,
+                          "response", "status_code", e->status, "request_id", "body", body, "error", "code",
+                          e->code ? e->code : e->type ? e->type : "invalid_request_error", "message", e->message);
+    char *s = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    return s;
+}
+
+static void record(em_web *w, const char *batch, int64_t line, int ok, const char *result)
+{
+    em_err err = { 0 };
+    if (em_storage_batch_line_done(w->o.storage, batch, line, ok, result ? result : "{}", &err))
+        em_log(EM_LOG_ERROR, NULL, "batch %s: line %lld: its result could not be recorded (it runs again): %s",
+               batch, (long long)line, err.msg);
+    w->batches->lines_done++;
+}
+
+static void drop_flight(web_batches *B, size_t i)
+{
+    web_openai_free(B->fl[i].a);
+    B->fl[i] = B->fl[--B->n_fl];
+}
+
+/* The output and error files of batch b, then its final status. */
+static void finalize(em_web *w, const em_batch_info *b, const char *final)
+{
+    em_err err = { 0 };
+    char out_id[EM_STORAGE_FILE_ID_MAX] = "", err_id[EM_STORAGE_FILE_ID_MAX] = "";
+    if (strcmp(final, "completed") == 0 && strcmp(b->status, "finalizing") != 0 &&
+        em_storage_batch_set_status(w->o.storage, b->id, b->status, "finalizing", NULL, NULL, NULL, &err))
+        return;
+    for (int state = 1; state <= 2; state++) {
+        char *text = NULL, name[96];
+        size_t n = 0;
+        if (em_storage_batch_results(w->o.storage, b->id, state, &text, &n, &err)) {
+            em_log(EM_LOG_ERROR, NULL, "batch %s: its results cannot be read: %s", b->id, err.msg);
+            return;
+        }
+        em_file_info f;
+        snprintf(name, sizeof name, "%s_%s.jsonl", b->id, state == 1 ? "output" : "error");
+        if (n && em_storage_file_add(w->o.storage, b->key_id, name, "batch_output", text, n, &f, &err)) {
+            em_log(EM_LOG_ERROR, NULL, "batch %s: its %s file cannot be written: %s", b->id,
+                   state == 1 ? "output" : "error", err.msg);
+            free(text);
+            return;
+        }
+        if (n)
+            snprintf(state == 1 ? out_id : err_id, EM_STORAGE_FILE_ID_MAX, "%s", f.id);
+        free(text);
+    }
+    if (em_storage_batch_set_status(w->o.storage, b->id, NULL, final, NULL, out_id, err_id, &err))
+        em_log(EM_LOG_ERROR, NULL, "batch %s: %s", b->id, err.msg);
+    else
+        em_log(EM_LOG_INFO, NULL, "batch %s: %s", b->id, final);
+}
+
+/* Start lines of batch b while there is room. */
+static void fill(em_web *w, const em_batch_info *b)
+{
+    web_batches *B = w->batches;
+    int64_t after = -1;
+    size_t mine = 0;
+    for (size_t i = 0; i < B->n_fl; i++)
+        if (strcmp(B->fl[i].batch, b->id) == 0) {
+            mine++;
+            after = B->fl[i].line > after ? B->fl[i].line : after;
+        }
+    em_batch_line *lines = NULL;
+    size_t n = 0;
+    em_err err = { 0 };
+    size_t room = B->max_fl - B->n_fl;
+    if (room && em_storage_batch_pending(w->o.storage, b->id, after, room, &lines, &n, &err)) {
+        em_log(EM_LOG_ERROR, NULL, "batch %s: %s", b->id, err.msg);
+        return;
+    }
+    if (!n && !mine && room) {   /* nothing pending, nothing running: done */
+        em_batch_lines_free(lines, n);
+        finalize(w, b, "completed");
+        return;
+    }
+    em_web_auth auth = { .key_id = b->key_id, .default_class = EM_CLASS_BACKGROUND };
+    int chat = strcmp(b->endpoint, "/v1/chat/completions") == 0;
+    for (size_t i = 0; i < n; i++) {
+        flight *f = &B->fl[B->n_fl];
+        memset(f, 0, sizeof *f);
+        snprintf(f->batch, sizeof f->batch, "%s", b->id);
+        f->line = lines[i].line;
+        snprintf(f->custom_id, sizeof f->custom_id, "%s", lines[i].custom_id);
+        web_new_id(w, chat ? "chatcmpl-" : "cmpl-", f->req_id, sizeof f->req_id);
+        json_t *req = json_loads(lines[i].body, 0, NULL);
+        em_web_error e = { 0 };
+        if (web_openai_start(w, req, chat, &auth, "batch", f->req_id, 1, &f->a, &e)) {
+            char *res = refused_line(w, &lines[i], &e);
+            record(w, b->id, lines[i].line, 0, res);
+            free(res);
+        } else {
+            B->n_fl++;
+        }
+        json_decref(req);
+    }
+    em_batch_lines_free(lines, n);
+}
+
+void web_batch_step(em_web *w)
+{
+    web_batches *B = w->batches;
+    if (!B || !w->o.storage)
+        return;
+    for (size_t i = 0; i < B->n_fl;) {   /* lines that finished */
+        if (!web_openai_collect(B->fl[i].a)) {
+            i++;
+            continue;
+        }
+        int ok = 0;
+        char *res = result_line(w, &B->fl[i], &ok);
+        record(w, B->fl[i].batch, B->fl[i].line, ok, res);
+        free(res);
+        drop_flight(B, i);
+        B->kick = 1;
+    }
+    if (!B->kick || atomic_load(&w->draining))
+        return;
+    B->kick = 0;
+    char (*ids)[EM_STORAGE_BATCH_ID_MAX] = NULL;
+    size_t n = 0;
+    em_err err = { 0 };
+    if (em_storage_batch_active(w->o.storage, &ids, &n, &err)) {
+        em_log(EM_LOG_ERROR, NULL, "batches: %s", err.msg);
+        return;
+    }
+    int64_t now = (int64_t)time(NULL) * 1000;
+    for (size_t k = 0; k < n; k++) {
+        em_batch_info b;
+        if (em_storage_batch_get(w->o.storage, EM_STORAGE_ANY_KEY, ids[k], &b, &err))
+            continue;
+        int cancelling = strcmp(b.status, "cancelling") == 0;
+        int expired = strcmp(b.status, "in_progress") == 0 && b.expires_ms && now > b.expires_ms;
+        if (cancelling || expired) {   /* stop its lines in flight; final once none is left */
+            size_t left = 0;
+            for (size_t i = 0; i < B->n_fl; i++)
+                if (strcmp(B->fl[i].batch, b.id) == 0) {
+                    web_openai_cancel(B->fl[i].a);
+                    left++;
+                }
+            for (size_t i = 0; i < B->n_fl;)   /* a cancelled line's result is not kept: it never finished */
+                if (strcmp(B->fl[i].batch, b.id) == 0)
+                    drop_flight(B, i);
+                else
+                    i++;
+            (void)left;
+            finalize(w, &b, cancelling ? "cancelled" : "expired");
+        } else if (strcmp(b.status, "validating") == 0) {
+            validate_batch(w, &b);
+        } else if (strcmp(b.status, "finalizing") == 0) {
+            finalize(w, &b, "completed");
+        } else if (strcmp(b.status, "in_progress") == 0) {
+            fill(w, &b);
+        }
+        em_batch_info_clear(&b);
+    }
+    free(ids);
+}
+
+uint64_t web_batch_lines_done(const em_web *w)
+{
+    return w->batches ? w->batches->lines_done : 0;
+}
+
+int web_batch_create(em_web *w)
+{
+    if (!(w->batches = calloc(1, sizeof *w->batches)))
+        return -1;
+    w->batches->kick = 1;   /* the batches a restart interrupted go on */
+    size_t m = 2 * (w->o.parallel ? w->o.parallel : 8);
+    w->batches->max_fl = m < MAX_FLIGHT ? m : MAX_FLIGHT;
+    return 0;
+}
+
+void web_batch_destroy(em_web *w)
+{
+    web_batches *B = w->batches;
+    if (!B)
+        return;
+    while (B->n_fl)   /* their lines stay pending: they run again at the next start */
+        drop_flight(B, B->n_fl - 1);
+    free(B);
+    w->batches = NULL;
+}
+
+/* ---- the API ------------------------------------------------------------------- */
+
+static int create(web_conn *c, const em_web_auth *a)
+{
+    json_error_t je;
+    json_t *req = c->body.n ? json_loadb(c->body.s, c->body.n, JSON_REJECT_DUPLICATES, &je) : NULL;
+    char msg[300];
+    if (!json_is_object(req)) {
+        json_decref(req);
+        return answer(c, 400, "invalid_request_error", NULL, NULL, "the body must be a JSON object");
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach(req, k, v) {
+        if (strcmp(k, "input_file_id") && strcmp(k, "endpoint") && strcmp(k, "completion_window") &&
+            strcmp(k, "metadata")) {
+            snprintf(msg, sizeof msg, "unknown parameter '%.64s' (input_file_id, endpoint, completion_window, "
+                     "metadata)", k);
+            json_decref(req);
+            return answer(c, 400, "invalid_request_error", "unknown_parameter", k, msg);
+        }
+    }
+    json_t *file = json_object_get(req, "input_file_id"), *ep = json_object_get(req, "endpoint"),
+           *win = json_object_get(req, "completion_window"), *meta = json_object_get(req, "metadata");
+    const char *bad = NULL, *why = NULL;
+    if (!json_is_string(file))
+        bad = "input_file_id", why = "'input_file_id' is required: the id of a file uploaded with purpose batch";
+    else if (!json_is_string(ep) || (strcmp(json_string_value(ep), "/v1/chat/completions") &&
+                                     strcmp(json_string_value(ep), "/v1/completions")))
+        bad = "endpoint", why = "'endpoint' must be \"/v1/chat/completions\" or \"/v1/completions\"";
+    else if (!json_is_string(win) || strcmp(json_string_value(win), "24h"))
+        bad = "completion_window", why = "'completion_window' must be \"24h\"";
+    else if (meta && !json_is_null(meta)) {
+        if (!json_is_object(meta) || json_object_size(meta) > 16)
+            bad = "metadata", why = "'metadata' must be an object of at most 16 string values";
+        json_object_foreach(meta, k, v)
+            if (!bad && (strlen(k) > 64 || !json_is_string(v) || json_string_length(v) > 512))
+                bad = "metadata", why = "'metadata': keys of at most 64 bytes, string values of at most 512";
+    }
+    if (bad) {
+        json_decref(req);
+        return answer(c, 400, "invalid_request_error", NULL, bad, why);
+    }
+    em_file_info f;
+    em_err err = { 0 };
+    int64_t scope = a->admin ? EM_STORAGE_ANY_KEY : a->key_id;
+    int rc = em_storage_file_get(c->w->o.storage, scope, json_string_value(file), &f, &err);
+    if (rc == 0 && strcmp(f.purpose, "batch") != 0)
+        rc = EM_EINVAL;
+    if (rc) {
+        snprintf(msg, sizeof msg, rc == EM_EINVAL ? "file %.64s is not a batch input (purpose %s)"
+                                                  : "No such File object: %.64s", json_string_value(file),
+                 rc == EM_EINVAL ? f.purpose : "");
+        json_decref(req);
+        return answer(c, rc == EM_EINVAL ? 400 : 404, "invalid_request_error", rc == EM_EINVAL ? NULL : "not_found",
+                      "input_file_id", msg);
+    }
+    char *mtxt = meta && json_is_object(meta) ? json_dumps(meta, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    em_batch_info b;
+    rc = em_storage_batch_create(c->w->o.storage, a->key_id, json_string_value(ep), f.id, "24h", mtxt, &b, &err);
+    free(mtxt);
+    json_decref(req);
+    if (rc)
+        return storage_error(c, rc, "", &err);
+    b.key_id = f.key_id;   /* its lines run as the file's owner */
+    validate_batch(c->w, &b);
+    char id[EM_STORAGE_BATCH_ID_MAX];
+    snprintf(id, sizeof id, "%s", b.id);
+    em_batch_info_clear(&b);
+    return respond_batch(c, id);
+}
+
+static int list(web_conn *c, const em_web_auth *a)
+{
+    char after[EM_STORAGE_BATCH_ID_MAX + 8] = "", frag[128];
+    long limit = 20;
+    for (int i = 0; lws_hdr_copy_fragment(c->wsi, frag, sizeof frag, WSI_TOKEN_HTTP_URI_ARGS, i) >= 0; i++) {
+        char *eq = strchr(frag, '=');
+        char *end = NULL;
+        if (eq && strncmp(frag, "after=", 6) == 0) {
+            snprintf(after, sizeof after, "%s", eq + 1);
+        } else if (eq && strncmp(frag, "limit=", 6) == 0 && (limit = strtol(eq + 1, &end, 10), !*end) &&
+                   limit >= 1 && limit <= 100) {
+        } else {
+            return answer(c, 400, "invalid_request_error", NULL, eq && strncmp(frag, "limit=", 6) == 0 ? "limit" : NULL,
+                          "the query takes limit (1 to 100) and after (a batch id)");
+        }
+    }
+    em_batch_info *v = NULL;
+    size_t n = 0;
+    int more = 0;
+    em_err err = { 0 };
+    int rc = em_storage_batch_list(c->w->o.storage, a->admin ? EM_STORAGE_ANY_KEY : a->key_id,
+                                   after[0] ? after : NULL, (size_t)limit, &v, &n, &more, &err);
+    if (rc)
+        return storage_error(c, rc, after, &err);
+    json_t *data = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(data, batch_json(&v[i]));
+    json_t *j = json_pack("{s:s, s:o, s:o, s:o, s:b}", "object", "list", "data", data, "first_id",
+                          n ? json_string(v[0].id) : json_null(), "last_id", n ? json_string(v[n - 1].id) : json_null(),
+                          "has_more", more);
+    for (size_t i = 0; i < n; i++)
+        em_batch_info_clear(&v[i]);
+    free(v);
+    web_respond_json(c, 200, j);
+    json_decref(j);
+    return 0;
+}
+
+static int cancel(web_conn *c, const em_web_auth *a, const char *id)
+{
+    em_batch_info b;
+    em_err err = { 0 };
+    int rc = em_storage_batch_get(c->w->o.storage, a->admin ? EM_STORAGE_ANY_KEY : a->key_id, id, &b, &err);
+    if (rc)
+        return storage_error(c, rc, id, &err);
+    const char *from = strcmp(b.status, "in_progress") == 0 || strcmp(b.status, "validating") == 0 ? b.status : NULL;
+    em_batch_info_clear(&b);
+    if (!from) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "batch %s cannot be cancelled: it is %s", id, b.status);
+        return answer(c, 409, "invalid_request_error", NULL, NULL, msg);
+    }
+    if ((rc = em_storage_batch_set_status(c->w->o.storage, id, from, "cancelling", NULL, NULL, NULL, &err)))
+        return storage_error(c, rc, id, &err);
+    c->w->batches->kick = 1;
+    web_batch_step(c->w);   /* its lines in flight stop now */
+    return respond_batch(c, id);
+}
+
+int web_batch_route(web_conn *c)
+{
+    const char *p = c->path;
+    if (strncmp(p, PREFIX, PREFIX_LEN) != 0 || (p[PREFIX_LEN] && p[PREFIX_LEN] != '/'))
+        return 1;
+    em_web_error e = { 0 };
+    em_web_auth a;
+    if (web_auth(c->w, c, &a, &e)) {
+        web_respond_error(c, &e);
+        return 0;
+    }
+    if (!c->w->o.storage || !c->w->batches)
+        return answer(c, 503, "server_error", NULL, NULL, "this server runs no batches (no database)");
+    const char *rest = p + PREFIX_LEN;
+    int m = c->method;
+    if (!*rest || strcmp(rest, "/") == 0) {
+        if (m == EM_M_POST)
+            return web_drain_refuse(c->w, &e) ? (web_respond_error(c, &e), 0) : create(c, &a);
+        return m == EM_M_GET ? list(c, &a) : answer(c, 405, "invalid_request_error", "method_not_allowed", NULL,
+                                                    PREFIX " takes GET or POST");
+    }
+    char id[EM_STORAGE_BATCH_ID_MAX + 8];
+    const char *slash = strchr(rest + 1, '/');
+    size_t il = slash ? (size_t)(slash - rest - 1) : strlen(rest + 1);
+    if (!il || il >= sizeof id)
+        return answer(c, 404, "invalid_request_error", "not_found", "id", "No such Batch object");
+    memcpy(id, rest + 1, il);
+    id[il] = 0;
+    if (slash && strcmp(slash, "/cancel") == 0)
+        return m == EM_M_POST ? cancel(c, &a, id)
+                              : answer(c, 405, "invalid_request_error", "method_not_allowed", NULL,
+                                       PREFIX "/ID/cancel takes POST");
+    if (slash)
+        return answer(c, 404, "invalid_request_error", "not_found", NULL, "no such route");
+    if (m != EM_M_GET)
+        return answer(c, 405, "invalid_request_error", "method_not_allowed", NULL, PREFIX "/ID takes GET");
+    em_batch_info b;
+    em_err err = { 0 };
+    int rc = em_storage_batch_get(c->w->o.storage, a.admin ? EM_STORAGE_ANY_KEY : a.key_id, id, &b, &err);
+    if (rc)
+        return storage_error(c, rc, id, &err);
+    json_t *j = batch_json(&b);
+    em_batch_info_clear(&b);
+    web_respond_json(c, 200, j);
+    json_decref(j);
+    return 0;
+}
