@@ -472,9 +472,36 @@ void web_batch_step(em_web *w)
     free(ids);
 }
 
-uint64_t web_batch_lines_done(const em_web *w)
+void web_batch_metrics(em_web *w, em_buf *b)
 {
-    return w->batches ? w->batches->lines_done : 0;
+    char line[256];
+    int n = snprintf(line, sizeof line, "# HELP ember_batch_lines_total Batch lines this server ran to a result "
+                     "(succeeded or failed).\n# TYPE ember_batch_lines_total counter\nember_batch_lines_total %llu\n",
+                     (unsigned long long)(w->batches ? w->batches->lines_done : 0));
+    em_buf_add(b, line, (size_t)n);
+    static const char head[] = "# HELP ember_batch_requests The requests of each batch not yet finished: total, "
+                               "completed and failed (request_counts).\n# TYPE ember_batch_requests gauge\n";
+    char (*ids)[EM_STORAGE_BATCH_ID_MAX] = NULL;
+    size_t k = 0;
+    em_err err = { 0 };
+    if (!w->o.storage || em_storage_batch_active(w->o.storage, &ids, &k, &err))
+        return;
+    if (k)   /* a family only with samples */
+        em_buf_add(b, head, sizeof head - 1);
+    for (size_t i = 0; i < k; i++) {
+        em_batch_info bi;
+        if (em_storage_batch_get(w->o.storage, EM_STORAGE_ANY_KEY, ids[i], &bi, &err))
+            continue;
+        const char *st[3] = { "total", "completed", "failed" };
+        int64_t v[3] = { bi.total, bi.completed, bi.failed };
+        for (int j = 0; j < 3; j++) {   /* the id is ours: "batch_" and hex digits, no escaping needed */
+            n = snprintf(line, sizeof line, "ember_batch_requests{batch=\"%s\",state=\"%s\"} %lld\n", bi.id, st[j],
+                         (long long)v[j]);
+            em_buf_add(b, line, (size_t)n);
+        }
+        em_batch_info_clear(&bi);
+    }
+    free(ids);
 }
 
 int web_batch_create(em_web *w)

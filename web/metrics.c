@@ -319,7 +319,9 @@ static void metrics(web_conn *c)
            "Times the device and forward pass were rebuilt and checked after a failure, and serving resumed.",
            st.device_resets);
     scalar(&t, "ember_speculative_drafted_tokens_total", "counter",
-           "Tokens drafted by speculative decoding (prompt lookup) and checked by the model.", st.spec_drafted);
+           "Tokens drafted by speculative decoding (prompt lookup or the draft model) and checked by the model.",
+           st.spec_drafted);
+    web_batch_metrics(w, &t.b);
     scalar(&t, "ember_speculative_accepted_tokens_total", "counter",
            "Drafted tokens the model accepted (each saved a step).", st.spec_accepted);
     scalar(&t, "ember_tokens_chosen_on_device_total", "counter",

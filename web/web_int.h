@@ -135,7 +135,8 @@ void     web_batch_destroy(em_web *w);   /* lines in flight stop; they stay pend
  * batches finalized. Cheap when there is nothing to do. Service thread. */
 void     web_batch_step(em_web *w);
 int      web_batch_route(web_conn *c);   /* /v1/batches: 0 when it answered, 1: not its path */
-uint64_t web_batch_lines_done(const em_web *w);
+/* The batch families of /metrics onto b: lines run, each unfinished batch's counts. */
+void     web_batch_metrics(em_web *w, em_buf *b);
 
 /* ---- openai.c: one completions request, apart from its connection ---------- */
 

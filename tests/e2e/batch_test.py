@@ -10,12 +10,14 @@
 #  - validation: a file with bad lines fails the batch before any work, with
 #    an error naming each line; a missing file, endpoint or window is a 400;
 #  - batches belong to their key (another gets 404), and list in pages;
+#  - /metrics shows a running batch's counts and the lines run;
 #  - cancel: a running batch stops, keeps what finished, ends cancelled;
 #  - SIGKILL of the server mid-batch, three times: after each restart the
 #    batch goes on, and in the end every line is in the output exactly once
 #    and as it is alone.
 import io
 import json
+import re
 import sys
 import time
 
@@ -133,6 +135,9 @@ try:
                       'ignore_eos': True}} for i in range(60)]
     f4 = alice.files.create(file=('long.jsonl', jsonl(long)), purpose='batch')
     lb = alice.batches.create(input_file_id=f4.id, endpoint='/v1/completions', completion_window='24h')
+    text = srv.request('GET', '/metrics', headers={'Authorization': 'Bearer ' + srv.keys['alice']})[2].decode()
+    assert 'ember_batch_requests{batch="%s",state="total"} 60\n' % lb.id in text, text
+    assert int(re.search(r'^ember_batch_lines_total (\d+)$', text, re.M).group(1)) >= 200, text
     for _ in range(1200):   # the two short lines finish first
         if alice.batches.retrieve(lb.id).request_counts.completed >= 2:
             break

@@ -212,6 +212,7 @@ FAMILIES = {
     'ember_selftest_passed': ('gauge', set()),
     'ember_selftest_nmse': ('gauge', {'stage'}),
     'ember_selftest_kernel_nmse': ('gauge', {'kernel', 'tn', 'flags'}),
+    'ember_batch_lines_total': ('counter', set()),   # ember_batch_requests only while a batch runs (batch_test)
     'ember_speculative_drafted_tokens_total': ('counter', set()),
     'ember_speculative_accepted_tokens_total': ('counter', set()),
     'ember_tokens_chosen_on_device_total': ('counter', set()),
