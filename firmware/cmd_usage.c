@@ -7,7 +7,7 @@
 #include "storage/storage.h"
 
 static const char usage[] =
-    "usage: ember usage [--since DATE] [--until DATE] [--group-by key|day|hour|class|model]\n"
+    "usage: ember usage [--since DATE] [--until DATE] [--group-by key|day|hour|class|model|batch]\n"
     "                   [--format table|csv|json] [--gpu-cost-per-hour X] [--db PATH ...]\n"
     "  DATE is YYYY-MM-DD or YYYY-MM-DDTHH:MM[:SS], UTC; an --until date includes\n"
     "  that day. --db may repeat to merge the ledgers of several boxes (default\n"

@@ -224,6 +224,9 @@ static const char *const migrations[EM_STORAGE_SCHEMA_VERSION] = {
     "  result    TEXT,"
     "  PRIMARY KEY (batch_id, line)"
     ") WITHOUT ROWID;"
+    /* a batch line's ledger row names its batch */
+    "ALTER TABLE requests ADD COLUMN batch_id TEXT;"
+    "CREATE INDEX requests_by_batch ON requests(batch_id) WHERE batch_id IS NOT NULL;"
     "PRAGMA user_version = 7;",
 };
 

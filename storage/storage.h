@@ -120,6 +120,7 @@ struct em_usage_record {
     int32_t  preemptions;
     char     finish_reason[EM_USAGE_REASON_MAX];  /* "stop", "length", ... or "" */
     char     error[EM_USAGE_ERROR_MAX];           /* "" unless failed */
+    char     batch_id[EM_USAGE_ID_MAX];           /* the batch a batch line belongs to, else "" */
 };
 
 /* Zero rec, mark every duration unknown (-1), class interactive, admitted. */
@@ -513,6 +514,7 @@ typedef enum {
     EM_USAGE_BY_CLASS,
     EM_USAGE_BY_MODEL,
     EM_USAGE_BY_HOUR,       /* UTC hour of received_ms, YYYY-MM-DDTHH:00Z */
+    EM_USAGE_BY_BATCH,      /* the batch a request was a line of ("-" for the others) */
 } em_usage_group_by;
 
 typedef enum {

@@ -119,7 +119,16 @@ static const char *const query_v1 =
     "SELECT r.received_ms,"
     " coalesce(r.finished_ms, r.first_token_ms, r.started_ms, r.received_ms),"
     " r.class, r.model, k.name, r.prompt_tokens, 0, r.completion_tokens,"
-    " r.ttft_ms, r.tpot_mean_ms, r.queue_ms"
+    " r.ttft_ms, r.tpot_mean_ms, r.queue_ms, NULL"
+    " FROM requests r LEFT JOIN api_keys k ON k.id = r.key_id"
+    " WHERE r.received_ms >= ?1 AND r.received_ms < ?2"
+    "  AND (?3 = 0 OR coalesce(r.key_id, 0) = ?4)";
+
+static const char *const query_v7 =   /* + the batch */
+    "SELECT r.received_ms,"
+    " coalesce(r.finished_ms, r.first_token_ms, r.started_ms, r.received_ms),"
+    " r.class, r.model, k.name, r.prompt_tokens, r.cached_tokens, r.completion_tokens,"
+    " r.ttft_ms, r.tpot_mean_ms, r.queue_ms, r.batch_id"
     " FROM requests r LEFT JOIN api_keys k ON k.id = r.key_id"
     " WHERE r.received_ms >= ?1 AND r.received_ms < ?2"
     "  AND (?3 = 0 OR coalesce(r.key_id, 0) = ?4)";
@@ -128,7 +137,7 @@ static const char *const query_v2 =
     "SELECT r.received_ms,"
     " coalesce(r.finished_ms, r.first_token_ms, r.started_ms, r.received_ms),"
     " r.class, r.model, k.name, r.prompt_tokens, r.cached_tokens, r.completion_tokens,"
-    " r.ttft_ms, r.tpot_mean_ms, r.queue_ms"
+    " r.ttft_ms, r.tpot_mean_ms, r.queue_ms, NULL"
     " FROM requests r LEFT JOIN api_keys k ON k.id = r.key_id"
     " WHERE r.received_ms >= ?1 AND r.received_ms < ?2"
     "  AND (?3 = 0 OR coalesce(r.key_id, 0) = ?4)";
@@ -153,7 +162,7 @@ static int read_ledger(const char *path, const em_usage_query *q, accs *g, em_er
         return ret;
     if ((ret = em_sto_user_version(c.db, &v, path, err)))
         goto done;
-    rc = sqlite3_prepare_v2(c.db, v >= 2 ? query_v2 : query_v1, -1, &s, NULL);
+    rc = sqlite3_prepare_v2(c.db, v >= 7 ? query_v7 : v >= 2 ? query_v2 : query_v1, -1, &s, NULL);
     if (rc != SQLITE_OK) {
         ret = em_sto_fail(c.db, rc, path, "reading the ledger", err);
         goto done;
@@ -192,6 +201,11 @@ static int read_ledger(const char *path, const em_usage_query *q, accs *g, em_er
             break;
         case EM_USAGE_BY_DAY:   em_sto_bucket_label(r.received_ms, DAY_MS, label, sizeof label, &bucket_ms); break;
         case EM_USAGE_BY_HOUR:  em_sto_bucket_label(r.received_ms, HOUR_MS, label, sizeof label, &bucket_ms); break;
+        case EM_USAGE_BY_BATCH: {
+            const unsigned char *b = sqlite3_column_text(s, 11);
+            snprintf(label, sizeof label, "%s", b && b[0] ? (const char *)b : "-");
+            break;
+        }
         case EM_USAGE_BY_NONE:  label[0] = 0; break;
         }
         if (acc_add(&g->total, &r)) {
@@ -394,8 +408,8 @@ bad:
 
 int em_storage_group_by_parse(const char *s, em_usage_group_by *out)
 {
-    static const char *const names[] = { "none", "key", "day", "class", "model", "hour" };
-    for (int i = 0; i < 6; i++)
+    static const char *const names[] = { "none", "key", "day", "class", "model", "hour", "batch" };
+    for (int i = 0; i < 7; i++)
         if (s && strcmp(s, names[i]) == 0) {
             *out = (em_usage_group_by)i;
             return 0;

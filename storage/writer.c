@@ -125,9 +125,9 @@ static const char upsert_sql[] =
     "INSERT INTO requests (request_id, key_id, client_addr, class, model,"
     "  received_ms, started_ms, first_token_ms, finished_ms, status,"
     "  prompt_tokens, cached_tokens, completion_tokens, queue_ms, ttft_ms,"
-    "  tpot_mean_ms, tpot_p99_ms, preemptions, finish_reason, error)"
+    "  tpot_mean_ms, tpot_p99_ms, preemptions, finish_reason, error, batch_id)"
     " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15,"
-    "  ?16, ?17, ?18, ?19, ?20)"
+    "  ?16, ?17, ?18, ?19, ?20, ?21)"
     " ON CONFLICT (request_id) DO UPDATE SET"
     "  key_id = coalesce(excluded.key_id, key_id),"
     "  client_addr = coalesce(excluded.client_addr, client_addr),"
@@ -148,7 +148,8 @@ static const char upsert_sql[] =
     "  tpot_p99_ms = coalesce(excluded.tpot_p99_ms, tpot_p99_ms),"
     "  preemptions = excluded.preemptions,"
     "  finish_reason = coalesce(excluded.finish_reason, finish_reason),"
-    "  error = coalesce(excluded.error, error)";
+    "  error = coalesce(excluded.error, error),"
+    "  batch_id = coalesce(excluded.batch_id, batch_id)";
 
 static void bind_record(sqlite3_stmt *s, const em_usage_record *r)
 {
@@ -172,6 +173,7 @@ static void bind_record(sqlite3_stmt *s, const em_usage_record *r)
     sqlite3_bind_int(s, 18, r->preemptions);
     bind_opt_text(s, 19, r->finish_reason);
     bind_opt_text(s, 20, r->error);
+    bind_opt_text(s, 21, r->batch_id);
 }
 
 static int step_done(sqlite3_stmt *s)

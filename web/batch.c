@@ -400,7 +400,7 @@ static void fill(em_web *w, const em_batch_info *b)
         web_new_id(w, chat ? "chatcmpl-" : "cmpl-", f->req_id, sizeof f->req_id);
         json_t *req = json_loads(lines[i].body, 0, NULL);
         em_web_error e = { 0 };
-        if (web_openai_start(w, req, chat, &auth, "batch", f->req_id, 1, &f->a, &e)) {
+        if (web_openai_start(w, req, chat, &auth, "batch", f->req_id, b->id, &f->a, &e)) {
             char *res = refused_line(w, &lines[i], &e);
             record(w, b->id, lines[i].line, 0, res);
             free(res);

@@ -93,11 +93,12 @@ static int refuse(em_gen *g, em_usage_status st, const em_web_error *e)
 }
 
 void em_gen_refused(em_web *w, const char *request_id, const em_web_auth *auth, const char *client_addr,
-                    em_class cls, const em_web_error *e)
+                    em_class cls, const char *batch_id, const em_web_error *e)
 {
     em_usage_record r;
     em_usage_record_init(&r);
     snprintf(r.request_id, sizeof r.request_id, "%s", request_id);
+    snprintf(r.batch_id, sizeof r.batch_id, "%s", batch_id ? batch_id : "");
     snprintf(r.client_addr, sizeof r.client_addr, "%s", client_addr ? client_addr : "");
     snprintf(r.model, sizeof r.model, "%s", w->model_id);
     r.key_id = auth ? auth->key_id : 0;
@@ -156,6 +157,7 @@ int em_gen_start(em_web *w, const em_gen_params *p, em_gen **out, em_web_error *
     g->n = p->n ? p->n : 1;
     em_usage_record_init(&g->rec);
     snprintf(g->rec.request_id, sizeof g->rec.request_id, "%s", p->request_id);
+    snprintf(g->rec.batch_id, sizeof g->rec.batch_id, "%s", p->batch_id ? p->batch_id : "");
     snprintf(g->rec.client_addr, sizeof g->rec.client_addr, "%s", p->client_addr ? p->client_addr : "");
     snprintf(g->rec.model, sizeof g->rec.model, "%s", w->model_id);
     g->rec.key_id = p->auth ? p->auth->key_id : 0;

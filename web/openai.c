@@ -614,13 +614,15 @@ void web_new_id(em_web *w, const char *prefix, char *out, size_t cap)
 
 /* Check a completions body and start it: see web_int.h. */
 int web_openai_start(em_web *w, json_t *req, int chat, const em_web_auth *auth, const char *addr, const char *id,
-                     int background, api_req **out, em_web_error *e)
+                     const char *batch_id, api_req **out, em_web_error *e)
 {
     api_req *a = NULL;
     json_t *msgs = NULL;
     int started = 0;   /* em_gen_start wrote the ledger row itself */
     *out = NULL;
-    em_gen_params gp = { .n = 1, .max_tokens = -1, .auth = auth, .client_addr = addr, .request_id = id };
+    em_gen_params gp = { .n = 1, .max_tokens = -1, .auth = auth, .client_addr = addr, .request_id = id,
+                         .batch_id = batch_id };
+    int background = batch_id != NULL;
     if (!json_is_object(req)) {
         em_web_fail(e, 400, "invalid_request_error", NULL, NULL, "the request body must be a JSON object");
         goto fail;
@@ -711,7 +713,7 @@ int web_openai_start(em_web *w, json_t *req, int chat, const em_web_auth *auth, 
     return 0;
 fail:
     if (!started)
-        em_gen_refused(w, id, auth, addr, gp.cls, e);
+        em_gen_refused(w, id, auth, addr, gp.cls, batch_id, e);
     api_free(a);
     json_decref(msgs);
     return -1;
@@ -728,7 +730,7 @@ static void completions(web_conn *c, int chat)
     web_new_id(w, chat ? "chatcmpl-" : "cmpl-", id, sizeof id);
     snprintf(c->rid, sizeof c->rid, "%s", id);   /* for the log lines of this request */
     if (web_auth(w, c, &auth, &e) || web_rate_check(w, &auth, &e)) {
-        em_gen_refused(w, id, e.status == 401 ? NULL : &auth, c->addr, EM_CLASS_INTERACTIVE, &e);
+        em_gen_refused(w, id, e.status == 401 ? NULL : &auth, c->addr, EM_CLASS_INTERACTIVE, NULL, &e);
         goto fail;
     }
     json_error_t je;
@@ -736,10 +738,10 @@ static void completions(web_conn *c, int chat)
     if (!req) {
         em_web_fail(&e, 400, "invalid_request_error", NULL, NULL, "We could not parse the JSON body of your "
                     "request: %s (line %d, column %d).", je.text, je.line, je.column);
-        em_gen_refused(w, id, &auth, c->addr, EM_CLASS_INTERACTIVE, &e);
+        em_gen_refused(w, id, &auth, c->addr, EM_CLASS_INTERACTIVE, NULL, &e);
         goto fail;
     }
-    if (web_openai_start(w, req, chat, &auth, c->addr, id, 0, &a, &e))
+    if (web_openai_start(w, req, chat, &auth, c->addr, id, NULL, &a, &e))
         goto fail;
     c->api = a;
     web_live_add(c);

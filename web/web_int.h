@@ -141,12 +141,13 @@ void     web_batch_metrics(em_web *w, em_buf *b);
 /* ---- openai.c: one completions request, apart from its connection ---------- */
 
 /* Check a /v1/chat/completions (chat) or /v1/completions body req
- * (borrowed) of auth and start it (background: in the background class,
- * and it may not stream — the batch runner's lines): 0 with *out the
+ * (borrowed) of auth and start it (batch_id non-NULL: a line of that batch,
+ * in the background class, named in its ledger row, and it may not
+ * stream); 0 with *out the
  * caller's (web_openai_free), or -1 with e filled and the ledger row
  * written. id names the request (ledger, response). */
 int     web_openai_start(em_web *w, json_t *req, int chat, const em_web_auth *auth, const char *addr, const char *id,
-                         int background, struct api_req **out, em_web_error *e);
+                         const char *batch_id, struct api_req **out, em_web_error *e);
 /* Take what the generation produced into the whole answer: 1 once done. */
 int     web_openai_collect(struct api_req *a);
 /* The whole response once done: the chat.completion / text_completion
@@ -292,6 +293,7 @@ typedef struct {
     const em_web_auth *auth;
     const char   *client_addr;
     const char   *request_id;      /* for the ledger */
+    const char   *batch_id;        /* the ledger row's batch (a batch line), or NULL */
     const char   *param_name;      /* "messages" or "prompt", for errors */
 } em_gen_params;
 
@@ -303,7 +305,7 @@ int  em_gen_start(em_web *w, const em_gen_params *p, em_gen **out, em_web_error 
 /* The ledger row of a generation request refused before em_gen_start
  * (bad body, auth, rate limit): rejected for 401/403/429/503, else failed. */
 void em_gen_refused(em_web *w, const char *request_id, const em_web_auth *auth, const char *client_addr,
-                    em_class cls, const em_web_error *e);
+                    em_class cls, const char *batch_id, const em_web_error *e);
 
 /* Move what the scheduler produced into the choices' text: appends each
  * choice's new text to delta[i] (caller's buffers, n of them). Returns 1

@@ -638,7 +638,7 @@ static void ws_chat_start(ws_chat *c, json_t *m, const json_t *id)
 done:
     if (e.status) {   /* refused: a ledger row, as over HTTP, and the error */
         if (!started)
-            em_gen_refused(w, rid, e.status == 401 ? NULL : &c->auth, c->addr, gp.cls, &e);
+            em_gen_refused(w, rid, e.status == 401 ? NULL : &c->auth, c->addr, gp.cls, NULL, &e);
         ws_error_web(c, id, &e);
     }
     req_free(r);

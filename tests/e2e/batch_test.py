@@ -5,6 +5,8 @@
 #    files.content: 200 greedy /v1/completions requests complete, each
 #    custom_id once in the output file, each answer identical to the same
 #    request sent alone; the counts and times in OpenAI's shape;
+#  - every line is a ledger row naming its batch; `ember usage --group-by
+#    batch` sums the job;
 #  - a line refused when it runs (a bad parameter) lands in the error file
 #    with its status and counts as failed;
 #  - validation: a file with bad lines fails the batch before any work, with
@@ -18,11 +20,12 @@
 import io
 import json
 import re
+import subprocess
 import sys
 import time
 
 sys.path.insert(0, __file__.rsplit('/', 1)[0])
-from serve_util import Server, shared_model  # noqa: E402
+from serve_util import EMBER, Server, shared_model  # noqa: E402
 
 import openai  # noqa: E402
 
@@ -74,6 +77,18 @@ try:
         assert got['object'] == 'text_completion' and got['choices'][0]['text'] == alone.choices[0].text, (o, alone)
         assert got['usage']['completion_tokens'] == alone.usage.completion_tokens
     assert alice.files.retrieve(done.output_file_id).purpose == 'batch_output'
+    # every line a ledger row with its batch; `ember usage --group-by batch` sums the job
+    for _ in range(100):
+        rows = srv.ledger('SELECT status, class, completion_tokens FROM requests WHERE batch_id = \'%s\'' % b.id)
+        if len(rows) == 200 and all(r['status'] == 'completed' for r in rows):
+            break
+        time.sleep(0.1)
+    assert len(rows) == 200 and all(r['class'] == 'background' and r['status'] == 'completed' for r in rows), rows[:3]
+    tokens = sum(r['completion_tokens'] for r in rows)
+    use = subprocess.run([EMBER, 'usage', '--group-by', 'batch', '--format', 'json', '--db', srv.db],
+                         capture_output=True, text=True, timeout=60)
+    groups = {g['group']: g for g in json.loads(use.stdout)['groups']}
+    assert groups[b.id]['requests'] == 200 and groups[b.id]['completion_tokens'] == tokens, (use.stdout, tokens)
 
     # a line refused as it runs: the error file, counted failed
     mixed = [{'custom_id': 'ok-1', 'method': 'POST', 'url': '/v1/completions',
