@@ -14,11 +14,13 @@
 #  - batches belong to their key (another gets 404), and list in pages;
 #  - /metrics shows a running batch's counts and the lines run;
 #  - cancel: a running batch stops, keeps what finished, ends cancelled;
+#  - `ember batch` submit --wait, status, results, list, cancel;
 #  - SIGKILL of the server mid-batch, three times: after each restart the
 #    batch goes on, and in the end every line is in the output exactly once
 #    and as it is alone.
 import io
 import json
+import os
 import re
 import subprocess
 import sys
@@ -168,6 +170,31 @@ try:
         raise AssertionError('a completed batch was cancelled')
     except openai.ConflictError:
         pass
+    # `ember batch`: submit --wait, status, results, list, cancel, a refused file
+    def cli(*args):
+        return subprocess.run([EMBER, 'batch'] + list(args) + ['--url', srv.base, '--api-key', srv.keys['alice']],
+                              capture_output=True, text=True, timeout=600)
+    path = os.path.join(srv.dir, 'cli.jsonl')
+    open(path, 'wb').write(jsonl(reqs[:10]))
+    sub = cli('submit', path, '--wait')
+    assert sub.returncode == 0, (sub.returncode, sub.stderr)
+    cid = sub.stdout.split('\n')[0]
+    assert cid.startswith('batch_') and ' completed  10/10 done, 0 failed' in sub.stdout, sub.stdout
+    assert '[##############################] 10/10 completed' in sub.stderr, sub.stderr
+    res = cli('results', cid)
+    assert res.returncode == 0 and sorted(json.loads(ln)['custom_id'] for ln in res.stdout.splitlines()) == \
+        [r['custom_id'] for r in reqs[:10]], res
+    assert cli('results', cid, '--errors').stdout == ''
+    st = cli('status', cid)
+    assert st.returncode == 0 and st.stdout.startswith(cid + '  completed'), st
+    assert cid in cli('list').stdout
+    cc = cli('cancel', cid)
+    assert cc.returncode == 1 and '409' in cc.stderr and 'completed' in cc.stderr, cc
+    open(path, 'wb').write(jsonl(bad[:2]))
+    refused = cli('submit', path)
+    assert refused.returncode == 1 and 'line 2: duplicate_custom_id' in refused.stdout, refused
+    gone = cli('status', 'batch_000000000000000000000000')
+    assert gone.returncode == 1 and '404' in gone.stderr, gone
     print('batch: 200 lines in %.1f s (%.0f lines/s), identical to alone; validation, errors, cancel (%d of 60 kept)'
           % (dt, 200 / dt, c.request_counts.completed))
 finally:
