@@ -41,7 +41,7 @@ static const char usage[] =
     "                   [--max-queued-background N] [--step-tokens N] [--bg-step-ms MS]\n"
     "                   [--aging-ms MS] [--no-prefix-cache] [--max-ws-message BYTES] [--max-body BYTES]\n"
     "                   [--max-upload BYTES]\n"
-    "                   [--no-store-content] [--retention-days N] [--log-level error|warn|info|debug]\n"
+    "                   [--no-store-content] [--retention-days N] [--response-cache-mb N] [--log-level error|warn|info|debug]\n"
     "                   [--log-format plain|json] [--log-content] [--verbose]\n"
     "  Every setting can also come from the INI file given with --config (firmware/ember.conf\n"
     "  documents each key, docs/config.md); flags win over the file. --print-config prints the\n"
@@ -357,6 +357,7 @@ int em_cmd_serve(int argc, char **argv)
     wo.max_ws_message = (size_t)em_config_int(cfg, EM_CFG_MAX_WS_MESSAGE);
     wo.max_body = (size_t)em_config_int(cfg, EM_CFG_MAX_BODY);
     wo.max_upload = (size_t)em_config_int(cfg, EM_CFG_MAX_UPLOAD);
+    wo.response_cache_bytes = (int64_t)em_config_int(cfg, EM_CFG_RESPONSE_CACHE_MB) << 20;
     wo.ping_s = em_config_float(cfg, EM_CFG_PING_S);
     wo.on_reload = em_config_serve_reload;
     wo.reload_ctx = &rctx;

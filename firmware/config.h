@@ -54,6 +54,7 @@
     X(DB, "storage", "db", STR, 0, 0, NULL, "--db", 0, "ember.db")                                    \
     X(STORE_CONTENT, "storage", "store_content", BOOL, 0, 0, NULL, "--no-store-content", 0, "true")   \
     X(RETENTION_DAYS, "storage", "retention_days", INT, 0, 36500, NULL, "--retention-days", 0, "0")   \
+    X(RESPONSE_CACHE_MB, "storage", "response_cache_mb", INT, 0, 1 << 20, NULL, "--response-cache-mb", 0, "0") \
     X(LOG_LEVEL, "log", "log_level", ENUM, 0, 0, "error|warn|info|debug", "--log-level", 1, "info")       \
     X(LOG_FORMAT, "log", "log_format", ENUM, 0, 0, "plain|json", "--log-format", 1, "plain")              \
     X(LOG_CONTENT, "log", "log_content", BOOL, 0, 0, NULL, "--log-content", 1, "false")

@@ -227,6 +227,20 @@ static const char *const migrations[EM_STORAGE_SCHEMA_VERSION] = {
     /* a batch line's ledger row names its batch */
     "ALTER TABLE requests ADD COLUMN batch_id TEXT;"
     "CREATE INDEX requests_by_batch ON requests(batch_id) WHERE batch_id IS NOT NULL;"
+    /* the response cache (storage/cache.c): deterministic answers by the
+     * hash of everything that shapes them; a request answered from it is
+     * marked in its ledger row and costs no tokens */
+    "ALTER TABLE requests ADD COLUMN response_cached INTEGER NOT NULL DEFAULT 0;"
+    "CREATE TABLE response_cache ("
+    "  key          BLOB    PRIMARY KEY,"
+    "  model        TEXT    NOT NULL,"
+    "  body         TEXT    NOT NULL,"
+    "  bytes        INTEGER NOT NULL,"
+    "  created_ms   INTEGER NOT NULL,"
+    "  last_used_ms INTEGER NOT NULL,"
+    "  hits         INTEGER NOT NULL DEFAULT 0"
+    ");"
+    "CREATE INDEX response_cache_lru ON response_cache(last_used_ms);"
     "PRAGMA user_version = 7;",
 };
 

@@ -121,6 +121,7 @@ struct em_usage_record {
     char     finish_reason[EM_USAGE_REASON_MAX];  /* "stop", "length", ... or "" */
     char     error[EM_USAGE_ERROR_MAX];           /* "" unless failed */
     char     batch_id[EM_USAGE_ID_MAX];           /* the batch a batch line belongs to, else "" */
+    int      response_cached;                     /* 1: answered from the response cache (no tokens run) */
 };
 
 /* Zero rec, mark every duration unknown (-1), class interactive, admitted. */
@@ -362,6 +363,27 @@ int em_storage_file_list(em_storage *st, int64_t key_id, const char *purpose, co
 int em_storage_file_read(em_storage *st, int64_t key_id, const char *id, char **data, size_t *n, em_err *err);
 /* Delete a file: its row, then its bytes. */
 int em_storage_file_delete(em_storage *st, int64_t key_id, const char *id, em_err *err);
+
+/* ---- the response cache (docs/api.md "The response cache") ---------------------
+ * Whole responses of deterministic requests by a 32-byte key (the hash of
+ * everything that shapes the answer, computed by the web layer), for one
+ * model fingerprint: rows of another are removed by
+ * em_storage_cache_retain. Bounded by bytes: a put evicts the least
+ * recently used rows past max_bytes. */
+#define EM_STORAGE_CACHE_KEY 32
+
+/* 0 with *body (malloc'd, NUL-terminated, *len bytes) and the row marked
+ * used; EM_ENOENT on a miss. */
+int em_storage_cache_get(em_storage *st, const unsigned char *key, const char *model, char **body, size_t *len,
+                         em_err *err);
+/* Store (or replace) a row; then evict the least recently used rows while the
+ * cache holds more than max_bytes (*evicted: how many, may be NULL). */
+int em_storage_cache_put(em_storage *st, const unsigned char *key, const char *model, const char *body, size_t len,
+                         int64_t max_bytes, uint64_t *evicted, em_err *err);
+/* Remove the rows of every model but this one (*removed: how many). */
+int em_storage_cache_retain(em_storage *st, const char *model, uint64_t *removed, em_err *err);
+/* Rows and bytes held. */
+int em_storage_cache_size(em_storage *st, int64_t *rows, int64_t *bytes, em_err *err);
 
 /* ---- batches (the Batch API, docs/api.md "Batches") -----------------------------
  * A batch's row holds OpenAI's object (status, counts, times, files); its

@@ -60,6 +60,14 @@ enum {
     EM_STMT_BATCH_LINE_DONE,
     EM_STMT_BATCH_COUNT_DONE,
     EM_STMT_BATCH_BUMP,
+    /* ops connection: the response cache (cache.c) */
+    EM_STMT_CACHE_GET,
+    EM_STMT_CACHE_TOUCH,
+    EM_STMT_CACHE_PUT,
+    EM_STMT_CACHE_TOTAL,
+    EM_STMT_CACHE_EVICT,
+    EM_STMT_CACHE_CLEAR,
+    EM_STMT_CACHE_SIZE,
     EM_STMT_BATCH_ACTIVE,
     EM_STMT_BATCH_RESULTS,
     /* ops connection: maintenance */

@@ -125,9 +125,9 @@ static const char upsert_sql[] =
     "INSERT INTO requests (request_id, key_id, client_addr, class, model,"
     "  received_ms, started_ms, first_token_ms, finished_ms, status,"
     "  prompt_tokens, cached_tokens, completion_tokens, queue_ms, ttft_ms,"
-    "  tpot_mean_ms, tpot_p99_ms, preemptions, finish_reason, error, batch_id)"
+    "  tpot_mean_ms, tpot_p99_ms, preemptions, finish_reason, error, batch_id, response_cached)"
     " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15,"
-    "  ?16, ?17, ?18, ?19, ?20, ?21)"
+    "  ?16, ?17, ?18, ?19, ?20, ?21, ?22)"
     " ON CONFLICT (request_id) DO UPDATE SET"
     "  key_id = coalesce(excluded.key_id, key_id),"
     "  client_addr = coalesce(excluded.client_addr, client_addr),"
@@ -149,7 +149,8 @@ static const char upsert_sql[] =
     "  preemptions = excluded.preemptions,"
     "  finish_reason = coalesce(excluded.finish_reason, finish_reason),"
     "  error = coalesce(excluded.error, error),"
-    "  batch_id = coalesce(excluded.batch_id, batch_id)";
+    "  batch_id = coalesce(excluded.batch_id, batch_id),"
+    "  response_cached = excluded.response_cached";
 
 static void bind_record(sqlite3_stmt *s, const em_usage_record *r)
 {
@@ -174,6 +175,7 @@ static void bind_record(sqlite3_stmt *s, const em_usage_record *r)
     bind_opt_text(s, 19, r->finish_reason);
     bind_opt_text(s, 20, r->error);
     bind_opt_text(s, 21, r->batch_id);
+    sqlite3_bind_int(s, 22, r->response_cached != 0);
 }
 
 static int step_done(sqlite3_stmt *s)

@@ -82,6 +82,26 @@ static void ledger(em_web *w, const em_usage_record *r)
         em_storage_submit(w->o.storage, r);
 }
 
+void em_gen_cached(em_web *w, const char *request_id, const em_web_auth *auth, const char *client_addr, em_class cls,
+                   const char *batch_id, const char *finish_reason, double server_ms)
+{
+    em_usage_record r;
+    em_usage_record_init(&r);
+    snprintf(r.request_id, sizeof r.request_id, "%s", request_id);
+    snprintf(r.batch_id, sizeof r.batch_id, "%s", batch_id ? batch_id : "");
+    snprintf(r.client_addr, sizeof r.client_addr, "%s", client_addr ? client_addr : "");
+    snprintf(r.model, sizeof r.model, "%s", w->model_id);
+    snprintf(r.finish_reason, sizeof r.finish_reason, "%s", finish_reason ? finish_reason : "");
+    r.key_id = auth ? auth->key_id : 0;
+    r.cls = cls == EM_CLASS_BACKGROUND ? EM_USAGE_BACKGROUND : EM_USAGE_INTERACTIVE;
+    r.received_ms = r.started_ms = r.first_token_ms = r.finished_ms = epoch_ms();
+    r.status = EM_USAGE_COMPLETED;
+    r.response_cached = 1;   /* no tokens ran: none are counted */
+    r.queue_ms = 0;
+    r.ttft_ms = server_ms;   /* what answering took: the lookup */
+    ledger(w, &r);
+}
+
 /* The final row of a request that never reached the scheduler. */
 static int refuse(em_gen *g, em_usage_status st, const em_web_error *e)
 {

@@ -322,6 +322,22 @@ static void metrics(web_conn *c)
            "Tokens drafted by speculative decoding (prompt lookup or the draft model) and checked by the model.",
            st.spec_drafted);
     web_batch_metrics(w, &t.b);
+    scalar(&t, "ember_response_cache_hits_total", "counter",
+           "Requests answered from the response cache (deterministic, asked before).", w->cache_hits);
+    scalar(&t, "ember_response_cache_misses_total", "counter",
+           "Deterministic requests the response cache did not hold.", w->cache_misses);
+    scalar(&t, "ember_response_cache_stores_total", "counter", "Answers the response cache kept.", w->cache_stores);
+    scalar(&t, "ember_response_cache_evictions_total", "counter",
+           "Answers the response cache let go, least recently used first, to stay within its bound.",
+           w->cache_evictions);
+    int64_t c_rows = 0, c_bytes = 0;
+    em_err cerr = { 0 };
+    if (w->o.storage)
+        em_storage_cache_size(w->o.storage, &c_rows, &c_bytes, &cerr);
+    scalar(&t, "ember_response_cache_entries", "gauge", "Answers the response cache holds.",
+           (unsigned long long)c_rows);
+    scalar(&t, "ember_response_cache_bytes", "gauge", "Bytes of the answers the response cache holds.",
+           (unsigned long long)c_bytes);
     scalar(&t, "ember_speculative_accepted_tokens_total", "counter",
            "Drafted tokens the model accepted (each saved a step).", st.spec_accepted);
     scalar(&t, "ember_tokens_chosen_on_device_total", "counter",

@@ -15,6 +15,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <sodium.h>
+
+#include "core/log.h"
+#include "core/model.h"
 #include "web/web_int.h"
 
 #define BACKLOG_MAX (256 * 1024)   /* a slow reader: stop pulling events past this */
@@ -32,12 +36,18 @@ typedef struct api_req {
     int         drain_stopped;     /* cancelled because the drain's time was up */
     json_t     *lp_all[EM_GEN_MAX_N];   /* every entry so far (plain responses) */
     size_t      text_off[EM_GEN_MAX_N]; /* completions' text_offset of the next token */
+    /* the response cache: a hit's whole response (no generation), or a
+     * miss to store once done */
+    char       *cached;
+    int         store;
+    unsigned char key[EM_STORAGE_CACHE_KEY];
 } api_req;
 
 static void api_free(api_req *a)
 {
     if (!a)
         return;
+    free(a->cached);
     for (uint32_t i = 0; i < EM_GEN_MAX_N; i++)
         json_decref(a->lp_all[i]);
     em_gen_destroy(a->gen);
@@ -460,6 +470,20 @@ static void stream_choice(web_conn *c, api_req *a, uint32_t i, int done)
     em_buf_reset(&a->delta[i]);
 }
 
+/* A stored answer: its id and time those of this request, marked cached. */
+static json_t *cached_whole(const api_req *a)
+{
+    json_t *j = json_loads(a->cached, 0, NULL);
+    if (!j)
+        return NULL;
+    json_object_set_new(j, "id", json_string(a->id));
+    json_object_set_new(j, "created", json_integer((json_int_t)a->created));
+    json_t *u = json_object_get(j, "usage");
+    if (json_is_object(u))
+        json_object_set_new(u, "cached_response", json_true());
+    return j;
+}
+
 /* A plain response's part of a pump: the new text and logprob entries onto
  * the whole answer's. */
 static void collect_deltas(api_req *a, uint32_t n)
@@ -479,6 +503,17 @@ static void collect_deltas(api_req *a, uint32_t n)
 
 json_t *web_openai_whole(em_web *w, api_req *a, int *status)
 {
+    if (a->cached) {
+        json_t *j = cached_whole(a);
+        if (j) {
+            *status = 200;
+            return j;
+        }
+        em_web_error e = { 0 };
+        em_web_fail(&e, 500, "server_error", NULL, NULL, "a cached answer does not read back");
+        *status = 500;
+        return em_web_error_json(&e);
+    }
     const char *err = em_gen_error(a->gen);
     if (err) {
         em_web_error e = { 0 };
@@ -503,6 +538,24 @@ json_t *web_openai_whole(em_web *w, api_req *a, int *status)
     json_object_set_new(j, "choices", choices);
     json_object_set_new(j, "usage", usage_json(a));
     *status = 200;
+    int whole = 1;   /* only complete answers are kept: not one the drain or a cancel cut */
+    for (uint32_t i = 0; i < em_gen_n(a->gen); i++)
+        whole &= strcmp(em_gen_finish_reason(a->gen, i), "stop") == 0 ||
+                 strcmp(em_gen_finish_reason(a->gen, i), "length") == 0;
+    if (a->store && whole && w->o.storage) {
+        char *text = json_dumps(j, JSON_COMPACT);
+        uint64_t evicted = 0;
+        em_err e2 = { 0 };
+        if (text && em_storage_cache_put(w->o.storage, a->key, w->cache_model, text, strlen(text),
+                                         w->o.response_cache_bytes, &evicted, &e2) == 0) {
+            w->cache_stores++;
+            w->cache_evictions += evicted;
+        } else if (text) {
+            em_log(EM_LOG_WARN, a->id, "the response cache could not keep this answer: %s", e2.msg);
+        }
+        free(text);
+        a->store = 0;
+    }
     return j;
 }
 
@@ -516,6 +569,8 @@ static void respond_whole(web_conn *c, api_req *a)
 
 int web_openai_collect(api_req *a)
 {
+    if (a->cached)
+        return 1;
     int all = em_gen_pump(a->gen, a->delta);
     collect_deltas(a, em_gen_n(a->gen));
     return all;
@@ -530,6 +585,95 @@ void web_openai_cancel(api_req *a)
 {
     if (a && a->gen)
         em_gen_cancel(a->gen);
+}
+
+/* ---- the response cache ------------------------------------------------------ */
+
+void web_cache_open(em_web *w)
+{
+    const em_hparams *hp = w->o.model ? em_model_hparams(w->o.model) : NULL;
+    snprintf(w->cache_model, sizeof w->cache_model, "%s|%llu|%llu|%u", w->model_id,
+             w->o.model ? (unsigned long long)em_model_weight_bytes(w->o.model) : 0ull,
+             w->o.model ? (unsigned long long)em_model_n_params(w->o.model) : 0ull, hp ? hp->n_vocab : 0);
+    uint64_t gone = 0;
+    em_err err = { 0 };
+    if (w->o.storage && em_storage_cache_retain(w->o.storage, w->cache_model, &gone, &err) == 0 && gone)
+        em_log(EM_LOG_INFO, NULL, "serve: the response cache dropped %llu answers of another model",
+               (unsigned long long)gone);
+}
+
+/* The key of a request: everything that shapes its answer — the model, the
+ * endpoint and the body less what does not (stream, stream_options, user,
+ * cache, priority, model: the server's own) — through BLAKE2b-256. */
+static void cache_key(const em_web *w, const json_t *req, int chat, unsigned char *key)
+{
+    json_t *c = json_deep_copy(req);
+    static const char *const drop[] = { "stream", "stream_options", "user", "cache", "priority", "model" };
+    for (size_t i = 0; i < sizeof drop / sizeof drop[0]; i++)
+        json_object_del(c, drop[i]);
+    char *text = json_dumps(c, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(c);
+    crypto_generichash_state st;
+    crypto_generichash_init(&st, NULL, 0, EM_STORAGE_CACHE_KEY);
+    crypto_generichash_update(&st, (const unsigned char *)"ember-response-cache-v1", 24);
+    crypto_generichash_update(&st, (const unsigned char *)w->cache_model, strlen(w->cache_model) + 1);
+    crypto_generichash_update(&st, (const unsigned char *)(chat ? "chat" : "completions"), chat ? 5 : 12);
+    if (text)
+        crypto_generichash_update(&st, (const unsigned char *)text, strlen(text));
+    crypto_generichash_final(&st, key, EM_STORAGE_CACHE_KEY);
+    free(text);
+}
+
+
+/* A cached answer to c: whole, or as the stream its request asked for (one
+ * chunk of each choice's text, one with its finish_reason, the usage if
+ * asked, [DONE]). */
+static void respond_cached(web_conn *c, api_req *a)
+{
+    int status;
+    json_t *j = web_openai_whole(c->w, a, &status);
+    if (!a->stream || status != 200) {
+        web_respond_json(c, status, j);
+        json_decref(j);
+        return;
+    }
+    web_stream_begin(c, 200, "text/event-stream");
+    size_t i;
+    json_t *ch;
+    json_array_foreach(json_object_get(j, "choices"), i, ch) {
+        for (int last = 0; last < 2; last++) {
+            json_t *env = envelope(a, c->w, a->chat ? "chat.completion.chunk" : "text_completion"), *one;
+            json_t *fr = last ? json_incref(json_object_get(ch, "finish_reason")) : json_null();
+            json_t *lp = last ? json_null() : json_incref(json_object_get(ch, "logprobs"));
+            if (a->chat) {
+                json_t *msg = json_object_get(ch, "message");
+                json_t *delta = last ? json_object()
+                                     : json_pack("{s:s, s:O}", "role", "assistant", "content",
+                                                 json_object_get(msg, "content"));
+                one = json_pack("{s:I, s:o, s:o, s:o}", "index", (json_int_t)i, "delta", delta, "logprobs", lp,
+                                "finish_reason", fr);
+            } else {
+                one = json_pack("{s:s, s:I, s:o, s:o}", "text",
+                                last ? "" : json_string_value(json_object_get(ch, "text")), "index", (json_int_t)i,
+                                "logprobs", lp, "finish_reason", fr);
+            }
+            json_object_set_new(env, "choices", json_pack("[o]", one));
+            if (a->include_usage)
+                json_object_set_new(env, "usage", json_null());
+            sse_send(c, env);
+            json_decref(env);
+        }
+    }
+    if (a->include_usage) {
+        json_t *env = envelope(a, c->w, a->chat ? "chat.completion.chunk" : "text_completion");
+        json_object_set_new(env, "choices", json_array());
+        json_object_set(env, "usage", json_object_get(j, "usage"));
+        sse_send(c, env);
+        json_decref(env);
+    }
+    json_decref(j);
+    web_stream_write(c, "data: [DONE]\n\n", 14);
+    web_stream_end(c);
 }
 
 void web_openai_pump(web_conn *c)
@@ -694,6 +838,11 @@ int web_openai_start(em_web *w, json_t *req, int chat, const em_web_auth *auth, 
         gp.prompt_len = json_string_length(p);
         gp.param_name = "prompt";
     }
+    json_t *cv = json_object_get(req, "cache");
+    if (cv && !json_is_boolean(cv)) {
+        em_web_fail(e, 400, "invalid_request_error", NULL, "cache", "'cache' must be true or false");
+        goto fail;
+    }
     a = calloc(1, sizeof *a);
     if (!a) {
         em_web_fail(e, 500, "server_error", NULL, NULL, "out of memory");
@@ -705,6 +854,30 @@ int web_openai_start(em_web *w, json_t *req, int chat, const em_web_auth *auth, 
     a->auth = *auth;
     a->created = (int64_t)time(NULL);
     snprintf(a->id, sizeof a->id, "%s", id);
+    /* deterministic (greedy, or a seed given) and not refused: the cache */
+    if (w->o.storage && w->o.response_cache_bytes > 0 && !json_is_false(cv) &&
+        (gp.sample.temp == 0 || gp.sample.top_k == 1 || json_object_get(req, "seed"))) {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        cache_key(w, req, chat, a->key);
+        size_t len = 0;
+        em_err ce = { 0 };
+        if (em_storage_cache_get(w->o.storage, a->key, w->cache_model, &a->cached, &len, &ce) == 0) {
+            json_t *j = json_loads(a->cached, 0, NULL);
+            const char *fr = json_string_value(json_object_get(json_array_get(json_object_get(j, "choices"), 0),
+                                                               "finish_reason"));
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+            w->cache_hits++;
+            em_gen_cached(w, id, auth, addr, gp.cls, batch_id, fr, ms);
+            json_decref(j);
+            json_decref(msgs);
+            *out = a;
+            return 0;
+        }
+        a->store = !stream;   /* a streamed answer is not kept whole: a plain one is */
+        w->cache_misses++;
+    }
     started = 1;
     if (em_gen_start(w, &gp, &a->gen, e))
         goto fail;
@@ -743,6 +916,12 @@ static void completions(web_conn *c, int chat)
     }
     if (web_openai_start(w, req, chat, &auth, c->addr, id, NULL, &a, &e))
         goto fail;
+    if (a->cached) {   /* from the response cache: the whole answer now */
+        respond_cached(c, a);
+        api_free(a);
+        json_decref(req);
+        return;
+    }
     c->api = a;
     web_live_add(c);
     if (a->stream)

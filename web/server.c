@@ -537,6 +537,7 @@ void em_web_opts_init(em_web_opts *o)
     o->port = 8080;
     o->max_body = 4u << 20;
     o->max_upload = 64u << 20;
+    o->response_cache_bytes = 0;
     o->max_ws_message = 1u << 20;
     o->max_conns_per_addr = 64;
     o->max_connections = 1024;
@@ -631,6 +632,7 @@ int em_web_create(const em_web_opts *o, em_web **out, em_err *err)
         goto fail;
     }
     w->port = lws_get_vhost_listen_port(w->vhost);
+    web_cache_open(w);   /* openai.c: the response cache's model fingerprint */
     if (web_batch_create(w) || web_util_start(w)) {   /* batch.c; utilization.c: busy time per hour */
         rc = em_err_set(err, EM_ENOMEM, "serve: out of memory");
         goto fail;

@@ -60,6 +60,7 @@ typedef struct {
     int         require_key;        /* loopback clients need a key too */
     size_t      max_body;           /* request body bytes (413 past it) */
     size_t      max_upload;         /* a POST /v1/files body's bytes (413 past it; default 64 MiB) */
+    int64_t     response_cache_bytes;   /* the response cache's bound; 0 (the default): off */
     size_t      max_ws_message;     /* WebSocket message bytes (close 1009 past it) */
     uint32_t    max_conns_per_addr; /* connections from one client address */
     uint32_t    max_connections;    /* in all */

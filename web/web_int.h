@@ -154,6 +154,8 @@ int     web_openai_collect(struct api_req *a);
  * object (*status 200) or the error's (*status its HTTP status). New reference. */
 json_t *web_openai_whole(em_web *w, struct api_req *a, int *status);
 void    web_openai_cancel(struct api_req *a);
+/* The response cache's model fingerprint, and its rows of other models dropped. */
+void    web_cache_open(em_web *w);
 void    web_openai_free(struct api_req *a);   /* accepts NULL */
 
 /* ---- multipart/form-data (multipart.c) ---------------------------------- */
@@ -186,6 +188,9 @@ struct em_web {
     em_web_opts          o;
     char                *host, *model_id, *device;
     web_batches         *batches;       /* batch.c: the Batch API's runner */
+    /* openai.c: the response cache (service thread only) */
+    char                 cache_model[200];   /* the model's fingerprint: rows of another are dropped */
+    uint64_t             cache_hits, cache_misses, cache_stores, cache_evictions;
     struct lws_context  *ctx;
     struct lws_vhost    *vhost;
     int                  port;
@@ -306,6 +311,10 @@ int  em_gen_start(em_web *w, const em_gen_params *p, em_gen **out, em_web_error 
  * (bad body, auth, rate limit): rejected for 401/403/429/503, else failed. */
 void em_gen_refused(em_web *w, const char *request_id, const em_web_auth *auth, const char *client_addr,
                     em_class cls, const char *batch_id, const em_web_error *e);
+/* The ledger row of a request answered from the response cache: completed,
+ * response_cached, no tokens, server_ms (the lookup) as its TTFT. */
+void em_gen_cached(em_web *w, const char *request_id, const em_web_auth *auth, const char *client_addr, em_class cls,
+                   const char *batch_id, const char *finish_reason, double server_ms);
 
 /* Move what the scheduler produced into the choices' text: appends each
  * choice's new text to delta[i] (caller's buffers, n of them). Returns 1

@@ -212,7 +212,13 @@ FAMILIES = {
     'ember_selftest_passed': ('gauge', set()),
     'ember_selftest_nmse': ('gauge', {'stage'}),
     'ember_selftest_kernel_nmse': ('gauge', {'kernel', 'tn', 'flags'}),
-    'ember_batch_lines_total': ('counter', set()),   # ember_batch_requests only while a batch runs (batch_test)
+    'ember_batch_lines_total': ('counter', set()),
+    'ember_response_cache_hits_total': ('counter', set()),
+    'ember_response_cache_misses_total': ('counter', set()),
+    'ember_response_cache_stores_total': ('counter', set()),
+    'ember_response_cache_evictions_total': ('counter', set()),
+    'ember_response_cache_entries': ('gauge', set()),
+    'ember_response_cache_bytes': ('gauge', set()),   # ember_batch_requests only while a batch runs (batch_test)
     'ember_speculative_drafted_tokens_total': ('counter', set()),
     'ember_speculative_accepted_tokens_total': ('counter', set()),
     'ember_tokens_chosen_on_device_total': ('counter', set()),

@@ -6,7 +6,8 @@
  * purpose, in both orders, in pages with the cursor; deletion removes row
  * and bytes; bad names and ids are refused, ids that could name other paths
  * never reach the disk; bytes gone or truncated on disk are an EIO that
- * says so; an unwritable directory leaves no row. Real SQLite files in a
+ * says so; an unwritable directory leaves no row; and storage/cache.c, the
+ * response cache's LRU rows. Real SQLite files in a
  * temporary directory. */
 #include "tests/unit/storage_test.h"
 
@@ -151,6 +152,56 @@ static int test_refusals(void)
     return 0;
 }
 
+/* The response cache's rows: get/put by key and model, the least recently
+ * used evicted past the bound (a hit counts as a use), another model's rows
+ * retained away. */
+static int test_cache(void)
+{
+    char db[512];
+    t_path(db, sizeof db, "cache.db");
+    em_storage *st = t_open_at(db, NULL);
+    REQUIRE(st);
+    em_err err = { 0 };
+    unsigned char k[4][EM_STORAGE_CACHE_KEY];
+    for (int i = 0; i < 4; i++)
+        memset(k[i], 'a' + i, EM_STORAGE_CACHE_KEY);
+    char body[101];
+    memset(body, 'x', 100);
+    body[100] = 0;
+    uint64_t ev = 9;
+    char *got = NULL;
+    size_t n = 0;
+    CHECK_RC(em_storage_cache_get(st, k[0], "m1", &got, &n, &err), EM_ENOENT);
+    CHECK_RC(em_storage_cache_put(st, k[0], "m1", body, 100, 350, &ev, &err), 0);
+    CHECK(ev == 0);
+    usleep(2000);   /* times in ms: keep the order of use unambiguous */
+    CHECK_RC(em_storage_cache_put(st, k[1], "m1", body, 100, 350, &ev, &err), 0);
+    usleep(2000);
+    CHECK_RC(em_storage_cache_put(st, k[2], "m1", body, 100, 350, &ev, &err), 0);
+    usleep(2000);
+    CHECK_RC(em_storage_cache_get(st, k[0], "m1", &got, &n, &err), 0);   /* k0 used: k1 is the oldest now */
+    CHECK(n == 100 && got && memcmp(got, body, 100) == 0 && got[100] == 0);
+    free(got);
+    CHECK_RC(em_storage_cache_get(st, k[0], "m2", &got, &n, &err), EM_ENOENT);   /* another model's key space */
+    usleep(2000);
+    CHECK_RC(em_storage_cache_put(st, k[3], "m1", body, 100, 350, &ev, &err), 0);
+    CHECK(ev == 1);
+    CHECK_RC(em_storage_cache_get(st, k[1], "m1", &got, &n, &err), EM_ENOENT);
+    CHECK_RC(em_storage_cache_get(st, k[0], "m1", &got, &n, &err), 0);
+    free(got);
+    int64_t rows = 0, bytes = 0;
+    CHECK_RC(em_storage_cache_size(st, &rows, &bytes, &err), 0);
+    CHECK(rows == 3 && bytes == 300);
+    CHECK_RC(em_storage_cache_put(st, k[1], "m2", body, 50, 1 << 20, &ev, &err), 0);
+    uint64_t gone = 0;
+    CHECK_RC(em_storage_cache_retain(st, "m2", &gone, &err), 0);
+    CHECK(gone == 3);
+    CHECK_RC(em_storage_cache_size(st, &rows, &bytes, &err), 0);
+    CHECK(rows == 1 && bytes == 50);
+    em_storage_close(st);
+    return 0;
+}
+
 int main(void)
 {
     if (t_mkdtemp("storage-files"))
@@ -161,6 +212,7 @@ int main(void)
     } tests[] = {
         { "round_trip", test_round_trip },
         { "refusals", test_refusals },
+        { "cache", test_cache },
     };
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
         int before = t_failures;
