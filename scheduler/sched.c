@@ -456,8 +456,14 @@ static int admit(em_sched *s, em_request *r, uint32_t budget, uint32_t *T, uint3
                  uint32_t *n_copies, double now)
 {
     int32_t slot;
-    if (em_kv_seq_open(s->kv, &slot, NULL))
-        return EM_EBUSY;
+    while (em_kv_seq_open(s->kv, &slot, NULL)) {   /* every slot taken: an interactive request takes a
+                                                       * background one's (it is recomputed later, its
+                                                       * full blocks from the prefix cache) */
+        em_request *v = r->cls == EM_CLASS_INTERACTIVE ? pick_victim(s, r, *T) : NULL;
+        if (!v)
+            return EM_EBUSY;
+        preempt(s, v);
+    }
     r->slot = slot;
     uint32_t matched = em_kv_seq_match(s->kv, slot, r->toks, r->n_toks);
     /* room for the whole pending prompt and one generated token */

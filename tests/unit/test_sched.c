@@ -462,6 +462,43 @@ static void test_preemption(em_tokenizer *tok)
     fake_free(f);
 }
 
+/* Every sequence slot taken by background work: an interactive request
+ * takes one (the newest background sequence is preempted and recomputed
+ * later), instead of waiting for a background request to end. */
+static void test_slot_preemption(em_tokenizer *tok)
+{
+    em_sched_backend be;
+    fake *f = fake_new(64, 2, 512, 64, &be);   /* two slots, blocks to spare */
+    f->delay_us = 2000;
+    em_sched *s = mk(&be, 64, 60000, 0, tok);
+    static job b1, b2, ia;
+    fill_prompt(&b1, 20, 21, 0);
+    b1.max_tokens = 200;
+    fill_prompt(&b2, 20, 22, 0);
+    b2.max_tokens = 200;
+    CHECK(submit(s, &b1, EM_CLASS_BACKGROUND, NULL) == 0);
+    CHECK(submit(s, &b2, EM_CLASS_BACKGROUND, NULL) == 0);
+    while (!pump(&b2, 0) && b2.n_got < 3)
+        usleep(1000);
+    fill_prompt(&ia, 20, 23, 0);
+    ia.max_tokens = 5;
+    CHECK(submit(s, &ia, EM_CLASS_INTERACTIVE, NULL) == 0);
+    finish_job(&ia);
+    pump(&b1, 0);
+    pump(&b2, 0);
+    CHECKF(!b1.done && !b2.done, "the interactive request waited for background work to end");
+    finish_job(&b1);
+    finish_job(&b2);
+    check_alone(&ia, 512, "interactive in a taken slot");
+    check_alone(&b1, 512, "background 1");
+    check_alone(&b2, 512, "background 2");
+    CHECKF(b1.m.preemptions + b2.m.preemptions >= 1, "no background request gave up its slot");
+    em_sched_drain(s);
+    no_leak(s, "slot preemption");
+    em_sched_destroy(s);
+    fake_free(f);
+}
+
 static void test_cancel_and_limits(em_tokenizer *tok)
 {
     em_sched_backend be;
@@ -1148,6 +1185,7 @@ int main(void)
     test_stop_string(tok);
     test_constraint(tok);
     test_device_choice(tok);
+    test_slot_preemption(tok);
     test_speculation(tok);
     test_draft_model(tok);
     test_background_step_bound(tok);
