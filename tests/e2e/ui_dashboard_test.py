@@ -16,7 +16,8 @@
 #    with the keyboard scales the full-load cost with it;
 #  - the diagnosis line names a case with its numbers, and the targets
 #    typed into the page move it to "decode" and to "prompt";
-#  - the live panel shows /metrics: KV blocks and running/queued counts
+#  - the live panel shows /metrics: KV blocks and running/queued counts, and a
+#    running batch's progress line (gone once it is cancelled)
 #    when idle, and 1 running + 1 queued while two long streams run on a
 #    --parallel 1 server;
 #  - an ordinary key's page shows its own usage only;
@@ -377,10 +378,36 @@ try:
     time.sleep(0.5)
     dark = full_page('dashboard-phone-dark', 375)
     desk_dark = full_page('dashboard-desktop-dark', 1280)
+    # ---- a running batch: its progress line in the live panel, gone once it is cancelled ---------------------------
+    b.d.execute_cdp_cmd('Emulation.setEmulatedMedia', {'features': [{'name': 'prefers-color-scheme', 'value': 'light'}]})
+    lines = b''.join(json.dumps({'custom_id': 'd%d' % i, 'method': 'POST', 'url': '/v1/completions',
+                                 'body': {'prompt': 'Once upon a time %d' % i, 'max_tokens': 300, 'ignore_eos': True}}
+                                ).encode() + b'\n' for i in range(30))
+    bnd = 'dashBoundary'
+    up = (b'--' + bnd.encode() + b'\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n--' +
+          bnd.encode() + b'\r\nContent-Disposition: form-data; name="file"; filename="d.jsonl"\r\n\r\n' + lines +
+          b'\r\n--' + bnd.encode() + b'--\r\n')
+    st, _, out = srv.request('POST', '/v1/files', raw=up, headers=dict(H['root'], **{
+        'Content-Type': 'multipart/form-data; boundary=' + bnd}))
+    assert st == 200, out
+    st, _, bo = srv.post('/v1/batches', {'input_file_id': json.loads(out)['id'], 'endpoint': '/v1/completions',
+                                         'completion_window': '24h'}, headers=H['root'])
+    assert st == 200 and bo['status'] == 'in_progress', bo
+    sel = '#live-batches li[data-batch="%s"]' % bo['id']
+    b.wait(lambda d: b.js('const e = document.querySelector(arguments[0]); return e && e.dataset.total;', sel) == '30',
+           'the batch in the live panel', timeout=60)
+    li = b.d.find_element(By.CSS_SELECTOR, sel)
+    assert bo['id'] in li.text and 'of 30 done' in li.text, li.text
+    batch_shot = full_page('dashboard-desktop-batch', 1280)
+    st, _, c = srv.post('/v1/batches/%s/cancel' % bo['id'], {}, headers=H['root'])
+    assert st == 200, c
+    b.wait(lambda d: not b.js('return document.querySelector(arguments[0]) !== null;', sel) and
+           b.d.find_element(By.ID, 'live-batches').text == 'none', 'the cancelled batch gone from the panel',
+           timeout=60)
     n_req = b.assert_local_only(srv.port)
     b.assert_no_console_errors()
     print('ui-dashboard: %d requests, all to 127.0.0.1:%d; %s' % (n_req, srv.port,
-          ', '.join((desk, desk_busy, week, phone, dark, desk_dark))))
+          ', '.join((desk, desk_busy, week, phone, dark, desk_dark, batch_shot))))
 finally:
     for s in socks:
         s.close()

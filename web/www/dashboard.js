@@ -450,8 +450,49 @@ function drawLive(m) {
     put('live-busy', Math.min(1, Math.max(0, (busy - lastLive.busy) / ((now - lastLive.t) / 1e3))), fmt.pct);
   }
   lastLive = { t: now, busy };
+  drawBatches(m);
   $('live-when').textContent = 'updated ' + new Date().toISOString().slice(11, 19) + ' UTC, every ' + POLL_MS / 1e3 + ' s';
   document.body.dataset.polls = String(++polls);
+}
+
+// Each unfinished batch's progress, from ember_batch_requests{batch,state}.
+function drawBatches(m) {
+  const jobs = new Map();
+  for (const [k, v] of m) {
+    const x = /^ember_batch_requests\{batch="([^"]+)",state="(total|completed|failed)"\}$/.exec(k);
+    if (!x) continue;
+    if (!jobs.has(x[1])) jobs.set(x[1], { total: 0, completed: 0, failed: 0 });
+    jobs.get(x[1])[x[2]] = v;
+  }
+  const ul = $('live-batches');
+  ul.replaceChildren();
+  if (!jobs.size) {
+    const li = document.createElement('li');
+    li.className = 'muted';
+    li.textContent = 'none';
+    ul.append(li);
+    return;
+  }
+  for (const [id, j] of jobs) {
+    const done = j.completed + j.failed;
+    const li = document.createElement('li');
+    li.dataset.batch = id;
+    li.dataset.done = String(done);
+    li.dataset.total = String(j.total);
+    const name = document.createElement('code');
+    name.textContent = id;
+    const bar = document.createElement('span');
+    bar.className = 'bbar';
+    bar.setAttribute('aria-hidden', 'true');
+    const fill = document.createElement('span');
+    fill.style.width = j.total ? (100 * done / j.total) + '%' : '0';
+    bar.append(fill);
+    const what = document.createElement('span');
+    what.className = 'small';
+    what.textContent = fmt.int(done) + ' of ' + fmt.int(j.total) + ' done' + (j.failed ? ', ' + fmt.int(j.failed) + ' failed' : '');
+    li.append(name, bar, what);
+    ul.append(li);
+  }
 }
 
 async function poll() {
