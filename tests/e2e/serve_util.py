@@ -146,3 +146,36 @@ def add_key(db, name, *extra):
     m = re.search(r'(em_[A-Za-z0-9_-]{20,})', r.stdout)
     assert m, r.stdout
     return m.group(1)
+
+
+def spec_counters(srv):
+    """(drafted, accepted) speculative tokens so far, from /metrics."""
+    text = srv.request('GET', '/metrics')[2].decode()
+    get = lambda n: int(re.search(r'^%s (\d+)$' % n, text, re.M).group(1))  # noqa: E731
+    return get('ember_speculative_drafted_tokens_total'), get('ember_speculative_accepted_tokens_total')
+
+
+def two_sample_chi2(c1, c2):
+    """Pearson's two-sample chi-square test of homogeneity of two Counters of outcomes at a significance level
+    of 0.001: outcomes expected fewer than 5 times pooled go into one bin; the critical value by the
+    Wilson-Hilferty approximation. (chi, critical value, degrees of freedom)."""
+    n1, n2 = sum(c1.values()), sum(c2.values())
+    bins, rest = [], [0, 0]
+    for k in set(c1) | set(c2):
+        a, b = c1[k], c2[k]
+        if (a + b) * min(n1, n2) / (n1 + n2) < 5:
+            rest[0] += a
+            rest[1] += b
+        else:
+            bins.append((a, b))
+    if rest[0] + rest[1]:
+        bins.append(tuple(rest))
+    chi = 0.0
+    for a, b in bins:
+        for obs, n in ((a, n1), (b, n2)):
+            exp = (a + b) * n / (n1 + n2)
+            chi += (obs - exp) ** 2 / exp
+    df = len(bins) - 1
+    z = 3.0902   # the standard normal's 0.999 quantile
+    crit = df * (1 - 2 / (9 * df) + z * (2 / (9 * df)) ** 0.5) ** 3 if df > 0 else 0.0
+    return chi, crit, df

@@ -13,12 +13,10 @@
 #  - a bad "speculative" value is refused by name.
 import collections
 import json
-import math
-import re
 import sys
 
 sys.path.insert(0, __file__.rsplit('/', 1)[0])
-from serve_util import Server, shared_model  # noqa: E402
+from serve_util import Server, shared_model, spec_counters, two_sample_chi2  # noqa: E402
 
 REPEAT = 'one two three four, one two three four, one two three four, one two three four, one two'
 STORY = 'Once upon a time, there was a little girl named Lily. She loved to play outside.'
@@ -31,10 +29,7 @@ try:
         return r
 
     def counters():
-        st, _, body = srv.request('GET', '/metrics')
-        text = body.decode()
-        get = lambda n: int(re.search(r'^%s (\d+)$' % n, text, re.M).group(1))  # noqa: E731
-        return get('ember_speculative_drafted_tokens_total'), get('ember_speculative_accepted_tokens_total')
+        return spec_counters(srv)
 
     d0, a0 = counters()
     for prompt in (REPEAT, STORY):
@@ -65,27 +60,7 @@ try:
     with_spec, without = pairs(True), pairs(False)
     d3, a3 = counters()
     assert d3 > d2 and a3 > a2 and a3 < d3, ('the sampled runs must draft, accept and reject', d2, a2, d3, a3)
-    n1, n2 = sum(with_spec.values()), sum(without.values())
-    keys = set(with_spec) | set(without)
-    bins, rest = [], [0, 0]
-    for k in keys:
-        a, b = with_spec[k], without[k]
-        if (a + b) * min(n1, n2) / (n1 + n2) < 5:
-            rest[0] += a
-            rest[1] += b
-        else:
-            bins.append((a, b))
-    if rest[0] + rest[1]:
-        bins.append(tuple(rest))
-    chi = 0.0
-    for a, b in bins:
-        tot = a + b
-        for obs, n in ((a, n1), (b, n2)):
-            exp = tot * n / (n1 + n2)
-            chi += (obs - exp) ** 2 / exp
-    df = len(bins) - 1
-    z = 3.0902   # the standard normal's 0.999 quantile
-    crit = df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
+    chi, crit, df = two_sample_chi2(with_spec, without)
     assert df >= 3 and chi < crit, ('distributions differ', chi, crit, df)
 
     e = comp(400, prompt='x', speculative='draft_model')['error']   # this server has no draft model
