@@ -624,14 +624,10 @@ static int list(web_conn *c, const em_web_auth *a)
     json_t *data = json_array();
     for (size_t i = 0; i < n; i++)
         json_array_append_new(data, batch_json(&v[i]));
-    json_t *j = json_pack("{s:s, s:o, s:o, s:o, s:b}", "object", "list", "data", data, "first_id",
-                          n ? json_string(v[0].id) : json_null(), "last_id", n ? json_string(v[n - 1].id) : json_null(),
-                          "has_more", more);
+    web_respond_list(c, data, n ? v[0].id : NULL, n ? v[n - 1].id : NULL, more);
     for (size_t i = 0; i < n; i++)
         em_batch_info_clear(&v[i]);
     free(v);
-    web_respond_json(c, 200, j);
-    json_decref(j);
     return 0;
 }
 

@@ -43,6 +43,15 @@ static int storage_error(web_conn *c, int rc, const char *id, const em_err *err)
     return answer(c, 503, "server_error", NULL, NULL, "the file store failed: %s", err->msg);
 }
 
+void web_respond_list(web_conn *c, json_t *data, const char *first, const char *last, int more)
+{
+    json_t *j = json_pack("{s:s, s:o, s:o, s:o, s:b}", "object", "list", "data", data, "first_id",
+                          first ? json_string(first) : json_null(), "last_id", last ? json_string(last) : json_null(),
+                          "has_more", more);
+    web_respond_json(c, 200, j);
+    json_decref(j);
+}
+
 json_t *web_file_json(const em_file_info *f)
 {
     return json_pack("{s:s, s:s, s:I, s:I, s:s, s:s, s:s, s:n, s:n}", "id", f->id, "object", "file", "bytes",
@@ -134,12 +143,8 @@ static int list(web_conn *c, const em_web_auth *a)
     json_t *data = json_array();
     for (size_t i = 0; i < n; i++)
         json_array_append_new(data, web_file_json(&v[i]));
-    json_t *j = json_pack("{s:s, s:o, s:o, s:o, s:b}", "object", "list", "data", data, "first_id",
-                          n ? json_string(v[0].id) : json_null(), "last_id", n ? json_string(v[n - 1].id) : json_null(),
-                          "has_more", more);
+    web_respond_list(c, data, n ? v[0].id : NULL, n ? v[n - 1].id : NULL, more);
     free(v);
-    web_respond_json(c, 200, j);
-    json_decref(j);
     return 0;
 }
 

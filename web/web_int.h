@@ -181,6 +181,9 @@ int web_multipart_parse(const char *body, size_t n, const char *boundary, web_pa
 int web_files_route(web_conn *c);
 /* A file in OpenAI's shape (new reference). */
 json_t *web_file_json(const em_file_info *f);
+/* 200 with OpenAI's page {"object": "list", "data" (stolen), "first_id",
+ * "last_id" (NULL: null), "has_more"} (files.c; the batches' too). */
+void    web_respond_list(web_conn *c, json_t *data, const char *first, const char *last, int more);
 
 /* ---- the server ---------------------------------------------------------- */
 
