@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
-#include <unistd.h>
 
 #define BATCH_COLUMNS                                                                                   \
     "id, coalesce(key_id, 0), endpoint, input_file_id, completion_window, metadata, status,"           \
@@ -71,20 +70,9 @@ static void batch_row(sqlite3_stmt *s, em_batch_info *b)
         *t[i] = sqlite3_column_int64(s, 13 + i);
 }
 
-static void bind_scope(sqlite3_stmt *s, int a, int64_t key_id)
-{
-    sqlite3_bind_int(s, a, key_id == EM_STORAGE_ANY_KEY);
-    em_sto_bind_key(s, a + 1, key_id == EM_STORAGE_ANY_KEY ? 0 : key_id);
-}
-
 static int id_ok(const char *id)
 {
-    if (strncmp(id, "batch_", 6) != 0 || strlen(id) != 6 + 24)
-        return 0;
-    for (const char *p = id + 6; *p; p++)
-        if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
-            return 0;
-    return 1;
+    return em_sto_id_ok(id, "batch_");
 }
 
 static int no_batch(const char *id, em_err *err)
@@ -95,15 +83,9 @@ static int no_batch(const char *id, em_err *err)
 int em_storage_batch_create(em_storage *st, int64_t key_id, const char *endpoint, const char *input_file_id,
                             const char *window, const char *metadata, em_batch_info *out, em_err *err)
 {
-    unsigned char r[12];
-    if (getentropy(r, sizeof r) != 0)
-        return em_err_set(err, EM_EIO, "batches: no random bytes for an id");
     char id[EM_STORAGE_BATCH_ID_MAX];
-    int k = snprintf(id, sizeof id, "batch_");
-    for (size_t i = 0; i < sizeof r; i++)
-        k += snprintf(id + k, sizeof id - (size_t)k, "%02x", r[i]);
     int ret, rc = SQLITE_OK;
-    if ((ret = em_sto_ops_begin(st, err)))
+    if ((ret = em_sto_new_id("batch_", id, sizeof id, err)) || (ret = em_sto_ops_begin(st, err)))
         return ret;
     sqlite3_stmt *s = em_sto_prep(st, EM_STMT_BATCH_INSERT,
                                   "INSERT INTO batches (id, key_id, endpoint, input_file_id, completion_window,"
@@ -137,7 +119,7 @@ int em_storage_batch_get(em_storage *st, int64_t key_id, const char *id, em_batc
                                   &ret, err);
     if (s) {
         sqlite3_bind_text(s, 1, id, -1, SQLITE_TRANSIENT);
-        bind_scope(s, 2, key_id);
+        em_sto_bind_scope(s, 2, key_id);
         int r = sqlite3_step(s);
         if (r == SQLITE_ROW)
             batch_row(s, out);
@@ -172,7 +154,7 @@ int em_storage_batch_list(em_storage *st, int64_t key_id, const char *after, siz
                                   " AND (?3 IS NULL OR (created_ms, id) < (?4, ?3))"
                                   " ORDER BY created_ms DESC, id DESC LIMIT ?5", &ret, err);
     if (s) {
-        bind_scope(s, 1, key_id);
+        em_sto_bind_scope(s, 1, key_id);
         if (after) {
             sqlite3_bind_text(s, 3, cursor.id, -1, SQLITE_TRANSIENT);
             sqlite3_bind_int64(s, 4, cursor.created_ms);

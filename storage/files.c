@@ -37,27 +37,37 @@ static int file_path(const em_storage *st, const char *id, int tmp, char *out, s
     return n < 0 || (size_t)n >= cap ? -1 : 0;
 }
 
-/* An id of our own: 12 random bytes in hex. */
-static int new_id(char *id, size_t cap, em_err *err)
+int em_sto_new_id(const char *prefix, char *id, size_t cap, em_err *err)
 {
     unsigned char r[12];
     if (getentropy(r, sizeof r) != 0)
-        return em_err_set(err, EM_EIO, "files: no random bytes for an id: %s", strerror(errno));
-    int k = snprintf(id, cap, "file-");
+        return em_err_set(err, EM_EIO, "no random bytes for an id: %s", strerror(errno));
+    int k = snprintf(id, cap, "%s", prefix);
     for (size_t i = 0; i < sizeof r; i++)
         k += snprintf(id + k, cap - (size_t)k, "%02x", r[i]);
     return 0;
 }
 
-/* Only ids we could have made reach the disk: "file-" and hex digits. */
-static int id_ok(const char *id)
+int em_sto_id_ok(const char *id, const char *prefix)
 {
-    if (strncmp(id, "file-", 5) != 0 || strlen(id) != 5 + 24)
+    size_t pl = strlen(prefix);
+    if (strncmp(id, prefix, pl) != 0 || strlen(id) != pl + 24)
         return 0;
-    for (const char *p = id + 5; *p; p++)
+    for (const char *p = id + pl; *p; p++)
         if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
             return 0;
     return 1;
+}
+
+void em_sto_bind_scope(sqlite3_stmt *s, int a, int64_t key_id)
+{
+    sqlite3_bind_int(s, a, key_id == EM_STORAGE_ANY_KEY);
+    em_sto_bind_key(s, a + 1, key_id == EM_STORAGE_ANY_KEY ? 0 : key_id);
+}
+
+static int id_ok(const char *id)   /* only ids we could have made reach the disk */
+{
+    return em_sto_id_ok(id, "file-");
 }
 
 static int no_file(const char *id, em_err *err)
@@ -124,13 +134,6 @@ static void file_row(sqlite3_stmt *s, em_file_info *f)
     f->created_ms = sqlite3_column_int64(s, 5);
 }
 
-/* Bind the scope: ?a = 1 for any key, ?b the key. */
-static void bind_scope(sqlite3_stmt *s, int a, int64_t key_id)
-{
-    sqlite3_bind_int(s, a, key_id == EM_STORAGE_ANY_KEY);
-    em_sto_bind_key(s, a + 1, key_id == EM_STORAGE_ANY_KEY ? 0 : key_id);
-}
-
 int em_storage_file_add(em_storage *st, int64_t key_id, const char *filename, const char *purpose,
                         const void *data, size_t n, em_file_info *out, em_err *err)
 {
@@ -145,7 +148,7 @@ int em_storage_file_add(em_storage *st, int64_t key_id, const char *filename, co
         return em_err_set(err, EM_EINVAL, "purpose: 1 to %zu bytes", sizeof out->purpose - 1);
     em_file_info f = { .key_id = key_id > 0 ? key_id : 0, .bytes = (int64_t)n, .created_ms = now_ms() };
     int ret;
-    if ((ret = new_id(f.id, sizeof f.id, err)))
+    if ((ret = em_sto_new_id("file-", f.id, sizeof f.id, err)))
         return ret;
     snprintf(f.filename, sizeof f.filename, "%s", filename);
     snprintf(f.purpose, sizeof f.purpose, "%s", purpose);
@@ -191,7 +194,7 @@ int em_storage_file_get(em_storage *st, int64_t key_id, const char *id, em_file_
                                   &ret, err);
     if (s) {
         sqlite3_bind_text(s, 1, id, -1, SQLITE_TRANSIENT);
-        bind_scope(s, 2, key_id);
+        em_sto_bind_scope(s, 2, key_id);
         int r = sqlite3_step(s);
         if (r == SQLITE_ROW)
             file_row(s, out);
@@ -230,7 +233,7 @@ int em_storage_file_list(em_storage *st, int64_t key_id, const char *purpose, co
                                   " created_ms DESC, id DESC LIMIT ?7",
                                   &ret, err);
     if (s) {
-        bind_scope(s, 1, key_id);
+        em_sto_bind_scope(s, 1, key_id);
         if (purpose)
             sqlite3_bind_text(s, 3, purpose, -1, SQLITE_TRANSIENT);
         if (after) {
@@ -301,7 +304,7 @@ int em_storage_file_delete(em_storage *st, int64_t key_id, const char *id, em_er
                                   &ret, err);
     if (s) {
         sqlite3_bind_text(s, 1, id, -1, SQLITE_TRANSIENT);
-        bind_scope(s, 2, key_id);
+        em_sto_bind_scope(s, 2, key_id);
         if (!(ret = em_sto_step_done(st, s, &rc, "deleting a file", err)) && sqlite3_changes(st->ops.db) != 1)
             ret = no_file(id, err);
     }

@@ -184,6 +184,14 @@ int em_sto_step_done(em_storage *st, sqlite3_stmt *s, int *rc, const char *what,
 int em_sto_txn(em_storage *st, int slot, int *rc, em_err *err);
 /* Roll back if a transaction is open (after a failure). */
 void em_sto_txn_abort(em_storage *st);
+/* ---- files.c: helpers batches.c shares ---- */
+/* A new id: prefix and 12 random bytes in hex (EM_EIO without randomness). */
+int  em_sto_new_id(const char *prefix, char *id, size_t cap, em_err *err);
+/* 1 when id is prefix and 24 lowercase hex digits: one em_sto_new_id made. */
+int  em_sto_id_ok(const char *id, const char *prefix);
+/* Bind a key scope at ?a and ?a+1: (?a OR key_id IS ?a+1), ?a set for
+ * EM_STORAGE_ANY_KEY. */
+void em_sto_bind_scope(sqlite3_stmt *s, int a, int64_t key_id);
 /* Bind key_id as conversations.key_id holds it (0: NULL). */
 void em_sto_bind_key(sqlite3_stmt *s, int i, int64_t key_id);
 /* Read the message row s is on (columns: id, parent_id, role, content,
