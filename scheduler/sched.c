@@ -193,6 +193,18 @@ static int reserve(em_sched *s, em_request *r, uint32_t from, uint32_t to, uint3
 
 /* ---- planning ---------------------------------------------------------------------- */
 
+/* How many tokens r may draft this step: its adaptive length within the
+ * context and max_tokens (the step's room is settled when it is planned). */
+static uint32_t draft_len(const em_sched *s, const em_request *r)
+{
+    uint32_t k = r->spec_k ? r->spec_k : 1;
+    if (r->n_done + 1 + k > s->be.max_ctx)
+        k = s->be.max_ctx > r->n_done + 1 ? s->be.max_ctx - r->n_done - 1 : 0;
+    if (r->max_tokens && r->n_gen + 1 + k > r->max_tokens)
+        k = r->max_tokens > r->n_gen + 1 ? r->max_tokens - r->n_gen - 1 : 0;
+    return k < EM_SCHED_MAX_DRAFT ? k : EM_SCHED_MAX_DRAFT;
+}
+
 /* Draft tokens for a decoding sequence that speculates (prompt lookup),
  * within the step's room (rows, logit rows, context, max_tokens) left
  * after the dec_left decodes still to place (this one's included): pushed
@@ -202,19 +214,13 @@ static int drafts(em_sched *s, em_request *r, uint32_t room, uint32_t L, uint32_
 {
     if (s->n_running[0] + s->n_running[1] > EM_SCHED_SPEC_MAX_SEQS)
         return 0;
-    uint32_t k = r->spec_k ? r->spec_k : 1;
+    uint32_t k = draft_len(s, r);   /* within the context and max_tokens */
     if (room < dec_left + k)   /* the other decodes first: drafts never crowd them out */
         k = room > dec_left ? room - dec_left : 0;
     if (L + dec_left + k > s->be.max_logits)
         k = s->be.max_logits > L + dec_left ? s->be.max_logits - L - dec_left : 0;
-    if (r->n_done + 1 + k > s->be.max_ctx)
-        k = s->be.max_ctx > r->n_done + 1 ? s->be.max_ctx - r->n_done - 1 : 0;
-    if (r->max_tokens && r->n_gen + 1 + k > r->max_tokens)
-        k = r->max_tokens > r->n_gen + 1 ? r->max_tokens - r->n_gen - 1 : 0;
     int32_t d[EM_SCHED_MAX_DRAFT];
     uint32_t n = 0;
-    if (k > EM_SCHED_MAX_DRAFT)
-        k = EM_SCHED_MAX_DRAFT;
     if (!r->spec_draft) {
         n = k ? em_prompt_lookup(r->toks, r->n_toks, k, d) : 0;
     } else if (r->d_n && r->d_base == r->n_toks) {   /* what the draft phase proposed for this position */
@@ -277,17 +283,6 @@ static int draft_step(em_sched *s, uint32_t T, uint32_t L, uint32_t n_copies)
     return rc;
 }
 
-/* How many tokens r may draft this step: its adaptive length within the
- * context and max_tokens (the step's room is settled when it is planned). */
-static uint32_t draft_len(const em_sched *s, const em_request *r)
-{
-    uint32_t k = r->spec_k ? r->spec_k : 1;
-    if (r->n_done + 1 + k > s->be.max_ctx)
-        k = s->be.max_ctx > r->n_done + 1 ? s->be.max_ctx - r->n_done - 1 : 0;
-    if (r->max_tokens && r->n_gen + 1 + k > r->max_tokens)
-        k = r->max_tokens > r->n_gen + 1 ? r->max_tokens - r->n_gen - 1 : 0;
-    return k < EM_SCHED_MAX_DRAFT ? k : EM_SCHED_MAX_DRAFT;
-}
 
 /* Before the step is planned: every decoding sequence that speculates with
  * the draft model catches the draft up on its tokens (the whole prompt the
