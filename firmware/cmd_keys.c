@@ -1,5 +1,7 @@
 /* cmd_keys.c — `ember keys`: create (printing the key exactly once; --admin
- * for a key that may read every key's usage), list and revoke the API keys
+ * for a key that may read every key's usage, --no-response-cache for one
+ * whose requests are always computed afresh), change the response-cache
+ * setting (`set`), list and revoke the API keys
  * stored in the ledger database, and export / import them (hashes only) to
  * give every box behind a load balancer the same keys. */
 #include <errno.h>
@@ -16,14 +18,17 @@
 
 static const char usage[] =
     "usage: ember keys add NAME [--class interactive|background] [--rate-limit N/min] [--admin]\n"
-    "                      [--db PATH]\n"
+    "                      [--no-response-cache] [--db PATH]\n"
+    "       ember keys set ID --response-cache on|off [--db PATH]\n"
     "       ember keys list [--db PATH]\n"
     "       ember keys revoke ID [--db PATH]\n"
     "       ember keys export [--db PATH] [--output FILE]\n"
     "       ember keys import FILE [--db PATH]\n"
     "  add prints the new key on stdout; it is shown only this once (only its hash\n"
     "  is stored). An --admin key may read every key's usage (GET /api/usage); the\n"
-    "  others only their own. --db defaults to ./ember.db.\n"
+    "  others only their own. A key with the response cache off (--no-response-cache,\n"
+    "  or set later) is never answered from the server's response cache nor adds to\n"
+    "  it. --db defaults to ./ember.db.\n"
     "  export writes every key (active and revoked) as JSON with its hash, never\n"
     "  the key, to FILE (mode 0600) or stdout; import reads such a file (- for\n"
     "  stdin) into another box's database in one transaction: keys already there\n"
@@ -69,11 +74,12 @@ static int keys_add(int argc, char **argv)
 {
     const char *db = "ember.db", *cls_s = "interactive", *rate_s = "0";
     const char *pos[1];
-    int n_pos = 0, admin = 0;
+    int n_pos = 0, admin = 0, no_cache = 0;
     em_cli_opt opts[] = {
         { "--class", NULL, EM_OPT_STR, &cls_s, 0, 0 },
         { "--rate-limit", NULL, EM_OPT_STR, &rate_s, 0, 0 },
         { "--admin", NULL, EM_OPT_FLAG, &admin, 0, 0 },
+        { "--no-response-cache", NULL, EM_OPT_FLAG, &no_cache, 0, 0 },
         { "--db", NULL, EM_OPT_STR, &db, 0, 0 },
         { NULL, NULL, 0, NULL, 0, 0 },
     };
@@ -96,7 +102,8 @@ static int keys_add(int argc, char **argv)
     int status = 0;
     if (open_db(db, 1, &st, &err) ||
         (admin ? em_storage_key_add_admin : em_storage_key_add)(st, pos[0], cls, rate, key, sizeof key,
-                                                                &info, &err)) {
+                                                                &info, &err) ||
+        (no_cache && em_storage_key_set_cache(st, info.id, 0, &err))) {
         status = em_cli_fail_err(&err);
         goto done;
     }
@@ -108,6 +115,8 @@ static int keys_add(int argc, char **argv)
         fprintf(stderr, "%d/min", info.rate_limit_per_min);
     else
         fputs("none", stderr);
+    if (no_cache)
+        fputs(", no response cache", stderr);
     fputs("): this is the only time the key is shown; store it now.\n", stderr);
 done:
     sodium_memzero(key, sizeof key);
@@ -145,8 +154,8 @@ static int keys_list(int argc, char **argv)
         if (l > wi)
             wi = l;
     }
-    printf("%-*s  %-*s  %-9s  %-11s  %-10s  %-5s  %-20s  %s\n", wi, "id", wn, "name", "prefix", "class",
-           "rate_limit", "admin", "created", "revoked");
+    printf("%-*s  %-*s  %-9s  %-11s  %-10s  %-5s  %-5s  %-20s  %s\n", wi, "id", wn, "name", "prefix", "class",
+           "rate_limit", "admin", "cache", "created", "revoked");
     for (size_t i = 0; i < n; i++) {
         const em_key_info *k = &keys[i];
         char created[32], revoked[32], rate[24];
@@ -156,9 +165,9 @@ static int keys_list(int argc, char **argv)
             snprintf(rate, sizeof rate, "%d/min", k->rate_limit_per_min);
         else
             snprintf(rate, sizeof rate, "none");
-        printf("%*lld  %-*s  %-9s  %-11s  %-10s  %-5s  %-20s  %s\n", wi, (long long)k->id, wn, k->name,
-               k->prefix, em_storage_class_name(k->default_class), rate, k->admin ? "yes" : "no", created,
-               revoked);
+        printf("%*lld  %-*s  %-9s  %-11s  %-10s  %-5s  %-5s  %-20s  %s\n", wi, (long long)k->id, wn, k->name,
+               k->prefix, em_storage_class_name(k->default_class), rate, k->admin ? "yes" : "no",
+               k->response_cache ? "on" : "off", created, revoked);
     }
 done:
     free(keys);
@@ -204,6 +213,43 @@ static int keys_revoke(int argc, char **argv)
         goto done;
     }
     printf("revoked key %lld\n", id);
+done:
+    em_storage_close(st);
+    return status;
+}
+
+static int keys_set(int argc, char **argv)
+{
+    const char *db = "ember.db", *cache_s = NULL, *pos[1];
+    int n_pos = 0;
+    em_cli_opt opts[] = {
+        { "--response-cache", NULL, EM_OPT_STR, &cache_s, 0, 0 },
+        { "--db", NULL, EM_OPT_STR, &db, 0, 0 },
+        { NULL, NULL, 0, NULL, 0, 0 },
+    };
+    int rc = em_cli_parse("keys set", argc, argv, opts, pos, 1, &n_pos, usage);
+    if (rc)
+        return rc;
+    if (n_pos != 1)
+        return em_cli_fail(2, "keys set: give the key's ID (see ember keys list)");
+    char *end;
+    errno = 0;
+    long long id = strtoll(pos[0], &end, 10);
+    if (end == pos[0] || *end || errno || id <= 0)
+        return em_cli_fail(2, "keys set: '%s' is not a key id", pos[0]);
+    if (!cache_s)
+        return em_cli_fail(2, "keys set: nothing to set (--response-cache on|off)");
+    int on = strcmp(cache_s, "on") == 0;
+    if (!on && strcmp(cache_s, "off") != 0)
+        return em_cli_fail(2, "keys set: --response-cache: '%s' is not on or off", cache_s);
+    em_err err = { 0 };
+    em_storage *st = NULL;
+    int status = 0;
+    if (open_db(db, 0, &st, &err) || em_storage_key_set_cache(st, id, on, &err)) {
+        status = em_cli_fail_err(&err);
+        goto done;
+    }
+    printf("key %lld: response cache %s\n", id, on ? "on" : "off");
 done:
     em_storage_close(st);
     return status;
@@ -324,11 +370,13 @@ int em_cmd_keys(int argc, char **argv)
         rc = keys_list(argc - 1, argv + 1);
     else if (strcmp(sub, "revoke") == 0)
         rc = keys_revoke(argc - 1, argv + 1);
+    else if (strcmp(sub, "set") == 0)
+        rc = keys_set(argc - 1, argv + 1);
     else if (strcmp(sub, "export") == 0)
         rc = keys_export(argc - 1, argv + 1);
     else if (strcmp(sub, "import") == 0)
         rc = keys_import(argc - 1, argv + 1);
     else
-        return em_cli_fail(2, "keys: unknown subcommand '%s' (add, list, revoke, export, import)", sub);
+        return em_cli_fail(2, "keys: unknown subcommand '%s' (add, set, list, revoke, export, import)", sub);
     return rc < 0 ? 0 : rc;
 }

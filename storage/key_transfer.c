@@ -26,6 +26,7 @@ typedef struct {
     em_usage_class cls;
     int32_t        rate;
     int            admin;
+    int            response_cache;
     int64_t        created_ms, revoked_ms;   /* revoked 0: active */
 } key_in;
 
@@ -41,9 +42,10 @@ static json_t *key_json(const em_key_info *k, const unsigned char *hash)
 {
     char hex[HASH_HEX + 1];
     sodium_bin2hex(hex, sizeof hex, hash, HASH_BYTES);
-    return json_pack("{s:s, s:s, s:s, s:s, s:i, s:b, s:I, s:o}", "name", k->name, "prefix", k->prefix,
+    return json_pack("{s:s, s:s, s:s, s:s, s:i, s:b, s:b, s:I, s:o}", "name", k->name, "prefix", k->prefix,
                      "hash", hex, "class", em_storage_class_name(k->default_class), "rate_limit_per_min",
-                     (int)k->rate_limit_per_min, "admin", k->admin, "created_ms", (json_int_t)k->created_ms,
+                     (int)k->rate_limit_per_min, "admin", k->admin, "response_cache", k->response_cache,
+                     "created_ms", (json_int_t)k->created_ms,
                      "revoked_ms", k->revoked_ms ? json_integer(k->revoked_ms) : json_null());
 }
 
@@ -68,8 +70,8 @@ int em_storage_keys_export(em_storage *st, char **out, em_err *err)
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
         em_key_info k;
         em_sto_key_row(s, &k);
-        const void *h = sqlite3_column_blob(s, 8);
-        if (!h || sqlite3_column_bytes(s, 8) != HASH_BYTES) {
+        const void *h = sqlite3_column_blob(s, EM_STO_KEY_COL_HASH);
+        if (!h || sqlite3_column_bytes(s, EM_STO_KEY_COL_HASH) != HASH_BYTES) {
             ret = em_err_set(err, EM_EFORMAT, "%s: api key %lld: its stored hash is not %d bytes", st->path,
                              (long long)k.id, HASH_BYTES);
             rc = SQLITE_OK;
@@ -163,8 +165,9 @@ static int str_field(json_t *o, const char *f, size_t i, const char **v, em_err 
 static int parse_key(json_t *o, size_t i, key_in *k, em_err *err)
 {
     static const char *const fields[] = { "name", "prefix", "hash", "class", "rate_limit_per_min",
-                                          "admin", "created_ms", "revoked_ms" };
+                                          "admin", "created_ms", "revoked_ms", "response_cache" };
     const size_t n_fields = sizeof fields / sizeof fields[0];
+    const size_t n_required = n_fields - 1;   /* response_cache: absent in older documents, on */
     if (!json_is_object(o))
         return em_err_set(err, EM_EINVAL, "keys[%zu]: not an object", i);
     const char *f;
@@ -176,7 +179,7 @@ static int parse_key(json_t *o, size_t i, key_in *k, em_err *err)
         if (j == n_fields)
             return em_err_set(err, EM_EINVAL, "keys[%zu]: unknown field \"%s\"", i, f);
     }
-    for (size_t j = 0; j < n_fields; j++)
+    for (size_t j = 0; j < n_required; j++)
         if (!json_object_get(o, fields[j]))
             return em_err_set(err, EM_EINVAL, "keys[%zu]: no \"%s\"", i, fields[j]);
     memset(k, 0, sizeof *k);
@@ -204,6 +207,10 @@ static int parse_key(json_t *o, size_t i, key_in *k, em_err *err)
     if (!json_is_boolean(a))
         return em_err_set(err, EM_EINVAL, "keys[%zu].admin: not true or false", i);
     k->admin = json_is_true(a);
+    json_t *rc = json_object_get(o, "response_cache");
+    if (rc && !json_is_boolean(rc))
+        return em_err_set(err, EM_EINVAL, "keys[%zu].response_cache: not true or false", i);
+    k->response_cache = !rc || json_is_true(rc);
     if (!json_is_null(json_object_get(o, "revoked_ms")) &&
         (ret = int_field(o, "revoked_ms", i, 1, INT64_MAX, &revoked, err)))
         return em_err_set(err, EM_EINVAL, "keys[%zu].revoked_ms: not null or a positive integer", i);
@@ -322,8 +329,8 @@ static int load_have(em_storage *st, key_have **out, size_t *n, int *rc, em_err 
         key_have *h = &v[cnt++];
         em_sto_key_row(s, &h->info);
         memset(h->hash, 0, HASH_BYTES);   /* a malformed stored hash matches nothing real */
-        if (sqlite3_column_bytes(s, 8) == HASH_BYTES)
-            memcpy(h->hash, sqlite3_column_blob(s, 8), HASH_BYTES);
+        if (sqlite3_column_bytes(s, EM_STO_KEY_COL_HASH) == HASH_BYTES)
+            memcpy(h->hash, sqlite3_column_blob(s, EM_STO_KEY_COL_HASH), HASH_BYTES);
     }
     sqlite3_reset(s);
     if (!ret && r != SQLITE_DONE) {
@@ -440,6 +447,7 @@ static void bind_key(sqlite3_stmt *s, const key_in *k, int64_t revoked)
     else
         sqlite3_bind_null(s, 7);
     sqlite3_bind_int(s, 8, k->admin ? 1 : 0);
+    sqlite3_bind_int(s, 9, k->response_cache ? 1 : 0);
 }
 
 static int write_key(em_storage *st, const key_in *k, const key_have *same, em_keys_import_stats *stats, int *rc,
@@ -449,7 +457,8 @@ static int write_key(em_storage *st, const key_in *k, const key_have *same, em_k
     if (!same) {
         sqlite3_stmt *s = em_sto_prep(st, EM_STMT_KEY_IMPORT_INSERT,
                                       "INSERT INTO api_keys (name, prefix, hash, default_class, rate_limit_per_min,"
-                                      " created_ms, revoked_ms, admin) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                                      " created_ms, revoked_ms, admin, response_cache)"
+                                      " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
                                       &ret, err);
         if (!s)
             return ret;
@@ -461,19 +470,20 @@ static int write_key(em_storage *st, const key_in *k, const key_have *same, em_k
     const em_key_info *h = &same->info;
     int64_t revoked = h->revoked_ms ? h->revoked_ms : k->revoked_ms;   /* revoked stays revoked */
     if (!strcmp(h->name, k->name) && h->default_class == k->cls && h->rate_limit_per_min == k->rate &&
-        h->admin == k->admin && h->created_ms == k->created_ms && h->revoked_ms == revoked) {
+        h->admin == k->admin && h->response_cache == k->response_cache && h->created_ms == k->created_ms &&
+        h->revoked_ms == revoked) {
         stats->unchanged++;
         return 0;
     }
     sqlite3_stmt *s = em_sto_prep(st, EM_STMT_KEY_IMPORT_UPDATE,
                                   "UPDATE api_keys SET name = ?1, prefix = ?2, hash = ?3, default_class = ?4,"
-                                  " rate_limit_per_min = ?5, created_ms = ?6, revoked_ms = ?7, admin = ?8"
-                                  " WHERE id = ?9",
+                                  " rate_limit_per_min = ?5, created_ms = ?6, revoked_ms = ?7, admin = ?8,"
+                                  " response_cache = ?9 WHERE id = ?10",
                                   &ret, err);
     if (!s)
         return ret;
     bind_key(s, k, revoked);
-    sqlite3_bind_int64(s, 9, h->id);
+    sqlite3_bind_int64(s, 10, h->id);
     if (!(ret = em_sto_step_done(st, s, rc, "updating an imported api key", err)))
         stats->updated++;
     return ret;

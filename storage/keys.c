@@ -69,7 +69,7 @@ static void copy_col(char *dst, size_t cap, sqlite3_stmt *s, int col)
 }
 
 #define KEY_COLS EM_STO_KEY_COLUMNS
-#define KEY_COL_HASH 8   /* the column after KEY_COLS in key_verify's query */
+#define KEY_COL_HASH EM_STO_KEY_COL_HASH
 
 void em_sto_key_row(sqlite3_stmt *s, em_key_info *k)
 {
@@ -84,6 +84,7 @@ void em_sto_key_row(sqlite3_stmt *s, em_key_info *k)
     k->created_ms = sqlite3_column_int64(s, 5);
     k->revoked_ms = sqlite3_column_int64(s, 6);   /* NULL reads as 0 */
     k->admin = sqlite3_column_int(s, 7) != 0;
+    k->response_cache = sqlite3_column_int(s, 8) != 0;
 }
 
 static int key_add(em_storage *st, const char *name, em_usage_class default_class,
@@ -156,6 +157,7 @@ static int key_add(em_storage *st, const char *name, em_usage_class default_clas
         info->rate_limit_per_min = rate_limit_per_min;
         info->created_ms = now;
         info->admin = admin ? 1 : 0;
+        info->response_cache = 1;
     }
 done:
     if (locked)
@@ -263,6 +265,46 @@ int em_storage_key_revoke(em_storage *st, int64_t id, em_err *err)
     rc = rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
     sqlite3_reset(g);
 done:
+    em_sto_ops_end(st, rc);
+    return ret;
+}
+
+int em_storage_key_get(em_storage *st, int64_t id, em_key_info *out, em_err *err)
+{
+    int ret, rc = SQLITE_OK;
+    if ((ret = em_sto_ops_begin(st, err)))
+        return ret;
+    sqlite3_stmt *g = em_sto_prep(st, EM_STMT_KEY_GET, "SELECT " KEY_COLS " FROM api_keys WHERE id = ?1", &ret, err);
+    if (g) {
+        sqlite3_bind_int64(g, 1, id);
+        rc = sqlite3_step(g);
+        if (rc == SQLITE_ROW)
+            em_sto_key_row(g, out);
+        else if (rc == SQLITE_DONE)
+            ret = em_err_set(err, EM_ENOENT, "api key %lld: no such key", (long long)id);
+        else
+            ret = em_sto_fail(st->ops.db, rc, st->path, "reading an api key", err);
+        rc = rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
+        sqlite3_reset(g);
+    }
+    em_sto_ops_end(st, rc);
+    return ret;
+}
+
+int em_storage_key_set_cache(em_storage *st, int64_t id, int on, em_err *err)
+{
+    int ret, rc = SQLITE_OK;
+    if ((ret = em_sto_ops_begin(st, err)))
+        return ret;
+    sqlite3_stmt *s = em_sto_prep(st, EM_STMT_KEY_SET_CACHE, "UPDATE api_keys SET response_cache = ?2 WHERE id = ?1",
+                                  &ret, err);
+    if (s) {
+        sqlite3_bind_int64(s, 1, id);
+        sqlite3_bind_int(s, 2, on ? 1 : 0);
+        ret = em_sto_step_done(st, s, &rc, "setting an api key's response cache", err);
+        if (!ret && sqlite3_changes(st->ops.db) != 1)
+            ret = em_err_set(err, EM_ENOENT, "api key %lld: no such key", (long long)id);
+    }
     em_sto_ops_end(st, rc);
     return ret;
 }

@@ -241,6 +241,9 @@ static const char *const migrations[EM_STORAGE_SCHEMA_VERSION] = {
     "  hits         INTEGER NOT NULL DEFAULT 0"
     ");"
     "CREATE INDEX response_cache_lru ON response_cache(last_used_ms);"
+    /* a key may be kept out of the response cache (`ember keys set ID
+     * --response-cache off`): its requests are always computed afresh */
+    "ALTER TABLE api_keys ADD COLUMN response_cache INTEGER NOT NULL DEFAULT 1 CHECK (response_cache IN (0, 1));"
     "PRAGMA user_version = 7;",
 };
 

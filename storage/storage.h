@@ -193,6 +193,7 @@ typedef struct {
     int64_t created_ms;
     int64_t revoked_ms;                          /* 0 = active */
     int     admin;                               /* 1: may read every key's usage */
+    int     response_cache;                      /* 0: never answered from / stored in the response cache */
 } em_key_info;
 
 /* Create a key: 32 random bytes, written as "em_" + 43 base64url characters
@@ -212,6 +213,13 @@ int em_storage_key_add_admin(em_storage *st, const char *name, em_usage_class de
 
 /* Every key, active and revoked, by id. *out (free() it) gets *n entries. */
 int em_storage_key_list(em_storage *st, em_key_info **out, size_t *n, em_err *err);
+
+/* Key id, active or revoked, into *out. EM_ENOENT: no such key. */
+int em_storage_key_get(em_storage *st, int64_t id, em_key_info *out, em_err *err);
+
+/* Whether key id's requests use the response cache (new keys do). EM_ENOENT:
+ * no such key. A revoked key may be changed too. */
+int em_storage_key_set_cache(em_storage *st, int64_t id, int on, em_err *err);
 
 /* Revoke key id. EM_ENOENT: no such key; EM_ESTATE: already revoked. */
 int em_storage_key_revoke(em_storage *st, int64_t id, em_err *err);

@@ -23,6 +23,7 @@ enum {
     EM_STMT_KEY_BY_PREFIX,
     EM_STMT_KEY_GET,
     EM_STMT_KEY_REVOKE,
+    EM_STMT_KEY_SET_CACHE,
     /* ops connection: keys between boxes (key_transfer.c) */
     EM_STMT_KEY_EXPORT,
     EM_STMT_KEY_BY_HASH,
@@ -241,7 +242,9 @@ int em_sto_hash_equal(em_storage *st, const unsigned char *a, const unsigned cha
 int em_sto_key_name_ok(const char *name);
 /* The api_keys columns em_sto_key_row reads, in its order. */
 #define EM_STO_KEY_COLUMNS \
-    "id, name, prefix, default_class, rate_limit_per_min, created_ms, revoked_ms, admin"
+    "id, name, prefix, default_class, rate_limit_per_min, created_ms, revoked_ms, admin, response_cache"
+/* The column index of "hash" when a query selects EM_STO_KEY_COLUMNS ", hash". */
+#define EM_STO_KEY_COL_HASH 9
 /* Read the key row s is on (EM_STO_KEY_COLUMNS first) into k. */
 void em_sto_key_row(sqlite3_stmt *s, em_key_info *k);
 

@@ -6,7 +6,8 @@
  * --require-key), and each key's requests-per-minute limit as a token
  * bucket (429 with Retry-After past it; a key without a limit of its own
  * gets the server's rate_limit). An admin key says so in
- * em_web_auth.admin. Service thread only. */
+ * em_web_auth.admin, one kept out of the response cache in no_cache.
+ * Service thread only. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +45,7 @@ int web_auth_key(em_web *w, const char *key, int loopback, const char *how, em_w
     /* the key's own limit, else the server's (auth.rate_limit; 0: none) */
     a->rate_limit_per_min = ki.rate_limit_per_min > 0 ? ki.rate_limit_per_min : w->o.rate_limit_per_min;
     a->admin = ki.admin;   /* may read every key's usage (usage_api.c) */
+    a->no_cache = !ki.response_cache;
     return 0;
 }
 

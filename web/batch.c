@@ -391,6 +391,11 @@ static void fill(em_web *w, const em_batch_info *b)
         return;
     }
     em_web_auth auth = { .key_id = b->key_id, .default_class = EM_CLASS_BACKGROUND };
+    em_key_info ki;
+    if (n && b->key_id && em_storage_key_get(w->o.storage, b->key_id, &ki, &err) == 0) {
+        snprintf(auth.key_name, sizeof auth.key_name, "%s", ki.name);
+        auth.no_cache = !ki.response_cache;   /* the key's cache setting holds for its batches */
+    }
     int chat = strcmp(b->endpoint, "/v1/chat/completions") == 0;
     for (size_t i = 0; i < n; i++) {
         flight *f = &B->fl[B->n_fl];

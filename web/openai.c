@@ -31,10 +31,10 @@ typedef struct api_req {
     em_web_auth auth;
     em_gen     *gen;
     em_buf      delta[EM_GEN_MAX_N];
-    em_buf      text[EM_GEN_MAX_N];   /* the whole answer (plain responses) */
+    em_buf      text[EM_GEN_MAX_N];   /* the whole answer (plain responses, streams to be cached) */
     int         role_sent[EM_GEN_MAX_N], finish_sent[EM_GEN_MAX_N];
     int         drain_stopped;     /* cancelled because the drain's time was up */
-    json_t     *lp_all[EM_GEN_MAX_N];   /* every entry so far (plain responses) */
+    json_t     *lp_all[EM_GEN_MAX_N];   /* every entry so far (as text[]) */
     size_t      text_off[EM_GEN_MAX_N]; /* completions' text_offset of the next token */
     /* the response cache: a hit's whole response (no generation), or a
      * miss to store once done */
@@ -439,11 +439,27 @@ static json_t *choice_logprobs(api_req *a, uint32_t i, json_t *entries)
                      "text_offset", offs);
 }
 
+/* Choice i's new logprob entries (NULL: none), also kept for the whole
+ * answer when a stream's answer is to be cached. */
+static json_t *stream_logprobs(api_req *a, uint32_t i)
+{
+    json_t *lp = em_gen_take_logprobs(a->gen, i);
+    if (!a->store)
+        return lp;
+    em_buf_add(&a->text[i], a->delta[i].s ? a->delta[i].s : "", a->delta[i].n);
+    if (lp && !a->lp_all[i])
+        a->lp_all[i] = json_copy(lp);
+    else if (lp)
+        json_array_extend(a->lp_all[i], lp);
+    return lp;
+}
+
 /* One SSE chunk for choice i with its new text (and finish_reason if done). */
 static void stream_choice(web_conn *c, api_req *a, uint32_t i, int done)
 {
     json_t *ch;
     json_t *fr = done ? json_string(em_gen_finish_reason(a->gen, i)) : json_null();
+    json_t *lp = stream_logprobs(a, i);
     if (a->chat) {
         json_t *delta = json_object();
         if (!a->role_sent[i]) {
@@ -455,11 +471,10 @@ static void stream_choice(web_conn *c, api_req *a, uint32_t i, int done)
         else if (json_object_get(delta, "role"))
             json_object_set_new(delta, "content", json_string(""));
         ch = json_pack("{s:I, s:o, s:o, s:o}", "index", (json_int_t)i, "delta", delta, "logprobs",
-                       choice_logprobs(a, i, em_gen_take_logprobs(a->gen, i)), "finish_reason", fr);
+                       choice_logprobs(a, i, lp), "finish_reason", fr);
     } else {
         ch = json_pack("{s:s%, s:I, s:o, s:o}", "text", a->delta[i].s ? a->delta[i].s : "", a->delta[i].n,
-                       "index", (json_int_t)i, "logprobs", choice_logprobs(a, i, em_gen_take_logprobs(a->gen, i)),
-                       "finish_reason", fr);
+                       "index", (json_int_t)i, "logprobs", choice_logprobs(a, i, lp), "finish_reason", fr);
     }
     json_t *j = envelope(a, c->w, a->chat ? "chat.completion.chunk" : "text_completion");
     json_object_set_new(j, "choices", json_pack("[o]", ch));
@@ -501,6 +516,53 @@ static void collect_deltas(api_req *a, uint32_t n)
     }
 }
 
+/* The whole answer from what was collected (a->text, a->lp_all, taken). */
+static json_t *answer_json(em_web *w, api_req *a)
+{
+    json_t *choices = json_array();
+    for (uint32_t i = 0; i < em_gen_n(a->gen); i++) {
+        a->text_off[i] = 0;
+        json_t *fr = json_string(em_gen_finish_reason(a->gen, i));
+        const char *t = a->text[i].s ? a->text[i].s : "";
+        json_t *lp = choice_logprobs(a, i, a->lp_all[i]);
+        a->lp_all[i] = NULL;
+        json_t *ch = a->chat
+            ? json_pack("{s:I, s:{s:s, s:s%, s:n}, s:o, s:o}", "index", (json_int_t)i, "message", "role",
+                        "assistant", "content", t, a->text[i].n, "refusal", "logprobs", lp, "finish_reason", fr)
+            : json_pack("{s:s%, s:I, s:o, s:o}", "text", t, a->text[i].n, "index", (json_int_t)i, "logprobs",
+                        lp, "finish_reason", fr);
+        json_array_append_new(choices, ch);
+    }
+    json_t *j = envelope(a, w, a->chat ? "chat.completion" : "text_completion");
+    json_object_set_new(j, "choices", choices);
+    json_object_set_new(j, "usage", usage_json(a));
+    return j;
+}
+
+/* A miss's answer j (borrowed) into the response cache, if it is to be kept
+ * and complete: not one the drain or a cancel cut. */
+static void cache_keep(em_web *w, api_req *a, const json_t *j)
+{
+    int whole = 1;
+    for (uint32_t i = 0; i < em_gen_n(a->gen); i++)
+        whole &= strcmp(em_gen_finish_reason(a->gen, i), "stop") == 0 ||
+                 strcmp(em_gen_finish_reason(a->gen, i), "length") == 0;
+    if (a->store && whole && w->o.storage) {
+        char *text = json_dumps(j, JSON_COMPACT);
+        uint64_t evicted = 0;
+        em_err e2 = { 0 };
+        if (text && em_storage_cache_put(w->o.storage, a->key, w->cache_model, text, strlen(text),
+                                         w->o.response_cache_bytes, &evicted, &e2) == 0) {
+            w->cache_stores++;
+            w->cache_evictions += evicted;
+        } else if (text) {
+            em_log(EM_LOG_WARN, a->id, "the response cache could not keep this answer: %s", e2.msg);
+        }
+        free(text);
+    }
+    a->store = 0;
+}
+
 json_t *web_openai_whole(em_web *w, api_req *a, int *status)
 {
     if (a->cached) {
@@ -521,41 +583,9 @@ json_t *web_openai_whole(em_web *w, api_req *a, int *status)
         *status = 500;
         return em_web_error_json(&e);
     }
-    json_t *choices = json_array();
-    for (uint32_t i = 0; i < em_gen_n(a->gen); i++) {
-        json_t *fr = json_string(em_gen_finish_reason(a->gen, i));
-        const char *t = a->text[i].s ? a->text[i].s : "";
-        json_t *lp = choice_logprobs(a, i, a->lp_all[i]);
-        a->lp_all[i] = NULL;
-        json_t *ch = a->chat
-            ? json_pack("{s:I, s:{s:s, s:s%, s:n}, s:o, s:o}", "index", (json_int_t)i, "message", "role",
-                        "assistant", "content", t, a->text[i].n, "refusal", "logprobs", lp, "finish_reason", fr)
-            : json_pack("{s:s%, s:I, s:o, s:o}", "text", t, a->text[i].n, "index", (json_int_t)i, "logprobs",
-                        lp, "finish_reason", fr);
-        json_array_append_new(choices, ch);
-    }
-    json_t *j = envelope(a, w, a->chat ? "chat.completion" : "text_completion");
-    json_object_set_new(j, "choices", choices);
-    json_object_set_new(j, "usage", usage_json(a));
+    json_t *j = answer_json(w, a);
     *status = 200;
-    int whole = 1;   /* only complete answers are kept: not one the drain or a cancel cut */
-    for (uint32_t i = 0; i < em_gen_n(a->gen); i++)
-        whole &= strcmp(em_gen_finish_reason(a->gen, i), "stop") == 0 ||
-                 strcmp(em_gen_finish_reason(a->gen, i), "length") == 0;
-    if (a->store && whole && w->o.storage) {
-        char *text = json_dumps(j, JSON_COMPACT);
-        uint64_t evicted = 0;
-        em_err e2 = { 0 };
-        if (text && em_storage_cache_put(w->o.storage, a->key, w->cache_model, text, strlen(text),
-                                         w->o.response_cache_bytes, &evicted, &e2) == 0) {
-            w->cache_stores++;
-            w->cache_evictions += evicted;
-        } else if (text) {
-            em_log(EM_LOG_WARN, a->id, "the response cache could not keep this answer: %s", e2.msg);
-        }
-        free(text);
-        a->store = 0;
-    }
+    cache_keep(w, a, j);
     return j;
 }
 
@@ -735,6 +765,11 @@ void web_openai_pump(web_conn *c)
     }
     web_stream_write(c, "data: [DONE]\n\n", 14);
     web_stream_end(c);
+    if (a->store && !err && !stopped) {   /* a streamed miss is kept as the whole answer it was */
+        json_t *j = answer_json(c->w, a);
+        cache_keep(c->w, a, j);
+        json_decref(j);
+    }
 }
 
 /* ---- requests ----------------------------------------------------------------- */
@@ -855,7 +890,7 @@ int web_openai_start(em_web *w, json_t *req, int chat, const em_web_auth *auth, 
     a->created = (int64_t)time(NULL);
     snprintf(a->id, sizeof a->id, "%s", id);
     /* deterministic (greedy, or a seed given) and not refused: the cache */
-    if (w->o.storage && w->o.response_cache_bytes > 0 && !json_is_false(cv) &&
+    if (w->o.storage && w->o.response_cache_bytes > 0 && !json_is_false(cv) && !auth->no_cache &&
         (gp.sample.temp == 0 || gp.sample.top_k == 1 || json_object_get(req, "seed"))) {
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -875,7 +910,7 @@ int web_openai_start(em_web *w, json_t *req, int chat, const em_web_auth *auth, 
             *out = a;
             return 0;
         }
-        a->store = !stream;   /* a streamed answer is not kept whole: a plain one is */
+        a->store = 1;
         w->cache_misses++;
     }
     started = 1;

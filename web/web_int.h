@@ -55,6 +55,7 @@ typedef struct {
     em_class default_class;
     int32_t  rate_limit_per_min;
     int      admin;
+    int      no_cache;        /* the key is kept out of the response cache */
 } em_web_auth;
 
 /* ---- the wake-up list ------------------------------------------------------ */

@@ -8,6 +8,10 @@
 #  - a sampled request with a seed is cached; without one it never is;
 #    "cache": false computes afresh; a body that differs in what shapes the
 #    answer misses, one that differs only in stream/user does not;
+#  - a streamed miss is kept too: the plain request after it is a hit with
+#    the text the stream sent;
+#  - a key made with --no-response-cache is never answered from the cache
+#    nor adds to it; another key shares the loopback's answers;
 #  - /metrics counts hits, misses, stores, entries and bytes;
 #  - restarted with another model, the old model's answers are gone.
 import json
@@ -19,7 +23,8 @@ import time
 sys.path.insert(0, __file__.rsplit('/', 1)[0])
 from serve_util import Server, shared_model  # noqa: E402
 
-srv = Server(shared_model('stories260K.gguf'), '--response-cache-mb', '1')
+srv = Server(shared_model('stories260K.gguf'), '--response-cache-mb', '1',
+             keys=[('plain', ()), ('nocache', ('--no-response-cache',))])
 try:
     def comp(expect=200, **body):
         st, _, r = srv.post('/v1/completions', body)
@@ -70,16 +75,43 @@ try:
     assert after['ember_response_cache_hits_total'] == before['ember_response_cache_hits_total'] and \
         after['ember_response_cache_misses_total'] == before['ember_response_cache_misses_total'], (before, after)
 
+    # a streamed miss is stored as the whole answer it streamed
+    sq = {'prompt': 'The little bird', 'max_tokens': 10, 'temperature': 0}
+    before = metrics()
+    st, _, raw = srv.request('POST', '/v1/completions', dict(sq, stream=True))
+    parts = [json.loads(ln[6:]) for ln in raw.decode().split('\n') if ln.startswith('data: {')]
+    streamed = ''.join(p['choices'][0]['text'] for p in parts if p['choices'])
+    after = metrics()
+    assert st == 200 and after['ember_response_cache_stores_total'] == before['ember_response_cache_stores_total'] + 1
+    h = comp(**sq)
+    assert h['usage'].get('cached_response') is True and h['choices'][0]['text'] == streamed, (h, streamed)
+    assert h['choices'][0]['finish_reason'] == parts[-1]['choices'][0]['finish_reason'], (h, parts[-1])
+
+    # per key: "nocache" neither reads nor adds; "plain" gets the answer the loopback left
+    def keyed(key, body):
+        st, _, r = srv.post('/v1/completions', body, headers={'Authorization': 'Bearer ' + srv.keys[key]})
+        assert st == 200, (st, r)
+        return r
+    before = metrics()
+    n1 = keyed('nocache', q)
+    n2 = keyed('nocache', dict(q, prompt='A new prompt'))
+    after = metrics()
+    assert 'cached_response' not in n1['usage'] and n1['choices'] == a['choices'], n1
+    assert 'cached_response' not in n2['usage'], n2
+    assert all(after[k] == before[k] for k in ('ember_response_cache_hits_total', 'ember_response_cache_misses_total',
+                                              'ember_response_cache_stores_total')), (before, after)
+    assert keyed('plain', q)['usage'].get('cached_response') is True
+
     # the ledger: cached rows run no tokens; their server time is the lookup
     rows = []
     for _ in range(100):
         rows = srv.ledger('SELECT request_id, status, prompt_tokens, completion_tokens, response_cached, ttft_ms '
                           'FROM requests ORDER BY received_ms, rowid')
-        if len(rows) >= 9 and all(r['status'] != 'admitted' for r in rows):
+        if len(rows) >= 14 and all(r['status'] != 'admitted' for r in rows):
             break
         time.sleep(0.1)
     hits = [r for r in rows if r['response_cached']]
-    assert len(hits) == 3 and all(r['prompt_tokens'] == 0 and r['completion_tokens'] == 0 and
+    assert len(hits) == 5 and all(r['prompt_tokens'] == 0 and r['completion_tokens'] == 0 and
                                   r['status'] == 'completed' for r in hits), rows
     assert [r['request_id'] for r in hits][0] == b['id'], (hits, b['id'])
     server_ms = sorted(r['ttft_ms'] for r in hits)

@@ -53,7 +53,8 @@ key2=$(cat "$T/out")
 expect_status 0 "$EMBER" keys list --db "$K"
 grep -q "^ 1  ci-bot  $prefix  background   30/min      no     " "$T/out" || fail "list: ci-bot row: $(cat "$T/out")"
 grep -q "^ 2  second  .*interactive  none        no     " "$T/out" || fail "list: second row"
-head -1 "$T/out" | grep -q "^id  name .* rate_limit  admin  created  " || fail "list: header: $(head -1 "$T/out")"
+head -1 "$T/out" | grep -q "^id  name .* rate_limit  admin  cache  created  " || fail "list: header: $(head -1 "$T/out")"
+grep -q "^ 2  second  .*  no     on     " "$T/out" || fail "list: second's response cache is not on"
 if grep -qF "$secret" "$T/out" "$T/err"; then fail "list shows a key"; fi
 for f in "$K" "$K-wal"; do
     [ -f "$f" ] || continue
@@ -67,6 +68,20 @@ expect_status 0 "$EMBER" keys list --db "$K"
 grep -q "^ 3  root    em_......  interactive  none        yes    " "$T/out" || fail "list: root row: $(cat "$T/out")"
 [ "$(grep -c '  yes  ' "$T/out")" -eq 1 ] || fail "list: more than one admin key"
 expect_status 2 "$EMBER" keys add other --admin=yes --db "$K"
+# The response cache per key: off when made, then on and off again.
+expect_status 0 "$EMBER" keys add nocache --no-response-cache --db "$K"
+grep -q "no response cache" "$T/err" || fail "keys add --no-response-cache said: $(cat "$T/err")"
+expect_status 0 "$EMBER" keys list --db "$K"
+grep -q "^ 4  nocache .*  no     off    " "$T/out" || fail "list: nocache row: $(cat "$T/out")"
+expect_status 0 "$EMBER" keys set 4 --response-cache on --db "$K"
+[ "$(cat "$T/out")" = "key 4: response cache on" ] || fail "keys set said: $(cat "$T/out")"
+expect_status 0 "$EMBER" keys list --db "$K"
+grep -q "^ 4  nocache .*  no     on     " "$T/out" || fail "list: nocache after set on: $(cat "$T/out")"
+expect_status 0 "$EMBER" keys set 4 --response-cache off --db "$K"
+expect_status 2 "$EMBER" keys set 4 --response-cache maybe --db "$K"
+expect_status 2 "$EMBER" keys set 4 --db "$K"
+expect_status 2 "$EMBER" keys set 99 --response-cache on --db "$K"
+grep -q "no such key" "$T/err" || fail "keys set unknown: $(cat "$T/err")"
 
 expect_status 0 "$EMBER" keys revoke 1 --db "$K"
 [ "$(cat "$T/out")" = "revoked key 1" ] || fail "revoke said: $(cat "$T/out")"
@@ -100,7 +115,8 @@ expect_status 0 "$EMBER" keys export --db "$K" --output "$T/keys.json"
 [ "$(stat -c %a "$T/keys.json")" = 600 ] || fail "export file mode $(stat -c %a "$T/keys.json")"
 if grep -qF "$secret" "$T/keys.json"; then fail "the export holds a key"; fi
 grep -q '"format": "ember.keys"' "$T/keys.json" || fail "export: no format"
-[ "$(grep -c '"hash": "[0-9a-f]\{64\}"' "$T/keys.json")" -eq 3 ] || fail "export: not 3 hex hashes"
+[ "$(grep -c '"hash": "[0-9a-f]\{64\}"' "$T/keys.json")" -eq 4 ] || fail "export: not 4 hex hashes"
+[ "$(grep -c '"response_cache": false' "$T/keys.json")" -eq 1 ] || fail "export: not one key without the response cache"
 expect_status 0 "$EMBER" keys export --db "$K"
 grep -q '"name": "root"' "$T/out" || fail "export to stdout: $(head -c 300 "$T/out")"
 if command -v python3 >/dev/null 2>&1; then
@@ -108,7 +124,7 @@ if command -v python3 >/dev/null 2>&1; then
 fi
 K2="$T/keys2.db"
 expect_status 0 "$EMBER" keys import "$T/keys.json" --db "$K2"
-[ "$(cat "$T/out")" = "imported 3 key(s) into $K2: 3 added, 0 updated, 0 unchanged" ] || fail "import said: $(cat "$T/out")"
+[ "$(cat "$T/out")" = "imported 4 key(s) into $K2: 4 added, 0 updated, 0 unchanged" ] || fail "import said: $(cat "$T/out")"
 "$EMBER" keys list --db "$K" | cut -c1-200 >"$T/list1"
 "$EMBER" keys list --db "$K2" | cut -c1-200 >"$T/list2"
 diff -u "$T/list1" "$T/list2" >"$T/diff" || { fail "keys list differs after import:"; cat "$T/diff" >&2; }
@@ -117,9 +133,9 @@ diff -u "$T/list1" "$T/list2" >"$T/diff" || { fail "keys list differs after impo
 [ "$(printf '%s\n' "$key" | "$FIXTURE" "$K2" verify -)" = "revoked" ] || fail "revoked key 1 is not revoked on B"
 [ "$(printf 'em_%043d\n' 0 | "$FIXTURE" "$K2" verify -)" = "unknown" ] || fail "an unknown key verifies on B"
 expect_status 0 "$EMBER" keys import "$T/keys.json" --db "$K2"
-[ "$(cat "$T/out")" = "imported 3 key(s) into $K2: 0 added, 0 updated, 3 unchanged" ] || fail "import twice: $(cat "$T/out")"
+[ "$(cat "$T/out")" = "imported 4 key(s) into $K2: 0 added, 0 updated, 4 unchanged" ] || fail "import twice: $(cat "$T/out")"
 expect_status 0 "$EMBER" keys import - --db "$K2" <"$T/keys.json"
-grep -q "3 unchanged" "$T/out" || fail "import from stdin: $(cat "$T/out")"
+grep -q "4 unchanged" "$T/out" || fail "import from stdin: $(cat "$T/out")"
 # Revoked on B, active in an older file: stays revoked.
 expect_status 0 "$EMBER" keys revoke 2 --db "$K2"
 expect_status 0 "$EMBER" keys import "$T/keys.json" --db "$K2"

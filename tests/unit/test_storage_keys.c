@@ -57,6 +57,7 @@ static void doc_with(char *buf, size_t cap, const char *f, const char *v)
         { "admin", "false" },
         { "created_ms", "1000" },
         { "revoked_ms", "null" },
+        { "response_cache", "true" },
     };
     size_t off = (size_t)snprintf(buf, cap, "{\"format\": \"ember.keys\", \"version\": 1, \"keys\": [{");
     int first = 1;
@@ -100,6 +101,13 @@ static int test_round_trip(void)
     CHECK_RC(em_storage_key_add_admin(a, "root", EM_USAGE_INTERACTIVE, 0, kb, sizeof kb, NULL, &err), 0);
     CHECK_RC(em_storage_key_add(a, "gone", EM_USAGE_INTERACTIVE, 5, kr, sizeof kr, &ir, &err), 0);
     CHECK_RC(em_storage_key_revoke(a, ir.id, &err), 0);
+    /* alice is kept out of the response cache; key_get reads it back */
+    CHECK(ia.response_cache == 1);
+    CHECK_RC(em_storage_key_set_cache(a, ia.id, 0, &err), 0);
+    CHECK_RC(em_storage_key_get(a, ia.id, &got, &err), 0);
+    CHECK(got.response_cache == 0 && !strcmp(got.name, "alice") && got.rate_limit_per_min == 30);
+    CHECK_RC(em_storage_key_set_cache(a, 999, 1, NULL), EM_ENOENT);
+    CHECK_RC(em_storage_key_get(a, 999, &got, NULL), EM_ENOENT);
     /* B has a key of its own first: ids on B differ from A's. */
     CHECK_RC(em_storage_key_add(b, "local", EM_USAGE_INTERACTIVE, 0, kl, sizeof kl, NULL, &err), 0);
 
@@ -114,7 +122,8 @@ static int test_round_trip(void)
     CHECK(json_integer_value(json_object_get(j, "version")) == 1);
     json_t *k0 = json_array_get(json_object_get(j, "keys"), 0);
     CHECK(json_array_size(json_object_get(j, "keys")) == 3);
-    CHECK(json_object_size(k0) == 8 && !json_object_get(k0, "id"));
+    CHECK(json_object_size(k0) == 9 && !json_object_get(k0, "id"));
+    CHECK(json_is_false(json_object_get(k0, "response_cache")));
     CHECK(strlen(json_string_value(json_object_get(k0, "hash"))) == 64);
     CHECK(json_is_null(json_object_get(k0, "revoked_ms")));
     CHECK(json_integer_value(json_object_get(json_array_get(json_object_get(j, "keys"), 2), "revoked_ms")) > 0);
@@ -127,9 +136,9 @@ static int test_round_trip(void)
     /* A's keys authenticate on B, as the same keys, under B's ids. */
     CHECK_RC(em_storage_key_verify(b, ka, &got, &err), 0);
     CHECK(!strcmp(got.name, "alice") && got.default_class == EM_USAGE_BACKGROUND && got.rate_limit_per_min == 30 &&
-          got.created_ms == ia.created_ms && got.id != ia.id && !got.admin);
+          got.created_ms == ia.created_ms && got.id != ia.id && !got.admin && !got.response_cache);
     CHECK_RC(em_storage_key_verify(b, kb, &got, &err), 0);
-    CHECK(got.admin == 1 && !strcmp(got.name, "root"));
+    CHECK(got.admin == 1 && !strcmp(got.name, "root") && got.response_cache);
     CHECK_RC(em_storage_key_verify(b, kr, &got, NULL), EM_ESTATE);   /* revoked there, revoked here */
     CHECK_RC(em_storage_key_verify(b, kl, &got, NULL), 0);           /* B's own key is untouched */
     /* B's export, less its own key, is A's. */
@@ -170,14 +179,24 @@ static int test_round_trip(void)
     json_object_set_new(root, "name", json_string("root2"));
     json_object_set_new(root, "rate_limit_per_min", json_integer(9));
     json_object_set_new(root, "admin", json_false());
+    json_object_del(root, "response_cache");   /* a document from before the field: the cache on */
+    json_object_set_new(json_array_get(json_object_get(d, "keys"), 0), "response_cache", json_true());
     char *doc2 = json_dumps(d, 0);
     REQUIRE(doc2);
     em_key_info before;
     CHECK_RC(em_storage_key_verify(b, kb, &before, &err), 0);
     CHECK_RC(import_str(b, doc2, &s, &err), 0);
-    CHECK(s.updated == 1 && s.added == 0);
+    CHECK(s.updated == 2 && s.added == 0);   /* root, and alice (the cache on again; revoked stays) */
     CHECK_RC(em_storage_key_verify(b, kb, &got, &err), 0);
-    CHECK(got.id == before.id && !strcmp(got.name, "root2") && got.rate_limit_per_min == 9 && !got.admin);
+    CHECK(got.id == before.id && !strcmp(got.name, "root2") && got.rate_limit_per_min == 9 && !got.admin &&
+          got.response_cache);
+    em_key_info *all = NULL;
+    size_t n_all = 0, on = 0;
+    CHECK_RC(em_storage_key_list(b, &all, &n_all, &err), 0);
+    for (size_t i = 0; i < n_all; i++)
+        on += !strcmp(all[i].name, "alice") && all[i].revoked_ms && all[i].response_cache;
+    CHECK(on == 1);
+    free(all);
     free(doc2);
     json_decref(d);
     free(doc);
@@ -299,6 +318,7 @@ static int test_hostile(void)
         { "rate_limit_per_min", "\"5\"", "keys[0].rate_limit_per_min", EM_EINVAL },
         { "rate_limit_per_min", "99999999999", "keys[0].rate_limit_per_min", EM_EINVAL },
         { "admin", "1", "keys[0].admin", EM_EINVAL },
+        { "response_cache", "\"off\"", "keys[0].response_cache", EM_EINVAL },
         { "created_ms", "-5", "keys[0].created_ms", EM_EINVAL },
         { "created_ms", "null", "keys[0].created_ms", EM_EINVAL },
         { "revoked_ms", "0", "keys[0].revoked_ms", EM_EINVAL },
