@@ -112,6 +112,33 @@ try:
     # a silence of 2 s or more before the first token must have carried a ping
     assert pings >= 1 or first_content_s < 2.0, (pings, first_content_s)
     print('long prompt: first token after %.1f s, %d pings before it' % (first_content_s, pings))
+
+    # a chat-completions batch with the chat model, through the SDK's Files and Batch calls: each
+    # line's answer is the one the same request gets alone (the first is the question above)
+    import io
+    lines = [{'model': name, 'messages': msgs, 'max_tokens': 32, 'temperature': 0},
+             {'model': name, 'messages': [{'role': 'user', 'content': 'Name a colour.'}], 'max_tokens': 12,
+              'temperature': 0},
+             {'model': name, 'messages': [{'role': 'system', 'content': 'Answer in one word.'},
+                                          {'role': 'user', 'content': 'Is the sky blue?'}], 'max_tokens': 12,
+              'temperature': 0}]
+    jl = b''.join(json.dumps({'custom_id': 'c%d' % i, 'method': 'POST', 'url': '/v1/chat/completions',
+                              'body': body}).encode() + b'\n' for i, body in enumerate(lines))
+    f = client.files.create(file=('chat.jsonl', io.BytesIO(jl)), purpose='batch')
+    b = client.batches.create(input_file_id=f.id, endpoint='/v1/chat/completions', completion_window='24h')
+    for _ in range(2400):   # bounded: 10 minutes
+        b = client.batches.retrieve(b.id)
+        if b.status in ('completed', 'failed', 'expired', 'cancelled'):
+            break
+        time.sleep(0.25)
+    assert b.status == 'completed' and b.request_counts.completed == 3 and b.error_file_id is None, b
+    out = {o['custom_id']: o for o in map(json.loads, client.files.content(b.output_file_id).text.splitlines())}
+    for i, body in enumerate(lines):
+        got = out['c%d' % i]['response']['body']
+        alone = answer if i == 0 else client.chat.completions.create(**body).choices[0].message.content
+        assert got['object'] == 'chat.completion' and got['choices'][0]['message']['content'] == alone, (got, alone)
+    print('chat batch: %d lines as each alone (%s)' % (len(lines), out['c1']['response']['body']['choices'][0]
+                                                       ['message']['content']))
     print('openai-sdk: "%s" (%d tokens, %d cached on the repeat)' % (answer, r.usage.completion_tokens, cached))
 finally:
     rc, err = srv.stop()
