@@ -68,6 +68,7 @@ struct em_sched {
     double              recover_after;   /* recover_device: no rebuild before this (monotonic s) */
     double              win_t[RATE_WINDOW], win_busy[RATE_WINDOW];
     uint32_t            win_tok[RATE_WINDOW], win_rows[RATE_WINDOW], win_i;
+    int                 bg_dec_held;   /* the last step held background decodes back (plan_and_run) */
     double              t_created;   /* monotonic seconds: the rate window starts no earlier */
 };
 
@@ -818,14 +819,15 @@ static void step_once(em_sched *s)
     pthread_mutex_unlock(&s->mu);
 }
 
-/* Rows a step may hold to last about ms, from a least-squares fit of step
- * time = a + b * rows over the recent steps; UINT32_MAX while there is too
- * little history (or no measurable cost per row) to say. */
-static uint32_t rows_within(const em_sched *s, double ms)
+/* A least-squares fit of step time (ms) = a + b * rows over the recent
+ * steps: 1 with *a and *b when steps of different sizes show a cost per
+ * row; 0 when they do not (one step size only, or noise), *b then the mean
+ * time per row and *a 0; -1 while there is too little history. */
+static int step_fit(const em_sched *s, double *a_out, double *b_out)
 {
     uint32_t n = s->win_i < RATE_WINDOW ? s->win_i : RATE_WINDOW;
     if (n < 4)
-        return UINT32_MAX;
+        return -1;
     double sx = 0, sy = 0, sxx = 0, sxy = 0;
     for (uint32_t i = 0; i < n; i++) {
         double x = s->win_rows[i], y = s->win_busy[i] * 1e3;
@@ -842,11 +844,22 @@ static uint32_t rows_within(const em_sched *s, double ms)
         b = 0;
         a = 0;
     }
-    if (b <= 0) {   /* one step size only, or noise: charge all time to the rows */
+    int fit = b > 0;
+    if (!fit) {   /* one step size only, or noise: charge all time to the rows */
         b = sx > 0 ? sy / sx : 0;
         a = 0;
     }
-    if (b <= 1e-6)
+    *a_out = a;
+    *b_out = b;
+    return fit;
+}
+
+/* Rows a step may hold to last about ms (step_fit); UINT32_MAX while there
+ * is too little history (or no measurable cost per row) to say. */
+static uint32_t rows_within(const em_sched *s, double ms)
+{
+    double a, b;
+    if (step_fit(s, &a, &b) < 0 || b <= 1e-6)
         return UINT32_MAX;
     double rows = (ms - (a > 0 ? a : 0)) / b;
     return rows <= 0 ? 0 : rows >= (double)UINT32_MAX ? UINT32_MAX : (uint32_t)rows;
@@ -873,8 +886,14 @@ static void plan_and_run(em_sched *s)
      * request arriving meanwhile waits for that step: background prompt
      * rows stop while an interactive prompt is in the step, and otherwise
      * fill a step only to about bg_step_ms (at least one block's worth, so
-     * they always progress). Decodes of both classes always run. */
-    int ia_prompt = 0;
+     * they always progress). Background decodes run in every step but one
+     * that carries an interactive prompt where, by the measured cost per
+     * row (step_fit), they would make the step half as long again: on a
+     * compute-bound device an arriving chat's first token then costs its
+     * own prefill, not the batch's decodes too; on one where rows are
+     * nearly free they stay. Never two steps in a row, so background
+     * decoding keeps at least half its pace under any chat load. */
+    int ia_prompt = 0, hold_bg_dec = 0;
     uint32_t bg_rows = UINT32_MAX, dec_left = 0;   /* decodes not yet placed (speculation leaves them room) */
     for (uint32_t k = 0; k < n_snap; k++)
         dec_left += snap[k]->state == R_RUNNING && snap[k]->n_toks - snap[k]->n_done == 1;
@@ -883,13 +902,23 @@ static void plan_and_run(em_sched *s)
             uint32_t fit = rows_within(s, s->o.bg_step_ms);
             bg_rows = ia_prompt ? 0 : fit > T + EM_KV_BLOCK ? fit - T : EM_KV_BLOCK;
         }
+        if (cls == EM_CLASS_BACKGROUND) {
+            double a, b;
+            uint32_t n_dec = 0;
+            for (uint32_t k = 0; k < n_snap; k++)
+                n_dec += snap[k]->state == R_RUNNING && snap[k]->cls == EM_CLASS_BACKGROUND &&
+                         snap[k]->n_toks - snap[k]->n_done == 1;
+            hold_bg_dec = ia_prompt && !s->bg_dec_held && n_dec && step_fit(s, &a, &b) == 1 &&
+                          b * n_dec > 0.5 * ((a > 0 ? a : 0) + b * T);
+            s->bg_dec_held = hold_bg_dec;
+        }
         for (int pass = 0; pass < 2; pass++) {
             for (uint32_t k = 0; k < n_snap && T < budget; k++) {
                 em_request *r = snap[k];
                 if (r->state != R_RUNNING || (int)r->cls != cls)   /* preempted earlier in this step */
                     continue;
                 uint32_t pending = r->n_toks - r->n_done;
-                if ((pass == 0) != (pending == 1) || in_batch(s, T, r))
+                if ((pass == 0) != (pending == 1) || in_batch(s, T, r) || (pass == 0 && hold_bg_dec))
                     continue;
                 uint32_t c = pending < budget - T ? pending : budget - T;
                 if (pass == 1 && cls == EM_CLASS_BACKGROUND) {

@@ -6,7 +6,9 @@
  * every running sequence decoding, adds prompt chunks under a token budget
  * (interactive first; background chunks wait while an interactive prompt is
  * in the step and otherwise keep a step to about bg_step_ms, so a chat
- * request never waits long behind batch work), admits new sequences when
+ * request never waits long behind batch work; background decodes sit out
+ * an interactive prompt's step where the measured cost per row says they
+ * would lengthen it by half, never two steps running), admits new sequences when
  * their KV blocks fit, ages
  * waiting background requests so that none waits forever, preempts the
  * newest background sequences (freeing their blocks; they are recomputed

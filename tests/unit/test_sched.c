@@ -99,6 +99,8 @@ typedef struct {
     /* prompt rows per step, told apart by their ids: bytes (< 259) or words */
     uint32_t max_byte_prompt_late;   /* most byte-id prompt rows in a step after the 4th */
     uint32_t mixed_steps;            /* steps with prompt rows of both kinds */
+    uint32_t word_prompt_steps;      /* steps with word-id prompt rows */
+    uint32_t word_prompt_dec_steps;  /* of those, steps with decode rows too */
     /* choosing on the "device" (step_top): the rows, their summaries (core/kcheck.c's reference) */
     float   *rows;
     int32_t  ids[8][EM_SAMPLE_TOPK];
@@ -128,10 +130,14 @@ static int fake_step(void *ctx, const em_sched_batch *b, float *logits, em_err *
     f->steps++;
     if (b->n_tokens > f->max_batch_seen)
         f->max_batch_seen = b->n_tokens;
-    uint32_t bytes = 0, words = 0;
+    uint32_t bytes = 0, words = 0, decs = 0;
     for (uint32_t i = 0; i < b->n_tokens; i++)
         if (!b->decode[i])
             *(b->tokens[i] < 259 ? &bytes : &words) += 1;
+        else
+            decs++;
+    f->word_prompt_steps += words > 0;
+    f->word_prompt_dec_steps += words && decs;
     if (f->steps > 4 && bytes > f->max_byte_prompt_late)
         f->max_byte_prompt_late = bytes;
     f->mixed_steps += bytes && words;
@@ -1126,6 +1132,50 @@ static void test_background_step_bound(em_tokenizer *tok)
     }
 }
 
+/* Background decodes sit out the step of an interactive prompt when, by the
+ * measured cost per row, they would make it half as long again (a
+ * compute-bound device: the fake's steps cost 1 ms + 1 ms per row), and
+ * stay when rows are nearly free (20 ms + 10 us per row). Eight background
+ * requests decode (byte-id prompts); the interactive prompt is 4 word ids. */
+static void test_background_decodes_yield(em_tokenizer *tok)
+{
+    for (int costly = 0; costly < 2; costly++) {
+        em_sched_backend be;
+        fake *f = fake_new(1024, 16, 512, 128, &be);
+        f->delay_us = costly ? 1000 : 20000;
+        f->row_us = costly ? 1000 : 10;
+        em_sched *s = mk_bg(&be, 128, 0, 0, 0, tok);
+        static job bg[8], ia;
+        for (int i = 0; i < 8; i++) {
+            fill_prompt(&bg[i], 8, (uint32_t)i + 3, 0);
+            bg[i].max_tokens = 60;
+            CHECK(submit(s, &bg[i], EM_CLASS_BACKGROUND, NULL) == 0);
+        }
+        for (int i = 0; i < 2000 && f->steps < 12; i++)   /* decoding, with a history of step costs */
+            usleep(1000);
+        for (uint32_t i = 0; i < 4; i++)
+            ia.prompt[i] = (int32_t)(259 + (i * 7) % 41);
+        ia.n_prompt = 4;
+        ia.max_tokens = 3;
+        CHECK(submit(s, &ia, EM_CLASS_INTERACTIVE, NULL) == 0);
+        finish_job(&ia);
+        check_alone(&ia, 512, "decodes yield");
+        for (int i = 0; i < 8; i++) {
+            finish_job(&bg[i]);
+            check_alone(&bg[i], 512, "decodes yield");
+        }
+        em_sched_drain(s);
+        no_leak(s, "decodes yield");
+        CHECKF(f->word_prompt_steps == 1, "the interactive prompt took %u steps", f->word_prompt_steps);
+        if (costly)
+            CHECKF(f->word_prompt_dec_steps == 0, "rows cost: background decodes ran beside the chat's prompt");
+        else
+            CHECKF(f->word_prompt_dec_steps == 1, "rows nearly free: background decodes sat out the chat's prompt");
+        em_sched_destroy(s);
+        fake_free(f);
+    }
+}
+
 static double mono_s(void)
 {
     struct timespec ts;
@@ -1189,6 +1239,7 @@ int main(void)
     test_speculation(tok);
     test_draft_model(tok);
     test_background_step_bound(tok);
+    test_background_decodes_yield(tok);
     test_busy_time(tok);
     test_random(tok);
     em_tokenizer_destroy(tok);
