@@ -207,8 +207,19 @@ static int submit(conn *k, const char *file, const char *endpoint, int wait)
     free(rtext);
     if (rc)
         return rc;
-    char id[128];
+    char id[128], path[160];
     snprintf(id, sizeof id, "%s", str(b, "id"));
+    snprintf(path, sizeof path, "/batches/%s", id);
+    /* the server validates the file after answering: wait for its verdict
+     * (bounded: 10 minutes) */
+    for (int i = 0; i < 6000 && strcmp(str(b, "status"), "validating") == 0; i++) {
+        struct timespec ts = { 0, 100 * 1000 * 1000 };
+        nanosleep(&ts, NULL);
+        json_decref(b);
+        b = NULL;
+        if ((rc = call_json(k, "GET", path, NULL, NULL, 0, &b)))
+            return rc;
+    }
     if (strcmp(str(b, "status"), "failed") == 0) {   /* validation: say why, line by line */
         print_batch(b);
         json_decref(b);

@@ -9,6 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <time.h>
+
+#define LINES_PER_TXN 500   /* em_storage_batch_start: lines stored per transaction */
 
 #define BATCH_COLUMNS                                                                                   \
     "id, coalesce(key_id, 0), endpoint, input_file_id, completion_window, metadata, status,"           \
@@ -246,26 +249,62 @@ int em_storage_batch_start(em_storage *st, const char *id, const em_batch_line *
     int ret = em_storage_batch_get(st, EM_STORAGE_ANY_KEY, id, &b, err), rc = SQLITE_OK, changed = 0;
     if (ret)
         return ret;
+    int validating = strcmp(b.status, "validating") == 0;
     em_batch_info_clear(&b);
+    if (!validating)   /* its lines, if any, are not to be touched */
+        return em_err_set(err, EM_ESTATE, "batch %s is no longer validating", id);
+    /* the lines in chunks, each its own transaction, so that other users of
+     * the connection wait at most one chunk; a line stored before (a restart
+     * that validates again) is replaced by the same line */
+    for (size_t at = 0; at < n; at += LINES_PER_TXN) {
+        if ((ret = em_sto_ops_begin(st, err)))
+            return ret;
+        rc = SQLITE_OK;
+        ret = em_sto_txn(st, EM_STMT_OPS_BEGIN, &rc, err);
+        sqlite3_stmt *s = ret ? NULL : em_sto_prep(st, EM_STMT_BATCH_LINE_INSERT,
+                                                   "INSERT OR REPLACE INTO batch_lines (batch_id, line, custom_id, body)"
+                                                   " VALUES (?1, ?2, ?3, ?4)", &ret, err);
+        for (size_t i = at; s && !ret && i < n && i < at + LINES_PER_TXN; i++) {
+            sqlite3_bind_text(s, 1, id, -1, SQLITE_TRANSIENT);
+            sqlite3_bind_int64(s, 2, lines[i].line);
+            sqlite3_bind_text(s, 3, lines[i].custom_id, -1, SQLITE_TRANSIENT);
+            sqlite3_bind_text(s, 4, lines[i].body, -1, SQLITE_TRANSIENT);
+            ret = em_sto_step_done(st, s, &rc, "storing a batch's lines", err);
+        }
+        if (!ret)
+            ret = em_sto_txn(st, EM_STMT_OPS_COMMIT, &rc, err);
+        if (ret)
+            em_sto_txn_abort(st);
+        em_sto_ops_end(st, rc);
+        if (ret)
+            return ret;
+        /* a thread waiting for the connection gets it now: a mutex is not
+         * fair, and taking it straight back would starve the service thread */
+        struct timespec pause = { 0, 200 * 1000 };
+        nanosleep(&pause, NULL);
+    }
+    /* then, in one transaction, in progress with its count */
     if ((ret = em_sto_ops_begin(st, err)))
         return ret;
+    rc = SQLITE_OK;
     if ((ret = em_sto_txn(st, EM_STMT_OPS_BEGIN, &rc, err)))
         goto done;
-    sqlite3_stmt *s = em_sto_prep(st, EM_STMT_BATCH_LINE_INSERT,
-                                  "INSERT INTO batch_lines (batch_id, line, custom_id, body) VALUES (?1, ?2, ?3, ?4)",
-                                  &ret, err);
-    for (size_t i = 0; s && !ret && i < n; i++) {
-        sqlite3_bind_text(s, 1, id, -1, SQLITE_TRANSIENT);
-        sqlite3_bind_int64(s, 2, lines[i].line);
-        sqlite3_bind_text(s, 3, lines[i].custom_id, -1, SQLITE_TRANSIENT);
-        sqlite3_bind_text(s, 4, lines[i].body, -1, SQLITE_TRANSIENT);
-        ret = em_sto_step_done(st, s, &rc, "storing a batch's lines", err);
-    }
     if (!ret)
         ret = set_status(st, id, "validating", "in_progress", NULL, NULL, NULL, b.created_ms + window_ms, &changed,
                          &rc, err);
-    if (!ret && !changed)
-        ret = em_err_set(err, EM_ESTATE, "batch %s is no longer validating", id);
+    if (!ret && !changed) {   /* cancelled meanwhile: its lines will never run */
+        sqlite3_stmt *d = em_sto_prep(st, EM_STMT_BATCH_LINES_DROP, "DELETE FROM batch_lines WHERE batch_id = ?1",
+                                      &ret, err);
+        if (d) {
+            sqlite3_bind_text(d, 1, id, -1, SQLITE_TRANSIENT);
+            ret = em_sto_step_done(st, d, &rc, "dropping a cancelled batch's lines", err);
+        }
+        if (!ret && !(ret = em_sto_txn(st, EM_STMT_OPS_COMMIT, &rc, err)))
+            ret = em_err_set(err, EM_ESTATE, "batch %s is no longer validating", id);
+        else
+            em_sto_txn_abort(st);
+        goto done;
+    }
     if (!ret) {
         sqlite3_stmt *t = em_sto_prep(st, EM_STMT_BATCH_COUNT_DONE,
                                       "UPDATE batches SET total = ?2, completed = ?3, failed = ?4 WHERE id = ?1",

@@ -431,9 +431,11 @@ void em_batch_lines_free(em_batch_line *v, size_t n);
 /* A new batch of key_id in status validating; *out its row (clear it). */
 int em_storage_batch_create(em_storage *st, int64_t key_id, const char *endpoint, const char *input_file_id,
                             const char *window, const char *metadata, em_batch_info *out, em_err *err);
-/* Validated: its lines stored, total set, status in_progress (expiring
- * window_ms after it was created). EM_ESTATE when it is no longer
- * validating (cancelled meanwhile). */
+/* Validated: its lines stored (in transactions of a few hundred, so other
+ * callers wait at most one; a line stored before, by a start that a crash
+ * cut short, is replaced), then total set and status in_progress (expiring
+ * window_ms after it was created) in one. EM_ESTATE when it is no longer
+ * validating (cancelled meanwhile): its lines are dropped again. */
 int em_storage_batch_start(em_storage *st, const char *id, const em_batch_line *lines, size_t n, int64_t window_ms,
                            em_err *err);
 /* Set the status (failed with errors, a JSON array text; finalizing;

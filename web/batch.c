@@ -3,8 +3,10 @@
  *   GET  /v1/batches[?limit=&after=]
  *   GET  /v1/batches/ID
  *   POST /v1/batches/ID/cancel
- * and the runner that does the work. A batch validates when it is created:
- * its input file is read line by line, every line checked (a JSON object
+ * and the runner that does the work. A batch validates after it is created
+ * (status validating), on a thread of its own so that a large file does
+ * not stall the service thread and every client with it: its input file
+ * is read line by line, every line checked (a JSON object
  * with a unique custom_id, method POST, the batch's url, a body for this
  * model that does not stream); any bad line fails the batch before any
  * work, with an error per line. Otherwise its lines go into the database
@@ -18,6 +20,8 @@
  * its lines in flight and keeps the results it has. After a restart (even
  * SIGKILL) the batches not finished go on: pending lines run, recorded
  * ones never again. Scoped per key like files. */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +36,7 @@
 #define MAX_ERRORS   100          /* validation errors kept in the batch's "errors" */
 #define MAX_FLIGHT   64           /* lines in flight at most (all batches) */
 #define WINDOW_MS    (24LL * 3600 * 1000)
+#define MAX_VQ       64           /* batches waiting for the validator (more wait for a later look) */
 
 typedef struct {
     char            batch[EM_STORAGE_BATCH_ID_MAX];
@@ -47,6 +52,17 @@ struct web_batches {
     size_t  n_fl;
     size_t  max_fl;               /* lines in flight at most: 2 per sequence the server runs, <= MAX_FLIGHT */
     uint64_t lines_done;          /* /metrics */
+    /* the validator thread: batch ids to validate (vq), the one in hand
+     * (vbusy), all under vmu; it sets validated and wakes the service loop
+     * when one is done */
+    pthread_t       vthr;
+    int             vthr_up, vstop;
+    pthread_mutex_t vmu;
+    pthread_cond_t  vcv;
+    char            vq[MAX_VQ][EM_STORAGE_BATCH_ID_MAX];
+    size_t          n_vq;
+    char            vbusy[EM_STORAGE_BATCH_ID_MAX];
+    atomic_int      validated;
 };
 
 /* ---- JSON out ------------------------------------------------------------------ */
@@ -258,7 +274,8 @@ static size_t validate(em_web *w, const em_batch_info *b, int64_t scope_key, em_
     return v->n_errors;
 }
 
-/* Validate and start (or fail) batch id. */
+/* Validate and start (or fail) batch b: on the validator thread (storage
+ * and the model's id are safe there). */
 static void validate_batch(em_web *w, const em_batch_info *b)
 {
     verrs v = { json_array(), 0 };
@@ -269,7 +286,8 @@ static void validate_batch(em_web *w, const em_batch_info *b)
      * made; a restart validating again reads it whoever owns it */
     if (validate(w, b, EM_STORAGE_ANY_KEY, &lines, &n, &v)) {
         char *txt = json_dumps(v.errors, JSON_COMPACT);
-        if (em_storage_batch_set_status(w->o.storage, b->id, "validating", "failed", txt, NULL, NULL, &err))
+        if (em_storage_batch_set_status(w->o.storage, b->id, "validating", "failed", txt, NULL, NULL, &err) &&
+            err.code != EM_ESTATE)   /* cancelled meanwhile */
             em_log(EM_LOG_ERROR, NULL, "batch %s: %s", b->id, err.msg);
         free(txt);
     } else if (em_storage_batch_start(w->o.storage, b->id, lines, n, WINDOW_MS, &err) && err.code != EM_ESTATE) {
@@ -277,7 +295,53 @@ static void validate_batch(em_web *w, const em_batch_info *b)
     }
     em_batch_lines_free(lines, n);
     json_decref(v.errors);
-    w->batches->kick = 1;
+}
+
+static void *validator(void *arg)
+{
+    em_web *w = arg;
+    web_batches *B = w->batches;
+    pthread_mutex_lock(&B->vmu);
+    for (;;) {
+        while (!B->vstop && !B->n_vq)
+            pthread_cond_wait(&B->vcv, &B->vmu);
+        if (B->vstop)
+            break;
+        memcpy(B->vbusy, B->vq[0], sizeof B->vbusy);
+        memmove(B->vq[0], B->vq[1], (B->n_vq - 1) * sizeof B->vq[0]);
+        B->n_vq--;
+        pthread_mutex_unlock(&B->vmu);
+        em_batch_info b;
+        em_err err = { 0 };
+        if (em_storage_batch_get(w->o.storage, EM_STORAGE_ANY_KEY, B->vbusy, &b, &err) == 0) {
+            if (strcmp(b.status, "validating") == 0)   /* not cancelled meanwhile */
+                validate_batch(w, &b);
+            em_batch_info_clear(&b);
+        }
+        atomic_store(&B->validated, 1);
+        pthread_mutex_lock(&w->mu);   /* wake the service loop: it starts the batch's lines */
+        if (!w->closing)
+            lws_cancel_service(w->ctx);
+        pthread_mutex_unlock(&w->mu);
+        pthread_mutex_lock(&B->vmu);
+        B->vbusy[0] = 0;
+    }
+    pthread_mutex_unlock(&B->vmu);
+    return NULL;
+}
+
+/* Batch id to the validator, unless it is there already. */
+static void validate_later(web_batches *B, const char *id)
+{
+    pthread_mutex_lock(&B->vmu);
+    int known = strcmp(B->vbusy, id) == 0;
+    for (size_t i = 0; i < B->n_vq && !known; i++)
+        known = strcmp(B->vq[i], id) == 0;
+    if (!known && B->n_vq < MAX_VQ) {
+        snprintf(B->vq[B->n_vq++], sizeof B->vq[0], "%s", id);
+        pthread_cond_signal(&B->vcv);
+    }
+    pthread_mutex_unlock(&B->vmu);
 }
 
 /* ---- the runner -------------------------------------------------------------------- */
@@ -435,6 +499,8 @@ void web_batch_step(em_web *w)
         drop_flight(B, i);
         B->kick = 1;
     }
+    if (atomic_exchange(&B->validated, 0))
+        B->kick = 1;
     if (!B->kick || atomic_load(&w->draining))
         return;
     B->kick = 0;
@@ -467,7 +533,7 @@ void web_batch_step(em_web *w)
             (void)left;
             finalize(w, &b, cancelling ? "cancelled" : "expired");
         } else if (strcmp(b.status, "validating") == 0) {
-            validate_batch(w, &b);
+            validate_later(B, b.id);
         } else if (strcmp(b.status, "finalizing") == 0) {
             finalize(w, &b, "completed");
         } else if (strcmp(b.status, "in_progress") == 0) {
@@ -517,6 +583,12 @@ int web_batch_create(em_web *w)
     w->batches->kick = 1;   /* the batches a restart interrupted go on */
     size_t m = 2 * (w->o.parallel ? w->o.parallel : 8);
     w->batches->max_fl = m < MAX_FLIGHT ? m : MAX_FLIGHT;
+    pthread_mutex_init(&w->batches->vmu, NULL);
+    pthread_cond_init(&w->batches->vcv, NULL);
+    if (w->o.storage && pthread_create(&w->batches->vthr, NULL, validator, w) == 0)
+        w->batches->vthr_up = 1;
+    else if (w->o.storage)
+        return -1;
     return 0;
 }
 
@@ -525,6 +597,15 @@ void web_batch_destroy(em_web *w)
     web_batches *B = w->batches;
     if (!B)
         return;
+    if (B->vthr_up) {   /* a batch being validated finishes it; those waiting validate at the next start */
+        pthread_mutex_lock(&B->vmu);
+        B->vstop = 1;
+        pthread_cond_signal(&B->vcv);
+        pthread_mutex_unlock(&B->vmu);
+        pthread_join(B->vthr, NULL);
+    }
+    pthread_mutex_destroy(&B->vmu);
+    pthread_cond_destroy(&B->vcv);
     while (B->n_fl)   /* their lines stay pending: they run again at the next start */
         drop_flight(B, B->n_fl - 1);
     free(B);
@@ -595,7 +676,7 @@ static int create(web_conn *c, const em_web_auth *a)
     json_decref(req);
     if (rc)
         return storage_error(c, rc, "", &err);
-    validate_batch(c->w, &b);
+    validate_later(c->w->batches, b.id);   /* answered now, as validating */
     char id[EM_STORAGE_BATCH_ID_MAX];
     snprintf(id, sizeof id, "%s", b.id);
     em_batch_info_clear(&b);

@@ -60,7 +60,10 @@ try:
     t0 = time.monotonic()
     b = alice.batches.create(input_file_id=f.id, endpoint='/v1/completions', completion_window='24h',
                              metadata={'job': 'nightly'})
-    assert b.object == 'batch' and b.id.startswith('batch_') and b.status in ('in_progress', 'completed'), b
+    # answered at once as validating (the file is checked on a thread of its own), then in progress
+    assert b.object == 'batch' and b.id.startswith('batch_') and \
+        b.status in ('validating', 'in_progress', 'completed'), b
+    b = wait(alice, b.id, ('in_progress', 'completed'))
     assert b.metadata == {'job': 'nightly'} and b.input_file_id == f.id and b.request_counts.total == 200, b
     done = wait(alice, b.id, ('completed', 'failed'))
     dt = time.monotonic() - t0
@@ -113,8 +116,8 @@ try:
            {'custom_id': 'e', 'method': 'POST', 'url': '/v1/completions', 'body': {'model': 'gpt-4o'}},
            {'custom_id': 'f', 'method': 'POST', 'url': '/v1/completions', 'body': {'prompt': 'x', 'stream': True}}]
     f3 = alice.files.create(file=('bad.jsonl', jsonl(bad) + b'{not json\n'), purpose='batch')
-    v = alice.batches.retrieve(alice.batches.create(input_file_id=f3.id, endpoint='/v1/completions',
-                                                    completion_window='24h').id)
+    v = wait(alice, alice.batches.create(input_file_id=f3.id, endpoint='/v1/completions',
+                                         completion_window='24h').id, ('failed', 'in_progress', 'completed'))
     assert v.status == 'failed' and v.failed_at and v.request_counts.total == 0, v
     lines = sorted((e.line, e.code) for e in v.errors.data)
     assert lines == [(2, 'duplicate_custom_id'), (3, 'invalid_method'), (4, 'invalid_url'), (5, 'model_not_found'),
@@ -151,7 +154,8 @@ try:
              'body': {'prompt': 'Once upon a time %d' % i, 'max_tokens': 4 if i < 2 else 400, 'temperature': 0,
                       'ignore_eos': True}} for i in range(60)]
     f4 = alice.files.create(file=('long.jsonl', jsonl(long)), purpose='batch')
-    lb = alice.batches.create(input_file_id=f4.id, endpoint='/v1/completions', completion_window='24h')
+    lb = wait(alice, alice.batches.create(input_file_id=f4.id, endpoint='/v1/completions',
+                                          completion_window='24h').id, ('in_progress',))
     text = srv.request('GET', '/metrics', headers={'Authorization': 'Bearer ' + srv.keys['alice']})[2].decode()
     assert 'ember_batch_requests{batch="%s",state="total"} 60\n' % lb.id in text, text
     assert int(re.search(r'^ember_batch_lines_total (\d+)$', text, re.M).group(1)) >= 200, text

@@ -392,7 +392,7 @@ try:
     assert st == 200, out
     st, _, bo = srv.post('/v1/batches', {'input_file_id': json.loads(out)['id'], 'endpoint': '/v1/completions',
                                          'completion_window': '24h'}, headers=H['root'])
-    assert st == 200 and bo['status'] == 'in_progress', bo
+    assert st == 200 and bo['status'] in ('validating', 'in_progress'), bo
     sel = '#live-batches li[data-batch="%s"]' % bo['id']
     b.wait(lambda d: b.js('const e = document.querySelector(arguments[0]); return e && e.dataset.total;', sel) == '30',
            'the batch in the live panel', timeout=60)

@@ -6,8 +6,11 @@
  * purpose, in both orders, in pages with the cursor; deletion removes row
  * and bytes; bad names and ids are refused, ids that could name other paths
  * never reach the disk; bytes gone or truncated on disk are an EIO that
- * says so; an unwritable directory leaves no row; and storage/cache.c, the
- * response cache's LRU rows. Real SQLite files in a
+ * says so; an unwritable directory leaves no row; storage/batches.c's
+ * start (lines stored in several transactions, in order; a batch no
+ * longer validating is refused, its lines kept, or dropped when it was
+ * cancelled while validating); and storage/cache.c, the response cache's
+ * LRU rows. Real SQLite files in a
  * temporary directory. */
 #include "tests/unit/storage_test.h"
 
@@ -155,6 +158,55 @@ static int test_refusals(void)
 /* The response cache's rows: get/put by key and model, the least recently
  * used evicted past the bound (a hit counts as a use), another model's rows
  * retained away. */
+static int test_batch_start(void)
+{
+    char db[512];
+    t_path(db, sizeof db, "batches.db");
+    em_storage *st = t_open_at(db, NULL);
+    REQUIRE(st);
+    em_err err = { 0 };
+    enum { N = 1234 };   /* more than two transactions' worth */
+    static em_batch_line lines[N];
+    static char bodies[N][32];
+    for (int i = 0; i < N; i++) {
+        lines[i].line = i;
+        snprintf(lines[i].custom_id, sizeof lines[i].custom_id, "c%d", i);
+        snprintf(bodies[i], sizeof bodies[i], "{\"prompt\":\"%d\"}", i);
+        lines[i].body = bodies[i];
+    }
+    em_batch_info a, b;
+    CHECK_RC(em_storage_batch_create(st, 1, "/v1/completions", "file-x", "24h", NULL, &a, &err), 0);
+    CHECK(!strcmp(a.status, "validating"));
+    CHECK_RC(em_storage_batch_start(st, a.id, lines, N, 3600000, &err), 0);
+    em_batch_info got;
+    CHECK_RC(em_storage_batch_get(st, 1, a.id, &got, &err), 0);
+    CHECK(!strcmp(got.status, "in_progress") && got.total == N && got.expires_ms == a.created_ms + 3600000);
+    em_batch_info_clear(&got);
+    em_batch_line *p = NULL;
+    size_t n = 0;
+    CHECK_RC(em_storage_batch_pending(st, a.id, 498, 5, &p, &n, &err), 0);   /* across the first boundary */
+    CHECK(n == 5 && p[0].line == 499 && p[4].line == 503 && !strcmp(p[1].custom_id, "c500") &&
+          !strcmp(p[1].body, "{\"prompt\":\"500\"}"));
+    em_batch_lines_free(p, n);
+    CHECK_RC(em_storage_batch_line_done(st, a.id, 0, 1, "{\"r\":0}", &err), 0);
+    /* started already: refused, and what it holds untouched */
+    CHECK_RC(em_storage_batch_start(st, a.id, lines, N, 3600000, NULL), EM_ESTATE);
+    CHECK_RC(em_storage_batch_pending(st, a.id, -1, N + 1, &p, &n, &err), 0);
+    CHECK(n == N - 1 && p[0].line == 1);
+    em_batch_lines_free(p, n);
+    /* cancelled while it validated: refused, and no line of it is left */
+    CHECK_RC(em_storage_batch_create(st, 1, "/v1/completions", "file-x", "24h", NULL, &b, &err), 0);
+    CHECK_RC(em_storage_batch_set_status(st, b.id, "validating", "cancelling", NULL, NULL, NULL, &err), 0);
+    CHECK_RC(em_storage_batch_start(st, b.id, lines, N, 3600000, NULL), EM_ESTATE);
+    CHECK_RC(em_storage_batch_pending(st, b.id, -1, 10, &p, &n, &err), 0);
+    CHECK(n == 0);
+    em_batch_lines_free(p, n);
+    em_batch_info_clear(&a);
+    em_batch_info_clear(&b);
+    em_storage_close(st);
+    return 0;
+}
+
 static int test_cache(void)
 {
     char db[512];
@@ -212,6 +264,7 @@ int main(void)
     } tests[] = {
         { "round_trip", test_round_trip },
         { "refusals", test_refusals },
+        { "batch_start", test_batch_start },
         { "cache", test_cache },
     };
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
