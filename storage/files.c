@@ -209,6 +209,33 @@ int em_storage_file_get(em_storage *st, int64_t key_id, const char *id, em_file_
     return ret;
 }
 
+int em_storage_file_find(em_storage *st, int64_t key_id, const char *filename, const char *purpose,
+                         em_file_info *out, em_err *err)
+{
+    int ret, rc = SQLITE_OK;
+    if ((ret = em_sto_ops_begin(st, err)))
+        return ret;
+    sqlite3_stmt *s = em_sto_prep(st, EM_STMT_FILE_FIND,
+                                  "SELECT " FILE_COLUMNS " FROM files WHERE key_id IS ?1 AND filename = ?2"
+                                  " AND purpose = ?3 ORDER BY rowid DESC LIMIT 1", &ret, err);
+    if (s) {
+        em_sto_bind_key(s, 1, key_id);
+        sqlite3_bind_text(s, 2, filename, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(s, 3, purpose, -1, SQLITE_TRANSIENT);
+        int r = sqlite3_step(s);
+        if (r == SQLITE_ROW)
+            file_row(s, out);
+        else if (r == SQLITE_DONE)
+            ret = em_err_set(err, EM_ENOENT, "no file named %s", filename);
+        else
+            ret = em_sto_fail(st->ops.db, rc = r, st->path, "finding a file", err);
+        sqlite3_reset(s);
+        sqlite3_clear_bindings(s);
+    }
+    em_sto_ops_end(st, rc);
+    return ret;
+}
+
 int em_storage_file_list(em_storage *st, int64_t key_id, const char *purpose, const char *after, int order_asc,
                          size_t limit, em_file_info **out, size_t *n, int *more, em_err *err)
 {

@@ -361,6 +361,10 @@ int em_storage_file_add(em_storage *st, int64_t key_id, const char *filename, co
                         const void *data, size_t n, em_file_info *out, em_err *err);
 /* One file's row. */
 int em_storage_file_get(em_storage *st, int64_t key_id, const char *id, em_file_info *out, em_err *err);
+/* The newest file of key_id (0: none; not a scope) with this filename and
+ * purpose. EM_ENOENT: none. */
+int em_storage_file_find(em_storage *st, int64_t key_id, const char *filename, const char *purpose,
+                         em_file_info *out, em_err *err);
 /* The key's files (purpose NULL: every purpose), newest first (order_asc:
  * oldest first), after the file named after (NULL: from the start), at
  * most limit; *more set when there are more. *out malloc'd (free), *n rows. */

@@ -49,6 +49,7 @@ enum {
     /* ops connection: files (files.c) */
     EM_STMT_FILE_INSERT,
     EM_STMT_FILE_GET,
+    EM_STMT_FILE_FIND,
     EM_STMT_FILE_LIST,
     EM_STMT_FILE_DELETE,
     /* ops connection: batches (batches.c) */

@@ -414,6 +414,16 @@ static void finalize(em_web *w, const em_batch_info *b, const char *final)
         }
         em_file_info f;
         snprintf(name, sizeof name, "%s_%s.jsonl", b->id, state == 1 ? "output" : "error");
+        /* a finalize cut short (a crash, a failed write) may have left this
+         * file: the same results give the same bytes, so it is taken again */
+        if (n && em_storage_file_find(w->o.storage, b->key_id, name, "batch_output", &f, NULL) == 0) {
+            if (f.bytes == (int64_t)n) {
+                snprintf(state == 1 ? out_id : err_id, EM_STORAGE_FILE_ID_MAX, "%s", f.id);
+                free(text);
+                continue;
+            }
+            em_storage_file_delete(w->o.storage, b->key_id, f.id, NULL);
+        }
         if (n && em_storage_file_add(w->o.storage, b->key_id, name, "batch_output", text, n, &f, &err)) {
             em_log(EM_LOG_ERROR, NULL, "batch %s: its %s file cannot be written: %s", b->id,
                    state == 1 ? "output" : "error", err.msg);

@@ -189,6 +189,15 @@ static int test_batch_start(void)
           !strcmp(p[1].body, "{\"prompt\":\"500\"}"));
     em_batch_lines_free(p, n);
     CHECK_RC(em_storage_batch_line_done(st, a.id, 0, 1, "{\"r\":0}", &err), 0);
+    /* file_find: the newest of a key's files with that name and purpose */
+    em_file_info f1, f2, ff;
+    CHECK_RC(em_storage_file_add(st, 1, "o.jsonl", "batch_output", "a", 1, &f1, &err), 0);
+    CHECK_RC(em_storage_file_add(st, 1, "o.jsonl", "batch_output", "bb", 2, &f2, &err), 0);
+    CHECK_RC(em_storage_file_find(st, 1, "o.jsonl", "batch_output", &ff, &err), 0);
+    CHECK(!strcmp(ff.id, f2.id) && ff.bytes == 2);
+    CHECK_RC(em_storage_file_find(st, 2, "o.jsonl", "batch_output", &ff, NULL), EM_ENOENT);
+    CHECK_RC(em_storage_file_find(st, 1, "o.jsonl", "batch", &ff, NULL), EM_ENOENT);
+    CHECK_RC(em_storage_file_find(st, 0, "o.jsonl", "batch_output", &ff, NULL), EM_ENOENT);
     /* started already: refused, and what it holds untouched */
     CHECK_RC(em_storage_batch_start(st, a.id, lines, N, 3600000, NULL), EM_ESTATE);
     CHECK_RC(em_storage_batch_pending(st, a.id, -1, N + 1, &p, &n, &err), 0);
