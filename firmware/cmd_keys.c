@@ -1,7 +1,7 @@
 /* cmd_keys.c — `ember keys`: create (printing the key exactly once; --admin
  * for a key that may read every key's usage, --no-response-cache for one
  * whose requests are always computed afresh), change the response-cache
- * setting (`set`), list and revoke the API keys
+ * setting (`set`), give one a new secret (`rotate`), list and revoke the API keys
  * stored in the ledger database, and export / import them (hashes only) to
  * give every box behind a load balancer the same keys. */
 #include <errno.h>
@@ -22,13 +22,16 @@ static const char usage[] =
     "       ember keys set ID --response-cache on|off [--db PATH]\n"
     "       ember keys list [--db PATH]\n"
     "       ember keys revoke ID [--db PATH]\n"
+    "       ember keys rotate ID [--db PATH]\n"
     "       ember keys export [--db PATH] [--output FILE]\n"
     "       ember keys import FILE [--db PATH]\n"
     "  add prints the new key on stdout; it is shown only this once (only its hash\n"
     "  is stored). An --admin key may read every key's usage (GET /api/usage); the\n"
     "  others only their own. A key with the response cache off (--no-response-cache,\n"
     "  or set later) is never answered from the server's response cache nor adds to\n"
-    "  it. --db defaults to ./ember.db.\n"
+    "  it. rotate gives key ID a new secret, printed once like add's; the old one is\n"
+    "  refused from then on, the name, settings and usage stay. --db defaults to\n"
+    "  ./ember.db.\n"
     "  export writes every key (active and revoked) as JSON with its hash, never\n"
     "  the key, to FILE (mode 0600) or stdout; import reads such a file (- for\n"
     "  stdin) into another box's database in one transaction: keys already there\n"
@@ -218,6 +221,36 @@ done:
     return status;
 }
 
+static int keys_rotate(int argc, char **argv)
+{
+    const char *db, *pos[1];
+    int rc = parse_db_arg("keys rotate", argc, argv, &db, pos, "give the key's ID (see ember keys list)");
+    if (rc)
+        return rc;
+    char *end;
+    errno = 0;
+    long long id = strtoll(pos[0], &end, 10);
+    if (end == pos[0] || *end || errno || id <= 0)
+        return em_cli_fail(2, "keys rotate: '%s' is not a key id", pos[0]);
+    em_err err = { 0 };
+    em_storage *st = NULL;
+    em_key_info info;
+    char key[EM_STORAGE_KEY_MAX];
+    int status = 0;
+    if (open_db(db, 0, &st, &err) || em_storage_key_rotate(st, id, key, sizeof key, &info, &err)) {
+        status = em_cli_fail_err(&err);
+        goto done;
+    }
+    printf("%s\n", key);
+    fflush(stdout);
+    fprintf(stderr, "key %lld \"%s\" (%s) has a new secret; the old one no longer works. This is the only "
+            "time the key is shown; store it now.\n", (long long)info.id, info.name, info.prefix);
+done:
+    sodium_memzero(key, sizeof key);
+    em_storage_close(st);
+    return status;
+}
+
 static int keys_set(int argc, char **argv)
 {
     const char *db = "ember.db", *cache_s = NULL, *pos[1];
@@ -372,11 +405,13 @@ int em_cmd_keys(int argc, char **argv)
         rc = keys_revoke(argc - 1, argv + 1);
     else if (strcmp(sub, "set") == 0)
         rc = keys_set(argc - 1, argv + 1);
+    else if (strcmp(sub, "rotate") == 0)
+        rc = keys_rotate(argc - 1, argv + 1);
     else if (strcmp(sub, "export") == 0)
         rc = keys_export(argc - 1, argv + 1);
     else if (strcmp(sub, "import") == 0)
         rc = keys_import(argc - 1, argv + 1);
     else
-        return em_cli_fail(2, "keys: unknown subcommand '%s' (add, set, list, revoke, export, import)", sub);
+        return em_cli_fail(2, "keys: unknown subcommand '%s' (add, set, rotate, list, revoke, export, import)", sub);
     return rc < 0 ? 0 : rc;
 }

@@ -36,7 +36,7 @@ static const char usage[] =
     "                   [--speculate N] [--device N] [--host H]\n"
     "                   [--port P] [--db PATH] [--ctx N] [--kv-mb N] [--parallel N] [--kv-type f16|q8_0]\n"
     "                   [--tls-cert PEM --tls-key PEM] [--require-key] [--rate-limit N]\n"
-    "                   [--allowed-origins LIST] [--ping-s S]\n"
+    "                   [--allowed-origins LIST] [--allowed-hosts LIST] [--ping-s S]\n"
     "                   [--drain-s N] [--max-queued N] [--max-queued-interactive N]\n"
     "                   [--max-queued-background N] [--step-tokens N] [--bg-step-ms MS]\n"
     "                   [--aging-ms MS] [--no-prefix-cache] [--max-ws-message BYTES] [--max-body BYTES]\n"
@@ -46,7 +46,7 @@ static const char usage[] =
     "  Every setting can also come from the INI file given with --config (firmware/ember.conf\n"
     "  documents each key, docs/config.md); flags win over the file. --print-config prints the\n"
     "  effective configuration with where each value came from and exits. SIGHUP reloads the\n"
-    "  file's require_key, rate_limit, allowed_origins and log settings.\n"
+    "  file's require_key, rate_limit, allowed_origins, allowed_hosts and log settings.\n"
     "  Serves the model over HTTP and WebSocket on one port: the OpenAI-compatible API\n"
     "  (/v1/chat/completions, /v1/completions, /v1/models), /healthz, /metrics\n"
     "  (Prometheus) and /api/usage (docs/api.md). Default 127.0.0.1:8080 and\n"
@@ -351,6 +351,7 @@ int em_cmd_serve(int argc, char **argv)
     wo.require_key = (int)em_config_int(cfg, EM_CFG_REQUIRE_KEY);
     wo.rate_limit_per_min = (int32_t)em_config_int(cfg, EM_CFG_RATE_LIMIT);
     wo.allowed_origins = em_config_str(cfg, EM_CFG_ALLOWED_ORIGINS);
+    wo.allowed_hosts = em_config_str(cfg, EM_CFG_ALLOWED_HOSTS);
     wo.tls_cert = tls_cert[0] ? tls_cert : NULL;
     wo.tls_key = tls_key[0] ? tls_key : NULL;
     wo.drain_s = (uint32_t)em_config_int(cfg, EM_CFG_DRAIN_S);

@@ -73,6 +73,7 @@ static int parse_value(em_config_key k, const char *text, value *out, char *why,
     switch (d->k) {
     case K_STR:
         if (k != EM_CFG_MODEL_PATH && k != EM_CFG_DRAFT_MODEL && k != EM_CFG_ALLOWED_ORIGINS && k != EM_CFG_TLS_CERT &&
+            k != EM_CFG_ALLOWED_HOSTS &&
             k != EM_CFG_TLS_KEY &&
             !text[0]) {
             snprintf(why, cap, "an empty value");
@@ -541,6 +542,7 @@ void em_config_serve_reload(void *ctx, struct em_web *w)
     em_config_apply_log(r->cfg);
     em_err err = { 0 };
     if (em_web_update(w, (int)em_config_int(r->cfg, EM_CFG_REQUIRE_KEY), (int32_t)em_config_int(r->cfg, EM_CFG_RATE_LIMIT),
-                      em_config_str(r->cfg, EM_CFG_ALLOWED_ORIGINS), &err))
+                      em_config_str(r->cfg, EM_CFG_ALLOWED_ORIGINS), em_config_str(r->cfg, EM_CFG_ALLOWED_HOSTS),
+                      &err))
         em_log(EM_LOG_ERROR, NULL, "SIGHUP: %s", err.msg);
 }

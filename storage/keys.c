@@ -87,13 +87,68 @@ void em_sto_key_row(sqlite3_stmt *s, em_key_info *k)
     k->response_cache = sqlite3_column_int(s, 8) != 0;
 }
 
+/* A new secret: the key ("em_" + 43 base64url characters) into key_out,
+ * its hash and display prefix. */
+static void new_secret(char *key_out, unsigned char *hash, char *prefix)
+{
+    unsigned char raw[KEY_RAW_BYTES];
+    char b64[KEY_B64_LEN + 1];
+    randombytes_buf(raw, sizeof raw);
+    sodium_bin2base64(b64, sizeof b64, raw, sizeof raw, sodium_base64_VARIANT_URLSAFE_NO_PADDING);
+    memcpy(key_out, "em_", 3);
+    memcpy(key_out + 3, b64, KEY_B64_LEN + 1);
+    key_hash(key_out, hash);
+    memcpy(prefix, key_out, EM_STORAGE_PREFIX_LEN);
+    prefix[EM_STORAGE_PREFIX_LEN] = 0;
+    sodium_memzero(raw, sizeof raw);
+    sodium_memzero(b64, sizeof b64);
+}
+
+int em_storage_key_rotate(em_storage *st, int64_t id, char *key_out, size_t cap, em_key_info *info, em_err *err)
+{
+    if (!key_out || cap < EM_STORAGE_KEY_MAX)
+        return em_err_set(err, EM_EINVAL, "api key: output buffer too small");
+    em_key_info old;
+    int ret = em_storage_key_get(st, id, &old, err), rc = SQLITE_OK;
+    if (ret)
+        return ret;
+    if (old.revoked_ms)
+        return em_err_set(err, EM_ESTATE, "api key %lld: revoked (make a new one with ember keys add)",
+                          (long long)id);
+    unsigned char hash[HASH_BYTES];
+    char prefix[EM_STORAGE_PREFIX_LEN + 1];
+    new_secret(key_out, hash, prefix);
+    if (!(ret = em_sto_ops_begin(st, err))) {
+        sqlite3_stmt *s = em_sto_prep(st, EM_STMT_KEY_ROTATE, "UPDATE api_keys SET prefix = ?2, hash = ?3"
+                                      " WHERE id = ?1 AND revoked_ms IS NULL", &ret, err);
+        if (s) {
+            sqlite3_bind_int64(s, 1, id);
+            sqlite3_bind_text(s, 2, prefix, -1, SQLITE_STATIC);
+            sqlite3_bind_blob(s, 3, hash, HASH_BYTES, SQLITE_STATIC);
+            ret = em_sto_step_done(st, s, &rc, "rotating an api key", err);
+            if (!ret && sqlite3_changes(st->ops.db) != 1)
+                ret = em_err_set(err, EM_ESTATE, "api key %lld: revoked meanwhile", (long long)id);
+        }
+        em_sto_ops_end(st, rc);
+    }
+    sodium_memzero(hash, sizeof hash);
+    if (ret) {
+        sodium_memzero(key_out, cap);
+        return ret;
+    }
+    if (info) {
+        *info = old;
+        memcpy(info->prefix, prefix, sizeof prefix);
+    }
+    return 0;
+}
+
 static int key_add(em_storage *st, const char *name, em_usage_class default_class,
                    int32_t rate_limit_per_min, int admin, char *key_out, size_t cap,
                    em_key_info *info, em_err *err)
 {
     int ret = 0, rc = SQLITE_OK, locked = 0;
-    unsigned char raw[KEY_RAW_BYTES], hash[HASH_BYTES];
-    char b64[KEY_B64_LEN + 1];
+    unsigned char hash[HASH_BYTES];
     if (!key_out || cap < EM_STORAGE_KEY_MAX) {
         ret = em_err_set(err, EM_EINVAL, "api key: output buffer too small");
         goto done;
@@ -110,15 +165,8 @@ static int key_add(em_storage *st, const char *name, em_usage_class default_clas
         ret = em_err_set(err, EM_EINVAL, "api key %s: bad class or rate limit", name);
         goto done;
     }
-    randombytes_buf(raw, sizeof raw);
-    sodium_bin2base64(b64, sizeof b64, raw, sizeof raw, sodium_base64_VARIANT_URLSAFE_NO_PADDING);
-    memcpy(key_out, "em_", 3);
-    memcpy(key_out + 3, b64, KEY_B64_LEN + 1);
-    key_hash(key_out, hash);
-
     char prefix[EM_STORAGE_PREFIX_LEN + 1];
-    memcpy(prefix, key_out, EM_STORAGE_PREFIX_LEN);
-    prefix[EM_STORAGE_PREFIX_LEN] = 0;
+    new_secret(key_out, hash, prefix);
     int64_t now = em_storage_now_ms();
 
     if ((ret = em_sto_ops_begin(st, err)))
@@ -164,8 +212,6 @@ done:
         em_sto_ops_end(st, rc);
     if (ret && key_out && cap)
         sodium_memzero(key_out, cap);
-    sodium_memzero(raw, sizeof raw);
-    sodium_memzero(b64, sizeof b64);
     sodium_memzero(hash, sizeof hash);
     return ret;
 }

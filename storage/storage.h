@@ -214,6 +214,12 @@ int em_storage_key_add_admin(em_storage *st, const char *name, em_usage_class de
 /* Every key, active and revoked, by id. *out (free() it) gets *n entries. */
 int em_storage_key_list(em_storage *st, em_key_info **out, size_t *n, em_err *err);
 
+/* A new secret for key id, everything else kept (name, class, limits, its
+ * usage): written into key_out like em_storage_key_add's, the old key
+ * refused from now on; *info (may be NULL) the key with its new prefix.
+ * EM_ENOENT: no such key; EM_ESTATE: revoked. */
+int em_storage_key_rotate(em_storage *st, int64_t id, char *key_out, size_t cap, em_key_info *info, em_err *err);
+
 /* Key id, active or revoked, into *out. EM_ENOENT: no such key. */
 int em_storage_key_get(em_storage *st, int64_t id, em_key_info *out, em_err *err);
 

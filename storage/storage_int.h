@@ -24,6 +24,7 @@ enum {
     EM_STMT_KEY_GET,
     EM_STMT_KEY_REVOKE,
     EM_STMT_KEY_SET_CACHE,
+    EM_STMT_KEY_ROTATE,
     /* ops connection: keys between boxes (key_transfer.c) */
     EM_STMT_KEY_EXPORT,
     EM_STMT_KEY_BY_HASH,

@@ -5,7 +5,10 @@
  * loopback rule (a client on 127.0.0.0/8 or ::1 may go without a key unless
  * --require-key), and each key's requests-per-minute limit as a token
  * bucket (429 with Retry-After past it; a key without a limit of its own
- * gets the server's rate_limit). An admin key says so in
+ * gets the server's rate_limit). Failed keys are counted per client
+ * address: past AUTH_FAIL_MAX in AUTH_FAIL_WINDOW_S seconds the address
+ * gets 429 too_many_auth_failures (no key is even checked) until the
+ * window ends, so keys cannot be guessed at speed. An admin key says so in
  * em_web_auth.admin, one kept out of the response cache in no_cache.
  * Service thread only. */
 #include <stdio.h>
@@ -15,9 +18,44 @@
 #include <time.h>
 
 #include "core/grow.h"
+#include "core/log.h"
 #include "web/web_int.h"
 
-int web_auth_key(em_web *w, const char *key, int loopback, const char *how, em_web_auth *a, em_web_error *e)
+#define AUTH_FAIL_MAX      10       /* failed keys from one address ... */
+#define AUTH_FAIL_WINDOW_S 60.0     /* ... in this long; then 429 until it ends */
+#define AUTH_FAIL_ADDRS    4096     /* addresses remembered (the oldest window goes first) */
+
+static double now_s(void);
+
+/* The failure record of addr, made (or taken over from the oldest) when
+ * absent and make is set; NULL otherwise. */
+static struct web_auth_fail *fail_of(em_web *w, const char *addr, double now, int make)
+{
+    size_t oldest = 0;
+    for (size_t i = 0; i < w->n_fails; i++) {
+        if (!strcmp(w->fails[i].addr, addr))
+            return &w->fails[i];
+        if (w->fails[i].since < w->fails[oldest].since)
+            oldest = i;
+    }
+    if (!make)
+        return NULL;
+    struct web_auth_fail *f;
+    if (w->n_fails < AUTH_FAIL_ADDRS &&
+        !em_grow((void **)&w->fails, &w->cap_fails, w->n_fails + 1, sizeof *w->fails, 16))
+        f = &w->fails[w->n_fails++];
+    else if (w->n_fails)
+        f = &w->fails[oldest];
+    else
+        return NULL;
+    snprintf(f->addr, sizeof f->addr, "%s", addr);
+    f->since = now;
+    f->n = 0;
+    return f;
+}
+
+int web_auth_key(em_web *w, const char *key, int loopback, const char *addr, const char *how, em_web_auth *a,
+                 em_web_error *e)
 {
     memset(a, 0, sizeof *a);
     a->default_class = EM_CLASS_INTERACTIVE;
@@ -31,12 +69,32 @@ int web_auth_key(em_web *w, const char *key, int loopback, const char *how, em_w
     if (!w->o.storage)
         return em_web_fail(e, 401, "invalid_request_error", "invalid_api_key", NULL,
                            "This server keeps no API keys.");
+    double now = now_s();
+    struct web_auth_fail *f = fail_of(w, addr ? addr : "", now, 0);
+    if (f && now - f->since >= AUTH_FAIL_WINDOW_S) {   /* a new window */
+        f->since = now;
+        f->n = 0;
+    }
+    if (f && f->n >= AUTH_FAIL_MAX) {
+        double wait = f->since + AUTH_FAIL_WINDOW_S - now;
+        em_web_fail(e, 429, "rate_limit_error", "too_many_auth_failures", NULL,
+                    "Too many wrong API keys from this address (%d in %.0f s). Retry in %.0f s.", AUTH_FAIL_MAX,
+                    AUTH_FAIL_WINDOW_S, wait < 1 ? 1.0 : wait);
+        e->retry_after_s = (uint32_t)(wait + 0.999);
+        if (!e->retry_after_s)
+            e->retry_after_s = 1;
+        return -1;
+    }
     em_key_info ki;
     em_err err = { 0 };
     int rc = em_storage_key_verify(w->o.storage, key, &ki, &err);
-    if (rc == EM_ENOENT || rc == EM_ESTATE || rc == EM_EINVAL)
+    if (rc == EM_ENOENT || rc == EM_ESTATE || rc == EM_EINVAL) {
+        if ((f = f ? f : fail_of(w, addr ? addr : "", now, 1)) && ++f->n == AUTH_FAIL_MAX)
+            em_log(EM_LOG_WARN, NULL, "%s: %d wrong API keys in %.0f s: refused until %.0f s have passed",
+                   addr ? addr : "?", AUTH_FAIL_MAX, now - f->since, AUTH_FAIL_WINDOW_S);
         return em_web_fail(e, 401, "invalid_request_error", "invalid_api_key", NULL,
                            rc == EM_ESTATE ? "This API key has been revoked." : "Incorrect API key provided.");
+    }
     if (rc)
         return em_web_fail(e, 503, "server_error", NULL, NULL, "the key store failed: %s", err.msg);
     a->key_id = ki.id;
@@ -56,7 +114,7 @@ int web_auth(em_web *w, const web_conn *c, em_web_auth *a, em_web_error *e)
     while (*h == ' ')
         h++;
     if (!*h)
-        return web_auth_key(w, NULL, c->loopback, how, a, e);
+        return web_auth_key(w, NULL, c->loopback, c->addr, how, a, e);
     if (strncasecmp(h, "Bearer ", 7) != 0) {
         memset(a, 0, sizeof *a);
         a->default_class = EM_CLASS_INTERACTIVE;
@@ -66,7 +124,7 @@ int web_auth(em_web *w, const web_conn *c, em_web_auth *a, em_web_error *e)
     h += 7;
     while (*h == ' ')
         h++;
-    return web_auth_key(w, h, c->loopback, how, a, e);
+    return web_auth_key(w, h, c->loopback, c->addr, how, a, e);
 }
 
 static double now_s(void)

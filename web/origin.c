@@ -1,4 +1,10 @@
-/* origin.c — which browser pages may use this server: a request or a
+/* origin.c — which browser pages may use this server. First the Host
+ * header, against DNS rebinding (a name of the attacker's that resolves to
+ * this box makes the attacker's page "same origin"): it must be an IP
+ * address, localhost, this machine's host name (or NAME.local), the
+ * address the server listens on, or a name in allowed_hosts ("*": any);
+ * else 403 host_not_allowed. A request without a Host header (HTTP/1.0:
+ * not a browser) goes on. Then a request or a
  * WebSocket upgrade that carries an Origin header must come from the
  * server's own origin (the scheme's host[:port] equal to the Host header)
  * or one listed in allowed_origins (comma- or space-separated, "*" for
@@ -6,10 +12,12 @@
  * page of another site cannot drive the API with a loopback user's
  * rights. Requests without an Origin (curl, the SDKs) are not browsers'
  * cross-site calls and go on. Service thread only. */
+#include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "core/log.h"
 #include "web/web_int.h"
@@ -36,9 +44,65 @@ static int listed(const char *list, const char *origin)
     return 0;
 }
 
+/* Whether the name (a Host header less its port) is one of this server's. */
+static int host_ok(const em_web *w, const char *name, size_t n)
+{
+    char h[256];
+    if (!n || n >= sizeof h)
+        return 0;
+    memcpy(h, name, n);
+    h[n] = 0;
+    while (n && h[n - 1] == '.')   /* "localhost." is localhost */
+        h[--n] = 0;
+    unsigned char addr[16];
+    if (inet_pton(AF_INET, h, addr) == 1)
+        return 1;   /* an address: what a rebinding attack cannot choose */
+    if (h[0] == '[' && n > 2 && h[n - 1] == ']') {
+        h[n - 1] = 0;
+        return inet_pton(AF_INET6, h + 1, addr) == 1;
+    }
+    if (!strcasecmp(h, "localhost") || (n > 10 && !strcasecmp(h + n - 10, ".localhost")))
+        return 1;
+    if (w->host && !strcasecmp(h, w->host))
+        return 1;
+    char me[256];
+    if (gethostname(me, sizeof me) == 0) {
+        me[sizeof me - 1] = 0;
+        size_t mn = strlen(me);
+        if (!strcasecmp(h, me) || (n == mn + 6 && !strncasecmp(h, me, mn) && !strcasecmp(h + mn, ".local")))
+            return 1;
+        char *dot = strchr(me, '.');   /* a fully qualified host name: its first label too */
+        if (dot && (size_t)(dot - me) == n && !strncasecmp(h, me, n))
+            return 1;
+    }
+    return listed(w->hosts, h);
+}
+
+int web_host_check(em_web *w, struct lws *wsi, em_web_error *e)
+{
+    char host[256] = "";
+    int hlen = lws_hdr_total_length(wsi, WSI_TOKEN_HOST);
+    if (hlen <= 0)
+        return 0;
+    if (hlen >= (int)sizeof host || lws_hdr_copy(wsi, host, sizeof host, WSI_TOKEN_HOST) < 0)
+        return em_web_fail(e, 403, "invalid_request_error", "host_not_allowed", NULL,
+                           "the Host header is longer than %zu bytes", sizeof host - 1);
+    size_t n = strlen(host);
+    const char *colon = host[0] == '[' ? strstr(host, "]:") : strrchr(host, ':');
+    if (colon && (host[0] != '[' || (colon = colon + 1)))
+        n = (size_t)(colon - host);
+    if (listed(w->hosts, "*") || host_ok(w, host, n))
+        return 0;
+    return em_web_fail(e, 403, "invalid_request_error", "host_not_allowed", NULL,
+                       "Host %.200s is not a name of this server: ask by its address, or add the name to "
+                       "allowed_hosts (a guard against DNS rebinding)", host);
+}
+
 int web_origin_check(em_web *w, struct lws *wsi, em_web_error *e)
 {
     char origin[256] = "", host[256] = "";
+    if (web_host_check(w, wsi, e))
+        return -1;
     int olen = lws_hdr_total_length(wsi, WSI_TOKEN_ORIGIN);
     if (olen <= 0)
         return 0;

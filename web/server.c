@@ -240,10 +240,45 @@ static void conn_release(web_conn *c)
     c->out_off = 0;
 }
 
+/* On every response: no script but the server's own files (KaTeX's
+ * formulas need inline style attributes, so styles may be inline), no
+ * framing by other pages, no MIME sniffing, no Referer to elsewhere. */
+static const char security_headers[] =
+    "content-security-policy: default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data: blob:; font-src 'self'; connect-src 'self'; object-src 'none'; base-uri 'none'; "
+    "form-action 'self'; frame-ancestors 'none'\r\n"
+    "x-content-type-options: nosniff\r\n"
+    "x-frame-options: DENY\r\n"
+    "referrer-policy: no-referrer\r\n";
+
+/* "name: value\r\n" lines as headers onto *p. -1: no room. */
+static int add_header_lines(web_conn *c, const char *h, unsigned char **p, unsigned char *end)
+{
+    while (*h) {
+        const char *colon = strchr(h, ':'), *eol = strstr(h, "\r\n");
+        if (!colon || !eol || colon > eol)
+            break;
+        char name[64];
+        int nl = (int)(colon - h) + 1;
+        if (nl >= (int)sizeof name)
+            break;
+        memcpy(name, h, (size_t)nl);
+        name[nl] = 0;
+        const char *v = colon + 1;
+        while (*v == ' ')
+            v++;
+        if (lws_add_http_header_by_name(c->wsi, (const unsigned char *)name, (const unsigned char *)v,
+                                        (int)(eol - v), p, end))
+            return -1;
+        h = eol + 2;
+    }
+    return 0;
+}
+
 /* Headers, then the body in pieces. Returns -1 to close the connection. */
 static int conn_write(web_conn *c)
 {
-    unsigned char buf[LWS_PRE + 2048];
+    unsigned char buf[LWS_PRE + 4096];
     /* a generation moves its events first: a plain response is sent once
      * whole, a stream once its headers are out */
     if (c->api && !c->complete && (!c->streaming || c->head_sent))
@@ -256,31 +291,16 @@ static int conn_write(web_conn *c)
                                         c->streaming ? LWS_ILLEGAL_HTTP_CONTENT_LEN
                                                      : (lws_filepos_t)c->out.n, &p, end))
             return -1;
-        if (c->streaming &&
-            (lws_add_http_header_by_token(c->wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING,
-                                          (const unsigned char *)"chunked", 7, &p, end) ||
-             lws_add_http_header_by_token(c->wsi, WSI_TOKEN_HTTP_CACHE_CONTROL,
-                                          (const unsigned char *)"no-cache", 8, &p, end)))
+        if (c->streaming && lws_add_http_header_by_token(c->wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING,
+                                                         (const unsigned char *)"chunked", 7, &p, end))
             return -1;
-        /* extra "name: value\r\n" lines */
-        for (char *h = c->headers; *h;) {
-            char *colon = strchr(h, ':'), *eol = strstr(h, "\r\n");
-            if (!colon || !eol || colon > eol)
-                break;
-            char name[64];
-            int nl = (int)(colon - h) + 1;
-            if (nl >= (int)sizeof name)
-                break;
-            memcpy(name, h, (size_t)nl);
-            name[nl] = 0;
-            const char *v = colon + 1;
-            while (*v == ' ')
-                v++;
-            if (lws_add_http_header_by_name(c->wsi, (const unsigned char *)name, (const unsigned char *)v,
-                                            (int)(eol - v), &p, end))
-                return -1;
-            h = eol + 2;
-        }
+        /* an answer is never kept by a cache (the assets say otherwise: they revalidate by ETag) */
+        if (!strcasestr(c->headers, "cache-control:") &&
+            lws_add_http_header_by_token(c->wsi, WSI_TOKEN_HTTP_CACHE_CONTROL, (const unsigned char *)"no-store", 8,
+                                         &p, end))
+            return -1;
+        if (add_header_lines(c, security_headers, &p, end) || add_header_lines(c, c->headers, &p, end))
+            return -1;
         if (lws_finalize_write_http_header(c->wsi, start, &p, end))
             return -1;
         c->head_sent = 1;
@@ -581,8 +601,10 @@ int em_web_create(const em_web_opts *o, em_web **out, em_err *err)
     w->o.device = w->device;
     w->origins = strdup(o->allowed_origins ? o->allowed_origins : "");
     w->o.allowed_origins = NULL;   /* w->origins holds them */
+    w->hosts = strdup(o->allowed_hosts ? o->allowed_hosts : "");
+    w->o.allowed_hosts = NULL;
     atomic_init(&w->reload, 0);
-    if (!w->origins) {
+    if (!w->origins || !w->hosts) {
         rc = em_err_set(err, EM_ENOMEM, "serve: out of memory");
         goto fail;
     }
@@ -684,13 +706,18 @@ void em_web_reload(em_web *w)
 }
 
 int em_web_update(em_web *w, int require_key, int32_t rate_limit_per_min, const char *allowed_origins,
-                  em_err *err)
+                  const char *allowed_hosts, em_err *err)
 {
-    char *o = strdup(allowed_origins ? allowed_origins : "");
-    if (!o)
+    char *o = strdup(allowed_origins ? allowed_origins : ""), *h = strdup(allowed_hosts ? allowed_hosts : "");
+    if (!o || !h) {
+        free(o);
+        free(h);
         return em_err_set(err, EM_ENOMEM, "serve: out of memory");
+    }
     free(w->origins);
     w->origins = o;
+    free(w->hosts);
+    w->hosts = h;
     w->o.require_key = require_key;
     w->o.rate_limit_per_min = rate_limit_per_min;
     return 0;
@@ -718,8 +745,10 @@ void em_web_destroy(em_web *w)
     pthread_mutex_destroy(&w->mu);
     free(w->fds);
     free(w->rates);
+    free(w->fails);
     free(w->host);
     free(w->origins);
+    free(w->hosts);
     free(w->model_id);
     free(w->device);
     free(w);

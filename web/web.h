@@ -71,6 +71,9 @@ typedef struct {
     const char *allowed_origins;    /* browser origins allowed besides the server's own, separated by
                                        commas or spaces ("https://app.example:8443"); "*": any; NULL or
                                        "": none (em_web_create copies it) */
+    const char *allowed_hosts;      /* Host names this server answers besides its addresses, localhost,
+                                       the machine's host name and --host, separated by commas or spaces;
+                                       "*": any (no DNS-rebinding guard); copied like allowed_origins */
     int32_t     rate_limit_per_min; /* requests per minute of a key without a limit of its own; 0: none */
     void      (*on_reload)(void *ctx, em_web *w);   /* em_web_reload's work, on the service thread */
     void       *reload_ctx;         /* passed to on_reload, never dereferenced */
@@ -117,6 +120,7 @@ void em_web_reload(em_web *w);
  * and allowed_origins (copied) take effect for the next request. Service
  * thread only (from on_reload). EM_ENOMEM leaves the old origins. */
 int  em_web_update(em_web *w, int require_key, int32_t rate_limit_per_min, const char *allowed_origins,
+                   const char *allowed_hosts,
                    em_err *err);
 
 /* Close every connection (cancelling their requests) and free. Accepts NULL. */

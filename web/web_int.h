@@ -207,6 +207,8 @@ struct em_web {
     /* per-key request rate (lws thread only) */
     struct { int64_t key_id; double tokens, t; } *rates;
     size_t               n_rates, cap_rates;
+    struct web_auth_fail { char addr[64]; double since; uint32_t n; } *fails;   /* auth.c: wrong keys per address */
+    size_t               n_fails, cap_fails;
     /* counters for /metrics: under mu */
     pthread_mutex_t      mu;
     uint64_t             seq;           /* request ids */
@@ -228,6 +230,7 @@ struct em_web {
     lws_sorted_usec_list_t beat_sul;    /* alive.c: keeps the loop turning while nothing happens */
     atomic_int           reload;        /* em_web_reload was called (a signal handler may set it) */
     char                *origins;       /* allowed_origins as given (origin.c; service thread) */
+    char                *hosts;         /* allowed_hosts as given (origin.c; service thread) */
 };
 
 /* alive.c (service thread): start the timer that turns the loop at least
@@ -248,9 +251,12 @@ void web_addr_release(em_web *w, int fd);
 /* Who is asking: the Authorization header's key, or the loopback rule.
  * 0 with *a filled; -1 with e filled (401). */
 int web_auth(em_web *w, const web_conn *c, em_web_auth *a, em_web_error *e);
-/* The same rules for a key given as a string (NULL: none given); how says
- * how to send one, for the missing-key message ("as \"Authorization: ...\""). */
-int web_auth_key(em_web *w, const char *key, int loopback, const char *how, em_web_auth *a, em_web_error *e);
+/* The same rules for a key given as a string (NULL: none given) by the
+ * client at addr (its failures are counted: 429 too_many_auth_failures
+ * past 10 a minute); how says how to send one, for the missing-key message
+ * ("as \"Authorization: ...\""). */
+int web_auth_key(em_web *w, const char *key, int loopback, const char *addr, const char *how, em_web_auth *a,
+                 em_web_error *e);
 /* The key's rate limit: 0 to go on, -1 with e filled (429, Retry-After). */
 int web_rate_check(em_web *w, const em_web_auth *a, em_web_error *e);
 
@@ -432,9 +438,14 @@ int      web_drain_step(em_web *w);
 
 /* ---- origin.c: which browser pages may call ------------------------------------ */
 
-/* The request's Origin header against the server's own (the Host header)
- * and allowed_origins: 0 when it may go on (no Origin header: not a
- * browser's cross-site call), else -1 with e filled (403 origin_not_allowed). */
+/* The request's Host header against the server's names and allowed_hosts
+ * (0: it may go on; no Host header: not a browser), else -1 with e filled
+ * (403 host_not_allowed). */
+int  web_host_check(em_web *w, struct lws *wsi, em_web_error *e);
+/* web_host_check, then the request's Origin header against the server's
+ * own (the Host header) and allowed_origins: 0 when it may go on (no Origin
+ * header: not a browser's cross-site call), else -1 with e filled (403
+ * host_not_allowed or origin_not_allowed). */
 int  web_origin_check(em_web *w, struct lws *wsi, em_web_error *e);
 /* Refuse a WebSocket upgrade whose origin is not allowed: writes the 403
  * (JSON error) itself; returns 1 when it did (the upgrade is then refused),

@@ -403,7 +403,7 @@ static void ws_auth(ws_chat *c, json_t *m, const json_t *id)
         ws_error(c, id, "invalid_request", "key", 0, "'key' must be a string");
         return;
     }
-    if (web_auth_key(c->w, json_string_value(key), c->loopback, "in {\"type\": \"auth\", \"key\": KEY}", &a, &e)) {
+    if (web_auth_key(c->w, json_string_value(key), c->loopback, c->addr, "in {\"type\": \"auth\", \"key\": KEY}", &a, &e)) {
         em_log(EM_LOG_WARN, NULL, "%s: WebSocket auth: %d %s", c->addr, e.status, e.message);
         ws_error_web(c, id, &e);
         if (++c->auth_fails >= WS_MAX_AUTH_FAIL)
@@ -786,7 +786,7 @@ static int ws_open(em_web *w, struct lws *wsi, ws_chat **slot)
         return 0;
     }
     /* a client beyond loopback (and any with --require-key) says who it is first */
-    c->authed = web_auth_key(w, NULL, c->loopback, "", &c->auth, &e) == 0;
+    c->authed = web_auth_key(w, NULL, c->loopback, c->addr, "", &c->auth, &e) == 0;
     if (c->authed)
         ws_ready(c);
     else

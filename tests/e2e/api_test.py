@@ -82,7 +82,7 @@ try:
     # a POST without a body and without Content-Length is answered, not left waiting
     n_requests += 1
     k = socket.create_connection(('127.0.0.1', srv.port), timeout=60)
-    k.sendall(b'POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ' +
+    k.sendall(b'POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ' +
               srv.keys['alice'].encode() + b'\r\n\r\n')
     got = b''
     while b'\r\n\r\n' not in got:
@@ -213,7 +213,7 @@ try:
     held = []
     req = json.dumps({'prompt': 'Once upon a time', 'max_tokens': 240, 'stream': True, 'ignore_eos': True,
                       'priority': 'background'}).encode()
-    head = (b'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n'
+    head = (b'POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n'
             b'Authorization: Bearer ' + srv.keys['alice'].encode() + b'\r\nContent-Length: ' +
             str(len(req)).encode() + b'\r\n\r\n' + req)
     for i in range(64):

@@ -25,7 +25,7 @@ def open_stream(port, body):
     """Send a streamed completion on a raw socket; return it after the headers."""
     s = socket.create_connection(('127.0.0.1', port), timeout=120)
     data = json.dumps(body).encode()
-    s.sendall(b'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n'
+    s.sendall(b'POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n'
               b'Content-Length: ' + str(len(data)).encode() + b'\r\n\r\n' + data)
     got = b''
     while b'\r\n\r\n' not in got:
@@ -49,7 +49,7 @@ srv = Server(model, '--ctx', '2048', '--parallel', '1', '--max-queued', '1')
 try:
     long = {'prompt': 'Once upon a time', 'max_tokens': 1900, 'ignore_eos': True, 'stream': True}
     a, ga = open_stream(srv.port, long)
-    while b'"text":"' not in ga.split(b'\r\n\r\n', 1)[1] or ga.count(b'data: ') < 3:   # a is running
+    while b'"text":"' not in ga.split(b'\r\n\r\n', 1)[1] or ga.split(b'\r\n\r\n', 1)[1].count(b'data: ') < 3:   # a is running
         more = a.recv(4096)
         assert more
         ga += more

@@ -162,7 +162,7 @@ try:
     assert pings(msgs) >= 2, msgs   # idle: the scheduler beats while it waits
     s = socket.create_connection(('127.0.0.1', srv.port), timeout=60)
     req = json.dumps({'prompt': 'Once upon a time', 'max_tokens': 8}).encode()
-    s.sendall(b'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n'
+    s.sendall(b'POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n'
               b'Content-Length: ' + str(len(req)).encode() + b'\r\n\r\n' + req)
     msgs = nt.until_status(1, lambda m: 'watchdog not pinged: the scheduler thread' in m, most=100)
     print('notify: stuck: %s' % msgs[-1])

@@ -98,10 +98,10 @@ class Server:
         s = socket.create_connection(('127.0.0.1', self.port), timeout=60)
         req = json.dumps(body).encode()
         auth = b'Authorization: Bearer ' + key.encode() + b'\r\n' if key else b''
-        s.sendall(b'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n' + auth +
+        s.sendall(b'POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n' + auth +
                   b'Content-Length: ' + str(len(req)).encode() + b'\r\n\r\n' + req)
         got = b''
-        while got.count(b'data: ') < events:
+        while got.partition(b'\r\n\r\n')[2].count(b'data: ') < events:   # events in the body, not the headers
             more = s.recv(4096)
             assert more, got
             got += more

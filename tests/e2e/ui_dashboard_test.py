@@ -127,7 +127,7 @@ def stream(key, prompt, tokens):
     """A streaming completion over a raw socket, left open (read nothing more): it runs until closed."""
     s = socket.create_connection(('127.0.0.1', srv.port), timeout=60)
     req = json.dumps({'prompt': prompt, 'max_tokens': tokens, 'ignore_eos': True, 'stream': True}).encode()
-    s.sendall(b'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n'
+    s.sendall(b'POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n'
               b'Authorization: Bearer ' + key.encode() + b'\r\nContent-Length: ' + str(len(req)).encode() +
               b'\r\n\r\n' + req)
     socks.append(s)

@@ -78,6 +78,18 @@ expect_status 0 "$EMBER" keys set 4 --response-cache on --db "$K"
 expect_status 0 "$EMBER" keys list --db "$K"
 grep -q "^ 4  nocache .*  no     on     " "$T/out" || fail "list: nocache after set on: $(cat "$T/out")"
 expect_status 0 "$EMBER" keys set 4 --response-cache off --db "$K"
+# rotate: a new secret printed once, the old one refused, the row the same
+[ "$(printf '%s\n' "$key2" | "$FIXTURE" "$K" verify -)" = "ok second" ] || fail "key 2 does not verify before rotate"
+expect_status 0 "$EMBER" keys rotate 2 --db "$K"
+key2b=$(cat "$T/out")
+case "$key2b" in em_???????????????????????????????????????????) ;; *) fail "rotate printed '$key2b'" ;; esac
+[ "$key2b" != "$key2" ] || fail "rotate printed the old key"
+grep -q "only time" "$T/err" || fail "rotate does not say the key is shown once"
+[ "$(printf '%s\n' "$key2" | "$FIXTURE" "$K" verify -)" = "unknown" ] || fail "the old key 2 still verifies"
+[ "$(printf '%s\n' "$key2b" | "$FIXTURE" "$K" verify -)" = "ok second" ] || fail "the rotated key 2 does not verify"
+key2=$key2b
+expect_status 2 "$EMBER" keys rotate 99 --db "$K"
+grep -q "no such key" "$T/err" || fail "rotate unknown: $(cat "$T/err")"
 expect_status 2 "$EMBER" keys set 4 --response-cache maybe --db "$K"
 expect_status 2 "$EMBER" keys set 4 --db "$K"
 expect_status 2 "$EMBER" keys set 99 --response-cache on --db "$K"
@@ -90,6 +102,8 @@ grep "^ 1 " "$T/out" | grep -q 'Z  [0-9-]* [0-9:]*Z$' || fail "list: no revocati
 grep "^ 2 " "$T/out" | grep -q 'Z  -$' || fail "list: second is not active"
 expect_status 1 "$EMBER" keys revoke 1 --db "$K"
 grep -q "already revoked" "$T/err" || fail "revoke twice: $(cat "$T/err")"
+expect_status 1 "$EMBER" keys rotate 1 --db "$K"
+grep -q "revoked" "$T/err" || fail "rotate a revoked key: $(cat "$T/err")"
 expect_status 2 "$EMBER" keys revoke 7 --db "$K"
 grep -q "no such key" "$T/err" || fail "revoke unknown: $(cat "$T/err")"
 expect_status 2 "$EMBER" keys revoke abc --db "$K"
