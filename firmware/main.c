@@ -21,12 +21,24 @@ static const command commands[] = {
     { NULL, NULL, NULL },
 };
 
+/* A command's name as typed: its identifier with '-' for '_'. */
+static void shown_name(const char *id, char *out, size_t cap)
+{
+    size_t i = 0;
+    for (; id[i] && i + 1 < cap; i++)
+        out[i] = id[i] == '_' ? '-' : id[i];
+    out[i] = 0;
+}
+
 static void usage(FILE *f)
 {
     fputs("usage: ember <command> [options]   (ember <command> --help for its options)\n\n"
           "commands:\n", f);
-    for (size_t i = 0; commands[i].name; i++)
-        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    for (size_t i = 0; commands[i].name; i++) {
+        char name[32];
+        shown_name(commands[i].name, name, sizeof name);
+        fprintf(f, "  %-14s %s\n", name, commands[i].summary);
+    }
 }
 
 /* The exit status after a command: its own, or 1 when what it wrote to
@@ -57,7 +69,9 @@ int main(int argc, char **argv)
         return finish(argv[1], 0);
     }
     for (size_t i = 0; commands[i].name; i++) {
-        if (strcmp(argv[1], commands[i].name) == 0) {
+        char name[32];
+        shown_name(commands[i].name, name, sizeof name);
+        if (strcmp(argv[1], name) == 0) {
             int st = commands[i].fn(argc - 1, argv + 1);
             exit(finish(argv[1], st < 0 ? 0 : st));
         }

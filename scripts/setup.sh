@@ -9,7 +9,7 @@ PKGS="meson ninja-build gcc pkg-config python3 python3-pip python3-venv python3-
 libvulkan-dev mesa-vulkan-drivers vulkan-tools vulkan-validationlayers
 glslc glslang-tools spirv-tools
 libsqlite3-dev sqlite3 libwebsockets-dev libjansson-dev libinih-dev
-libsodium-dev libxxhash-dev libpcre2-dev libsystemd-dev
+libsodium-dev libxxhash-dev libpcre2-dev libsystemd-dev libssl-dev openssl
 libjs-markdown-it node-dompurify libjs-highlight.js libjs-chart.js libjs-katex fonts-katex
 chromium chromium-driver python3-selenium python3-jsonschema haproxy"
 

@@ -13,12 +13,6 @@
 #include "em_assets.h"
 #include "web/web_int.h"
 
-/* Scripts from this origin only (no inline, no eval); styles may set
- * attributes (KaTeX and Chart.js style elements inline); connections to
- * this origin (fetch and the same-host WebSocket). */
-#define CSP "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; " \
-            "font-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
-
 const em_asset *web_asset_find(const char *path)
 {
     for (size_t i = 0; i < em_n_assets; i++)
@@ -47,13 +41,8 @@ int web_assets_route(web_conn *c)
         return 0;
     }
     size_t used = strlen(c->headers);
-    snprintf(c->headers + used, sizeof c->headers - used, "etag: %s\r\ncache-control: no-cache\r\n"
-             "x-content-type-options: nosniff\r\n", a->etag);
-    if (strncmp(a->type, "text/html", 9) == 0) {
-        used = strlen(c->headers);
-        snprintf(c->headers + used, sizeof c->headers - used,
-                 "content-security-policy: " CSP "\r\nreferrer-policy: no-referrer\r\n");
-    }
+    /* (the content security policy and the other guards: server.c, on every response) */
+    snprintf(c->headers + used, sizeof c->headers - used, "etag: %s\r\ncache-control: no-cache\r\n", a->etag);
     if (c->if_none_match[0] && strcmp(c->if_none_match, a->etag) == 0) {
         web_respond(c, 304, a->type, "", 0);
         return 0;
