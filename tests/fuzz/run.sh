@@ -1,0 +1,28 @@
+#!/bin/sh
+# run.sh FUZZER OUTDIR RUNS SEED... — one libFuzzer run for the suite `fuzz`:
+# RUNS executions starting from the seeds (directories or files that exist),
+# new inputs kept in OUTDIR (the build directory), a crash written there as
+# crash-* and the run failed. Copy a crash into tests/fuzz/crashes/NAME/ to
+# make it a regression test of the normal suite.
+set -eu
+fuzzer=$1 out=$2 runs=$3
+shift 3
+mkdir -p "$out"
+seeds=""
+files=""
+for s in "$@"; do
+    if [ -d "$s" ]; then
+        seeds="$seeds $s"
+    elif [ -f "$s" ]; then
+        files="$files $s"
+    fi
+done
+if [ -n "$files" ]; then   # single seed files: into a directory of their own
+    mkdir -p "$out.files"
+    # shellcheck disable=SC2086
+    cp $files "$out.files/"
+    seeds="$seeds $out.files"
+fi
+# shellcheck disable=SC2086
+exec "$fuzzer" -runs="$runs" -seed=1 -max_len=65536 -timeout=60 -rss_limit_mb=4096 -print_final_stats=1 \
+    -artifact_prefix="$out/" "$out" $seeds
