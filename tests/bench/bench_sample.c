@@ -66,6 +66,7 @@ int main(void)
             for (int r = 0; r < reps; r++)
                 sink += mode == 4 ? em_sampler_sample_lp(s, lg, NULL, 20, &lp) : em_sampler_sample(s, lg);
             double us = (now_us() - t0) / reps;
+            (void)sink;
             printf("%-8u %-34s %12.1f\n", V, names[mode], us);
             em_sampler_destroy(s);
         }

@@ -29,7 +29,7 @@ static void invariants(em_kv *kv, const char *where)
 static void test_basics(void)
 {
     em_kv *kv = mk(8, 2, 128, 0);
-    int32_t a, b, c;
+    int32_t a = -1, b = -1, c = -1;
     em_kv_copy cp[4];
     uint32_t ncp = 0;
     em_err e = { 0 };

@@ -504,8 +504,8 @@ enum {
 static int build(int bpe, int defect, char **buf, size_t *len)
 {
     static const char *spm_toks[] = { "<unk>", "<s>", "</s>", "\xe2\x96\x81", "a", "b",
-                                      "\xe2\x96\x81" "a", "ab", "<|user|>" };
-    static const char *bpe_toks[] = { "a", "b", "ab", "\xc4\xa0", "\xc4\xa0" "a", "c",
+                                      "\342\226\201a" /* ▁a (octal: "\x81a" would be one escape) */, "ab", "<|user|>" };
+    static const char *bpe_toks[] = { "a", "b", "ab", "\xc4\xa0", "\304\240a" /* Ġa */, "c",
                                       "<|endoftext|>", "\xc4\x8a" };
     static const char *merges[] = { "a b", "\xc4\xa0 a" };
     static const char *bad_merges[] = { "a b", "ab" };
