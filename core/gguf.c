@@ -35,6 +35,7 @@ struct em_gguf {
     const uint8_t  *base;
     uint64_t        size;
     int             mapped;        /* 1: munmap at close */
+    struct stat     st;            /* the file when it was opened (em_gguf_unchanged) */
     uint32_t        version;
     uint32_t        alignment;
     uint64_t        data_offset;
@@ -508,6 +509,7 @@ int em_gguf_open(const char *path, em_gguf **out, em_err *err)
         return em_err_set(err, EM_ENOMEM, "%s: out of memory", path);
     }
     g->size = (uint64_t)st.st_size;
+    g->st = st;
     if (g->size > 0) {
         void *m = mmap(NULL, g->size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (m == MAP_FAILED) {
@@ -550,6 +552,25 @@ const char *em_gguf_path(const em_gguf *g) { return g->path; }
 uint32_t em_gguf_version(const em_gguf *g) { return g->version; }
 uint32_t em_gguf_alignment(const em_gguf *g) { return g->alignment; }
 uint64_t em_gguf_data_offset(const em_gguf *g) { return g->data_offset; }
+int em_gguf_unchanged(const em_gguf *g, em_err *err)
+{
+    if (!g->mapped)
+        return 0;
+    struct stat now;
+    if (stat(g->path, &now) != 0)
+        return em_err_set(err, EM_ESTATE, "%s: the model file is gone from the disk since it was loaded (%s)", g->path,
+                          strerror(errno));
+    if (now.st_dev != g->st.st_dev || now.st_ino != g->st.st_ino)
+        return em_err_set(err, EM_ESTATE, "%s: the model file was replaced on disk since it was loaded", g->path);
+    if ((uint64_t)now.st_size != g->size)
+        return em_err_set(err, EM_ESTATE, "%s: the model file changed size on disk since it was loaded "
+                          "(%llu bytes, now %llu)", g->path, (unsigned long long)g->size,
+                          (unsigned long long)now.st_size);
+    if (now.st_mtim.tv_sec != g->st.st_mtim.tv_sec || now.st_mtim.tv_nsec != g->st.st_mtim.tv_nsec)
+        return em_err_set(err, EM_ESTATE, "%s: the model file was written to since it was loaded", g->path);
+    return 0;
+}
+
 const void *em_gguf_base(const em_gguf *g) { return g->base; }
 uint64_t em_gguf_size(const em_gguf *g) { return g->size; }
 size_t em_gguf_n_kv(const em_gguf *g) { return g->n_kv; }

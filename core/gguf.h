@@ -105,6 +105,12 @@ const char *em_gguf_path(const em_gguf *g);
 uint32_t    em_gguf_version(const em_gguf *g);
 uint32_t    em_gguf_alignment(const em_gguf *g);
 uint64_t    em_gguf_data_offset(const em_gguf *g);   /* file offset of the data section */
+/* Whether the file g was opened from is still the one it mapped (same
+ * device, inode, size and modification time): 0, or EM_ESTATE saying what
+ * changed (gone, replaced, resized, written to). A file that changed under
+ * the mapping must not be read again: pages past a truncation raise
+ * SIGBUS, and the others may hold new bytes. Always 0 for em_gguf_open_mem. */
+int em_gguf_unchanged(const em_gguf *g, em_err *err);
 const void *em_gguf_base(const em_gguf *g);          /* start of the mapping */
 uint64_t    em_gguf_size(const em_gguf *g);          /* file size */
 

@@ -45,6 +45,14 @@ typedef struct {
     em_fwd_opts         dfo;
 } em_boot_device;
 
+/* Watch the model file's mapping: a read of it that faults (SIGBUS: the
+ * file was truncated on disk while mapped) ends the process at once with
+ * exit status 3 and a line on stderr naming the file and what to do,
+ * instead of a crash. A fault elsewhere is the usual crash. Up to 4 models
+ * (the target and a draft); m must stay open until exit. Not thread-safe:
+ * call while starting, before any thread runs. */
+void em_boot_guard_mapping(const em_model *m);
+
 /* The GPU backend's rebuild (em_sched_backend_gpu_recovery; arg is an
  * em_boot_device): destroy the failed forward pass and device, create both
  * again with the same options, run the self-test; 0 with *f the new

@@ -205,12 +205,14 @@ int em_cmd_serve(int argc, char **argv)
     em_boot_end(&boot, "database");
     if ((status = em_cli_open_model("serve", model_path, &m, &tok)))
         goto done;
+    em_boot_guard_mapping(m);   /* a truncated model file: a clear exit, not a crash */
     em_boot_end(&boot, "model");
     /* a draft model (speculative decoding) must share the vocabulary: checked before the device */
     const char *draft_path = em_config_str(cfg, EM_CFG_DRAFT_MODEL);
     if (draft_path[0]) {
         if ((status = em_cli_open_model("serve", draft_path, &dm, &dtok)))
             goto done;
+        em_boot_guard_mapping(dm);
         if ((rc = em_cli_same_vocab(tok, dtok, &err))) {
             status = em_cli_fail(2, "serve: the draft model %s cannot draft for %s: %s", draft_path, model_path,
                                  err.msg);

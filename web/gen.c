@@ -197,9 +197,9 @@ int em_gen_start(em_web *w, const em_gen_params *p, em_gen **out, em_web_error *
     int rc;
     const em_tokenizer *tok = w->o.tok;
     if (p->messages) {
-        const char *src = NULL;
-        size_t src_len = 0;
-        em_chat_gguf_template(em_model_gguf(w->o.model), &src, &src_len);
+        /* the template copied at start: a request never reads the model's mapping */
+        const char *src = w->tmpl;
+        size_t src_len = w->tmpl_len;
         int32_t bos = em_tokenizer_bos(tok), eos = em_tokenizer_eos(tok);
         rc = em_chat_render(src, src_len, p->messages, 1, bos >= 0 ? em_tokenizer_token_text(tok, bos) : "",
                             eos >= 0 ? em_tokenizer_token_text(tok, eos) : "", NULL, NULL, &text, &text_len,

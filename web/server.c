@@ -16,8 +16,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/chat_tmpl.h"
 #include "core/grow.h"
 #include "core/log.h"
+#include "core/model.h"
 #include "web/web_int.h"
 
 #define WRITE_CHUNK (16 * 1024)   /* bytes per lws_write */
@@ -606,6 +608,20 @@ int em_web_create(const em_web_opts *o, em_web **out, em_err *err)
     w->o.allowed_origins = NULL;   /* w->origins holds them */
     w->hosts = strdup(o->allowed_hosts ? o->allowed_hosts : "");
     w->o.allowed_hosts = NULL;
+    if (o->model) {   /* copied, so that serving never reads the model file's mapping (it may change on disk) */
+        const char *src = NULL;
+        size_t len = 0;
+        em_chat_gguf_template(em_model_gguf(o->model), &src, &len);
+        if (src && !(w->tmpl = malloc(len + 1))) {
+            rc = em_err_set(err, EM_ENOMEM, "serve: out of memory");
+            goto fail;
+        }
+        if (src) {
+            memcpy(w->tmpl, src, len);
+            w->tmpl[len] = 0;
+            w->tmpl_len = len;
+        }
+    }
     atomic_init(&w->reload, 0);
     if (!w->origins || !w->hosts) {
         rc = em_err_set(err, EM_ENOMEM, "serve: out of memory");
@@ -756,6 +772,7 @@ void em_web_destroy(em_web *w)
     free(w->host);
     free(w->origins);
     free(w->hosts);
+    free(w->tmpl);
     free(w->model_id);
     free(w->device);
     free(w);

@@ -231,6 +231,8 @@ struct em_web {
     atomic_int           reload;        /* em_web_reload was called (a signal handler may set it) */
     char                *origins;       /* allowed_origins as given (origin.c; service thread) */
     char                *hosts;         /* allowed_hosts as given (origin.c; service thread) */
+    char                *tmpl;          /* the model's chat template, copied (NULL: none, ChatML) */
+    size_t               tmpl_len;
 };
 
 /* alive.c (service thread): start the timer that turns the loop at least

@@ -77,10 +77,14 @@ def post(path, body, raw=None, headers=None, timeout=120):
 # ---- the mix ------------------------------------------------------------------------------------------
 def loadtest_loop():
     while running():
-        subprocess.run([EMBER, 'loadtest', '--url', srv.base, '--api-key', KEY, '--users', '4,8',
-                        '--requests-per-user', '3', '--background', '2', '--gen-tokens', '8-32',
-                        '--prompt-tokens', '16-64'], capture_output=True, timeout=900)
-        count('loadtest levels')
+        try:
+            subprocess.run([EMBER, 'loadtest', '--url', srv.base, '--api-key', KEY, '--users', '4,8',
+                            '--requests-per-user', '3', '--background', '2', '--gen-tokens', '8-32',
+                            '--prompt-tokens', '16-64'], capture_output=True, timeout=900)
+            count('loadtest runs')
+        except (OSError, subprocess.TimeoutExpired):   # the binary being rebuilt meanwhile, a stuck level
+            count('loadtest runs failed')
+            time.sleep(1)
 
 
 def odd_requests_loop():
@@ -163,7 +167,10 @@ def batch_loop():
                 break
             time.sleep(2)
         if not running() and b.status not in ('completed', 'failed'):
-            client.batches.cancel(b.id)
+            try:
+                client.batches.cancel(b.id)
+            except openai.ConflictError:   # it finished meanwhile
+                pass
         count('batches ' + b.status)
         n += 1
 
