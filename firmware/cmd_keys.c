@@ -197,17 +197,24 @@ static int parse_db_arg(const char *cmd, int argc, char **argv, const char **db,
     return 0;
 }
 
+/* A key id argument into *id: 0, or 2 after the error line. */
+static int key_id_arg(const char *cmd, const char *s, long long *id)
+{
+    char *end;
+    errno = 0;
+    *id = strtoll(s, &end, 10);
+    if (end == s || *end || errno || *id <= 0)
+        return em_cli_fail(2, "%s: '%s' is not a key id", cmd, s);
+    return 0;
+}
+
 static int keys_revoke(int argc, char **argv)
 {
     const char *db, *pos[1];
+    long long id;
     int rc = parse_db_arg("keys revoke", argc, argv, &db, pos, "give the key's ID (see ember keys list)");
-    if (rc)
+    if (rc || (rc = key_id_arg("keys revoke", pos[0], &id)))
         return rc;
-    char *end;
-    errno = 0;
-    long long id = strtoll(pos[0], &end, 10);
-    if (end == pos[0] || *end || errno || id <= 0)
-        return em_cli_fail(2, "keys revoke: '%s' is not a key id", pos[0]);
     em_err err = { 0 };
     em_storage *st = NULL;
     int status = 0;
@@ -224,14 +231,10 @@ done:
 static int keys_rotate(int argc, char **argv)
 {
     const char *db, *pos[1];
+    long long id;
     int rc = parse_db_arg("keys rotate", argc, argv, &db, pos, "give the key's ID (see ember keys list)");
-    if (rc)
+    if (rc || (rc = key_id_arg("keys rotate", pos[0], &id)))
         return rc;
-    char *end;
-    errno = 0;
-    long long id = strtoll(pos[0], &end, 10);
-    if (end == pos[0] || *end || errno || id <= 0)
-        return em_cli_fail(2, "keys rotate: '%s' is not a key id", pos[0]);
     em_err err = { 0 };
     em_storage *st = NULL;
     em_key_info info;
@@ -265,11 +268,9 @@ static int keys_set(int argc, char **argv)
         return rc;
     if (n_pos != 1)
         return em_cli_fail(2, "keys set: give the key's ID (see ember keys list)");
-    char *end;
-    errno = 0;
-    long long id = strtoll(pos[0], &end, 10);
-    if (end == pos[0] || *end || errno || id <= 0)
-        return em_cli_fail(2, "keys set: '%s' is not a key id", pos[0]);
+    long long id;
+    if ((rc = key_id_arg("keys set", pos[0], &id)))
+        return rc;
     if (!cache_s)
         return em_cli_fail(2, "keys set: nothing to set (--response-cache on|off)");
     int on = strcmp(cache_s, "on") == 0;

@@ -11,7 +11,9 @@
  * any); anything else is refused with 403 origin_not_allowed, so that a
  * page of another site cannot drive the API with a loopback user's
  * rights. Requests without an Origin (curl, the SDKs) are not browsers'
- * cross-site calls and go on. Service thread only. */
+ * cross-site calls and go on. A listed origin also gets the CORS headers
+ * that let its page read the answers, and its preflights (OPTIONS) a 204
+ * (web_cors). Service thread only. */
 #include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,13 +80,25 @@ static int host_ok(const em_web *w, const char *name, size_t n)
     return listed(w->hosts, h);
 }
 
+/* Header t into buf: 1 when there, 0 when absent, -1 when longer than cap - 1. */
+static int header(struct lws *wsi, enum lws_token_indexes t, char *buf, size_t cap)
+{
+    int len = lws_hdr_total_length(wsi, t);
+    buf[0] = 0;
+    if (len <= 0)
+        return 0;
+    if (len >= (int)cap || lws_hdr_copy(wsi, buf, (int)cap, t) < 0)
+        return -1;
+    return 1;
+}
+
 int web_host_check(em_web *w, struct lws *wsi, em_web_error *e)
 {
-    char host[256] = "";
-    int hlen = lws_hdr_total_length(wsi, WSI_TOKEN_HOST);
-    if (hlen <= 0)
+    char host[256];
+    int got = header(wsi, WSI_TOKEN_HOST, host, sizeof host);
+    if (!got)
         return 0;
-    if (hlen >= (int)sizeof host || lws_hdr_copy(wsi, host, sizeof host, WSI_TOKEN_HOST) < 0)
+    if (got < 0)
         return em_web_fail(e, 403, "invalid_request_error", "host_not_allowed", NULL,
                            "the Host header is longer than %zu bytes", sizeof host - 1);
     size_t n = strlen(host);
@@ -100,17 +114,16 @@ int web_host_check(em_web *w, struct lws *wsi, em_web_error *e)
 
 int web_origin_check(em_web *w, struct lws *wsi, em_web_error *e)
 {
-    char origin[256] = "", host[256] = "";
+    char origin[256], host[256];
     if (web_host_check(w, wsi, e))
         return -1;
-    int olen = lws_hdr_total_length(wsi, WSI_TOKEN_ORIGIN);
-    if (olen <= 0)
+    int got = header(wsi, WSI_TOKEN_ORIGIN, origin, sizeof origin);
+    if (!got)
         return 0;
-    if (olen >= (int)sizeof origin || lws_hdr_copy(wsi, origin, sizeof origin, WSI_TOKEN_ORIGIN) < 0)
+    if (got < 0)
         return em_web_fail(e, 403, "invalid_request_error", "origin_not_allowed", NULL,
                            "the Origin header is longer than %zu bytes", sizeof origin - 1);
-    if (lws_hdr_total_length(wsi, WSI_TOKEN_HOST) < (int)sizeof host)
-        lws_hdr_copy(wsi, host, sizeof host, WSI_TOKEN_HOST);
+    header(wsi, WSI_TOKEN_HOST, host, sizeof host);   /* (checked above: it fits) */
     const char *rest = !strncasecmp(origin, "http://", 7) ? origin + 7 : !strncasecmp(origin, "https://", 8)
                        ? origin + 8 : NULL;
     if (rest && host[0] && strcasecmp(rest, host) == 0)
@@ -120,6 +133,27 @@ int web_origin_check(em_web *w, struct lws *wsi, em_web_error *e)
     return em_web_fail(e, 403, "invalid_request_error", "origin_not_allowed", NULL,
                        "Origin %s is not allowed: this server answers pages of its own origin (%s) and those "
                        "listed in allowed_origins", origin, host[0] ? host : "no Host header");
+}
+
+int web_cors(web_conn *c)
+{
+    char origin[256], host[256];
+    if (header(c->wsi, WSI_TOKEN_ORIGIN, origin, sizeof origin) <= 0)
+        return c->method == EM_M_OPTIONS;   /* no browser's preflight: an OPTIONS all the same */
+    header(c->wsi, WSI_TOKEN_HOST, host, sizeof host);
+    const char *rest = !strncasecmp(origin, "http://", 7) ? origin + 7 : !strncasecmp(origin, "https://", 8)
+                       ? origin + 8 : NULL;
+    int own = rest && host[0] && strcasecmp(rest, host) == 0;
+    size_t used = strlen(c->headers);
+    if (!own)   /* listed (web_origin_check refused the rest): this page may read the answer */
+        snprintf(c->headers + used, sizeof c->headers - used, "access-control-allow-origin: %s\r\nvary: Origin\r\n"
+                 "access-control-expose-headers: retry-after\r\n", origin);
+    if (c->method != EM_M_OPTIONS)
+        return 0;
+    used = strlen(c->headers);
+    snprintf(c->headers + used, sizeof c->headers - used, "access-control-allow-methods: GET, POST, PATCH, DELETE\r\n"
+             "access-control-allow-headers: authorization, content-type\r\naccess-control-max-age: 600\r\n");
+    return 1;
 }
 
 int web_origin_upgrade(em_web *w, struct lws *wsi)

@@ -397,7 +397,7 @@ int web_is_loopback(const char *a)
 const char *web_method_name(int m)
 {
     return m == EM_M_GET ? "GET" : m == EM_M_POST ? "POST" : m == EM_M_PATCH ? "PATCH"
-         : m == EM_M_DELETE ? "DELETE" : "OTHER";
+         : m == EM_M_DELETE ? "DELETE" : m == EM_M_OPTIONS ? "OPTIONS" : "OTHER";
 }
 
 static void route(web_conn *c)
@@ -411,6 +411,12 @@ static void route(web_conn *c)
     }
     if (web_origin_check(c->w, c->wsi, &e)) {   /* a page of another site: 403 */
         web_respond_error(c, &e);
+        return;
+    }
+    if (web_cors(c)) {   /* a preflight (or any OPTIONS): what may be asked, no body */
+        snprintf(c->headers + strlen(c->headers), sizeof c->headers - strlen(c->headers),
+                 "allow: GET, POST, PATCH, DELETE, OPTIONS\r\n");
+        web_respond(c, 204, "text/plain", "", 0);
         return;
     }
     if (web_files_route(c) == 0 || web_batch_route(c) == 0)   /* /v1/files, /v1/batches */
@@ -451,6 +457,8 @@ static int begin(web_conn *c, struct lws *wsi, em_web *w, const char *uri)
         c->method = EM_M_DELETE;
     else if (lws_hdr_total_length(wsi, WSI_TOKEN_PATCH_URI))
         c->method = EM_M_PATCH;
+    else if (lws_hdr_total_length(wsi, WSI_TOKEN_OPTIONS_URI))
+        c->method = EM_M_OPTIONS;
     else
         c->method = EM_M_OTHER;
     lws_get_peer_simple(wsi, c->addr, sizeof c->addr);

@@ -77,7 +77,7 @@ void web_live_unlink(em_web *w, web_live *l);
 
 struct api_req;
 
-enum { EM_M_GET = 1, EM_M_POST, EM_M_DELETE, EM_M_OTHER, EM_M_PATCH };
+enum { EM_M_GET = 1, EM_M_POST, EM_M_DELETE, EM_M_OTHER, EM_M_PATCH, EM_M_OPTIONS };
 /* "GET", "POST", "PATCH", "DELETE"; "OTHER" (static). */
 const char *web_method_name(int method);
 
@@ -449,6 +449,13 @@ int  web_host_check(em_web *w, struct lws *wsi, em_web_error *e);
  * header: not a browser's cross-site call), else -1 with e filled (403
  * host_not_allowed or origin_not_allowed). */
 int  web_origin_check(em_web *w, struct lws *wsi, em_web_error *e);
+/* CORS for a request web_origin_check let through: when its Origin is
+ * another site's that allowed_origins lists, the headers that let that
+ * page read the answer go into c->headers (Access-Control-Allow-Origin:
+ * that origin, Vary: Origin; for a preflight, OPTIONS, the methods and
+ * headers allowed too). Returns 1 for a preflight, which the caller
+ * answers 204; 0 otherwise. The server's own pages need none of it. */
+int  web_cors(web_conn *c);
 /* Refuse a WebSocket upgrade whose origin is not allowed: writes the 403
  * (JSON error) itself; returns 1 when it did (the upgrade is then refused),
  * 0 to let it proceed. */

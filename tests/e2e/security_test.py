@@ -4,6 +4,10 @@
 #    (403 host_not_allowed) over HTTP and for a WebSocket upgrade, even with a
 #    "same-origin" Origin; addresses, localhost, the machine's name and
 #    allowed_hosts pass;
+#  - CORS: a page of an allowed origin may read the answers (its origin
+#    echoed, Vary: Origin) and gets its preflight (204 with the methods and
+#    headers); the server's own pages and other origins get no CORS header,
+#    other origins a 403 for the preflight too;
 #  - static files cannot escape the embedded assets: traversal in every
 #    spelling is a 404 with nothing of the file system in it;
 #  - the headers on every page and answer: a CSP without inline script,
@@ -61,7 +65,8 @@ def get(port, path, host):
     return raw(port, b'GET ' + path + b' HTTP/1.1\r\nHost: ' + host + b'\r\nConnection: close\r\n\r\n')
 
 
-srv = Server(model, '--allowed-hosts', 'ember.lan, box.intranet.example', keys=[('alice', ()), ('bob', ())])
+srv = Server(model, '--allowed-hosts', 'ember.lan, box.intranet.example', '--allowed-origins',
+             'https://intranet.example:8443', keys=[('alice', ()), ('bob', ())])
 try:
     port = str(srv.port).encode()
     # ---- Host ---------------------------------------------------------------------------------------
@@ -88,6 +93,28 @@ try:
         return got.split(b'\r\n', 1)[0]
     assert upgrade(b'evil.example:' + port) == b'HTTP/1.1 403 Forbidden'
     assert upgrade(b'localhost:' + port).startswith(b'HTTP/1.1 101'), upgrade(b'localhost:' + port)
+
+    # ---- CORS ---------------------------------------------------------------------------------------------
+    def with_origin(method, origin, extra=b''):
+        got = raw(srv.port, method + b' /v1/models HTTP/1.1\r\nHost: 127.0.0.1:' + port + b'\r\nOrigin: ' + origin +
+                  b'\r\nAuthorization: Bearer ' + srv.keys['bob'].encode() + b'\r\n' + extra +
+                  b'Connection: close\r\n\r\n')
+        head = got.partition(b'\r\n\r\n')[0].decode().lower()
+        return head.split(' ', 2)[1], dict(ln.split(': ', 1) for ln in head.split('\r\n')[1:] if ': ' in ln)
+    st, hdr = with_origin(b'GET', b'https://intranet.example:8443')
+    assert st == '200' and hdr.get('access-control-allow-origin') == 'https://intranet.example:8443', (st, hdr)
+    assert hdr.get('vary') == 'origin', hdr
+    st, hdr = with_origin(b'OPTIONS', b'https://intranet.example:8443',
+                          b'Access-Control-Request-Method: POST\r\nAccess-Control-Request-Headers: authorization, '
+                          b'content-type\r\n')
+    assert st == '204' and 'post' in hdr.get('access-control-allow-methods', ''), (st, hdr)
+    assert 'authorization' in hdr.get('access-control-allow-headers', '') and \
+        'content-type' in hdr['access-control-allow-headers'], hdr
+    st, hdr = with_origin(b'GET', b'http://127.0.0.1:' + port)   # the server's own page: no CORS needed
+    assert st == '200' and 'access-control-allow-origin' not in hdr, (st, hdr)
+    for method in (b'GET', b'OPTIONS'):
+        st, hdr = with_origin(method, b'https://evil.example')
+        assert st == '403' and 'access-control-allow-origin' not in hdr, (method, st, hdr)
 
     # ---- static files stay inside the embedded assets ----------------------------------------------
     for path in (b'/static/../../../../etc/passwd', b'/static/%2e%2e/%2e%2e/%2e%2e/etc/passwd',
