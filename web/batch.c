@@ -143,10 +143,7 @@ static int respond_batch(web_conn *c, const char *id)
 
 /* ---- validation ------------------------------------------------------------------ */
 
-typedef struct {
-    json_t *errors;       /* [{code, message, param, line}] */
-    size_t  n_errors;
-} verrs;
+typedef web_batch_errors verrs;
 
 static void verr(verrs *v, size_t line, const char *code, const char *param, const char *fmt, const char *arg)
 {
@@ -160,21 +157,11 @@ static void verr(verrs *v, size_t line, const char *code, const char *param, con
                                                (json_int_t)line));
 }
 
-/* Validate batch b's input file (the key's): 0 with lines[] (the caller's:
- * em_batch_lines_free), or the error count with v->errors filled. */
-static size_t validate(em_web *w, const em_batch_info *b, int64_t scope_key, em_batch_line **lines, size_t *n,
-                       verrs *v)
+size_t web_batch_check_lines(const char *data, size_t len, const char *endpoint, const char *model_id,
+                             em_batch_line **lines, size_t *n, web_batch_errors *v)
 {
     *lines = NULL;
     *n = 0;
-    char *data = NULL;
-    size_t len = 0;
-    em_err err = { 0 };
-    int rc = em_storage_file_read(w->o.storage, scope_key, b->input_file_id, &data, &len, &err);
-    if (rc) {
-        verr(v, 0, rc == EM_ENOENT ? "invalid_file" : "file_unreadable", "input_file_id", "%s", err.msg);
-        return v->n_errors;
-    }
     json_t *seen = json_object();   /* custom_ids */
     size_t cap = 0;
     size_t ln = 0;
@@ -224,8 +211,8 @@ static size_t validate(em_web *w, const em_batch_info *b, int64_t scope_key, em_
             verr(v, ln, "invalid_method", "method", "%s", "'method' must be \"POST\"");
             bad = 1;
         }
-        if (!json_is_string(url) || strcmp(json_string_value(url), b->endpoint) != 0) {
-            verr(v, ln, "invalid_url", "url", "'url' must be the batch's endpoint, %s", b->endpoint);
+        if (!json_is_string(url) || strcmp(json_string_value(url), endpoint) != 0) {
+            verr(v, ln, "invalid_url", "url", "'url' must be the batch's endpoint, %s", endpoint);
             bad = 1;
         }
         if (!json_is_object(body)) {
@@ -233,8 +220,8 @@ static size_t validate(em_web *w, const em_batch_info *b, int64_t scope_key, em_
             bad = 1;
         } else {
             json_t *model = json_object_get(body, "model"), *stream = json_object_get(body, "stream");
-            if (model && (!json_is_string(model) || strcmp(json_string_value(model), w->model_id) != 0)) {
-                verr(v, ln, "model_not_found", "body.model", "this server serves '%s'", w->model_id);
+            if (model && (!json_is_string(model) || strcmp(json_string_value(model), model_id) != 0)) {
+                verr(v, ln, "model_not_found", "body.model", "this server serves '%s'", model_id);
                 bad = 1;
             }
             if (json_is_true(stream)) {
@@ -263,7 +250,6 @@ static size_t validate(em_web *w, const em_batch_info *b, int64_t scope_key, em_
         json_decref(o);
     }
     json_decref(seen);
-    free(data);
     if (!v->n_errors && !*n)
         verr(v, 0, "empty_file", "input_file_id", "%s", "the input file holds no requests");
     if (v->n_errors) {
@@ -272,6 +258,27 @@ static size_t validate(em_web *w, const em_batch_info *b, int64_t scope_key, em_
         *n = 0;
     }
     return v->n_errors;
+}
+
+/* Validate batch b's input file (read whoever owns it: scope_key): 0 with
+ * lines[] (the caller's: em_batch_lines_free), or the error count with
+ * v->errors filled. */
+static size_t validate(em_web *w, const em_batch_info *b, int64_t scope_key, em_batch_line **lines, size_t *n,
+                       verrs *v)
+{
+    *lines = NULL;
+    *n = 0;
+    char *data = NULL;
+    size_t len = 0;
+    em_err err = { 0 };
+    int rc = em_storage_file_read(w->o.storage, scope_key, b->input_file_id, &data, &len, &err);
+    if (rc) {
+        verr(v, 0, rc == EM_ENOENT ? "invalid_file" : "file_unreadable", "input_file_id", "%s", err.msg);
+        return v->n_errors;
+    }
+    size_t bad = web_batch_check_lines(data, len, b->endpoint, w->model_id, lines, n, v);
+    free(data);
+    return bad;
 }
 
 /* Validate and start (or fail) batch b: on the validator thread (storage

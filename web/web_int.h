@@ -178,6 +178,19 @@ int web_multipart_boundary(const char *ctype, char *boundary, size_t cap);
 int web_multipart_parse(const char *body, size_t n, const char *boundary, web_part *parts, size_t max,
                         size_t *n_parts, char *why, size_t why_cap);
 
+/* A batch input file's lines checked (batch.c): each a JSON object of
+ * custom_id (1..127 bytes, unique), method POST, url endpoint, a body
+ * object (model, when given, model_id; no stream), at most 50000; data
+ * borrowed. 0 with *lines (malloc'd: em_batch_lines_free; bodies compact
+ * JSON) and *n, or the number of errors with v->errors (a JSON array the
+ * caller made, the first 100 kept) filled and no lines. */
+typedef struct {
+    json_t *errors;       /* [{code, message, param, line}] */
+    size_t  n_errors;
+} web_batch_errors;
+size_t web_batch_check_lines(const char *data, size_t len, const char *endpoint, const char *model_id,
+                             em_batch_line **lines, size_t *n, web_batch_errors *v);
+
 /* The Files API (files.c): /v1/files. 0 when it answered, 1: not its path. */
 int web_files_route(web_conn *c);
 /* A file in OpenAI's shape (new reference). */
