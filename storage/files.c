@@ -182,6 +182,23 @@ gone:
     return 0;
 }
 
+/* Step s (bound) for one file row into *out and reset it: 0, -1 when there
+ * is none (err not set: the caller says what was missing), or the failure
+ * (*rc its SQLite code) saying what it was doing. */
+static int file_one(em_storage *st, sqlite3_stmt *s, em_file_info *out, int *rc, const char *what, em_err *err)
+{
+    int ret = 0, r = sqlite3_step(s);
+    if (r == SQLITE_ROW)
+        file_row(s, out);
+    else if (r == SQLITE_DONE)
+        ret = -1;
+    else
+        ret = em_sto_fail(st->ops.db, *rc = r, st->path, what, err);
+    sqlite3_reset(s);
+    sqlite3_clear_bindings(s);
+    return ret;
+}
+
 int em_storage_file_get(em_storage *st, int64_t key_id, const char *id, em_file_info *out, em_err *err)
 {
     int ret, rc = SQLITE_OK;
@@ -195,15 +212,8 @@ int em_storage_file_get(em_storage *st, int64_t key_id, const char *id, em_file_
     if (s) {
         sqlite3_bind_text(s, 1, id, -1, SQLITE_TRANSIENT);
         em_sto_bind_scope(s, 2, key_id);
-        int r = sqlite3_step(s);
-        if (r == SQLITE_ROW)
-            file_row(s, out);
-        else if (r == SQLITE_DONE)
+        if ((ret = file_one(st, s, out, &rc, "reading a file's row", err)) < 0)
             ret = no_file(id, err);
-        else
-            ret = em_sto_fail(st->ops.db, rc = r, st->path, "reading a file's row", err);
-        sqlite3_reset(s);
-        sqlite3_clear_bindings(s);
     }
     em_sto_ops_end(st, rc);
     return ret;
@@ -222,15 +232,8 @@ int em_storage_file_find(em_storage *st, int64_t key_id, const char *filename, c
         em_sto_bind_key(s, 1, key_id);
         sqlite3_bind_text(s, 2, filename, -1, SQLITE_TRANSIENT);
         sqlite3_bind_text(s, 3, purpose, -1, SQLITE_TRANSIENT);
-        int r = sqlite3_step(s);
-        if (r == SQLITE_ROW)
-            file_row(s, out);
-        else if (r == SQLITE_DONE)
+        if ((ret = file_one(st, s, out, &rc, "finding a file", err)) < 0)
             ret = em_err_set(err, EM_ENOENT, "no file named %s", filename);
-        else
-            ret = em_sto_fail(st->ops.db, rc = r, st->path, "finding a file", err);
-        sqlite3_reset(s);
-        sqlite3_clear_bindings(s);
     }
     em_sto_ops_end(st, rc);
     return ret;

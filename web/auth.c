@@ -27,6 +27,14 @@
 
 static double now_s(void);
 
+/* e's Retry-After: wait seconds rounded up, at least 1. */
+static void retry_in(em_web_error *e, double wait)
+{
+    e->retry_after_s = (uint32_t)(wait + 0.999);
+    if (!e->retry_after_s)
+        e->retry_after_s = 1;
+}
+
 /* The failure record of addr, made (or taken over from the oldest) when
  * absent and make is set; NULL otherwise. */
 static struct web_auth_fail *fail_of(em_web *w, const char *addr, double now, int make)
@@ -80,9 +88,7 @@ int web_auth_key(em_web *w, const char *key, int loopback, const char *addr, con
         em_web_fail(e, 429, "rate_limit_error", "too_many_auth_failures", NULL,
                     "Too many wrong API keys from this address (%d in %.0f s). Retry in %.0f s.", AUTH_FAIL_MAX,
                     AUTH_FAIL_WINDOW_S, wait < 1 ? 1.0 : wait);
-        e->retry_after_s = (uint32_t)(wait + 0.999);
-        if (!e->retry_after_s)
-            e->retry_after_s = 1;
+        retry_in(e, wait);
         return -1;
     }
     em_key_info ki;
@@ -158,9 +164,7 @@ int web_rate_check(em_web *w, const em_web_auth *a, em_web_error *e)
         em_web_fail(e, 429, "rate_limit_error", "rate_limit_exceeded", NULL,
                     "Rate limit reached for this key: %d requests per minute. Retry in %.0f s.",
                     a->rate_limit_per_min, wait < 1 ? 1.0 : wait);
-        e->retry_after_s = (uint32_t)(wait + 0.999);
-        if (!e->retry_after_s)
-            e->retry_after_s = 1;
+        retry_in(e, wait);
         return -1;
     }
     w->rates[i].tokens -= 1.0;

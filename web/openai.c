@@ -439,18 +439,24 @@ static json_t *choice_logprobs(api_req *a, uint32_t i, json_t *entries)
                      "text_offset", offs);
 }
 
-/* Choice i's new logprob entries (NULL: none), also kept for the whole
- * answer when a stream's answer is to be cached. */
-static json_t *stream_logprobs(api_req *a, uint32_t i)
+/* Choice i's new text and logprob entries (lp borrowed; NULL: none) onto
+ * the whole answer's. */
+static void keep_choice(api_req *a, uint32_t i, json_t *lp)
 {
-    json_t *lp = em_gen_take_logprobs(a->gen, i);
-    if (!a->store)
-        return lp;
     em_buf_add(&a->text[i], a->delta[i].s ? a->delta[i].s : "", a->delta[i].n);
     if (lp && !a->lp_all[i])
         a->lp_all[i] = json_copy(lp);
     else if (lp)
         json_array_extend(a->lp_all[i], lp);
+}
+
+/* Choice i's new logprob entries (NULL: none), also kept for the whole
+ * answer when a stream's answer is to be cached. */
+static json_t *stream_logprobs(api_req *a, uint32_t i)
+{
+    json_t *lp = em_gen_take_logprobs(a->gen, i);
+    if (a->store)
+        keep_choice(a, i, lp);
     return lp;
 }
 
@@ -504,15 +510,10 @@ static json_t *cached_whole(const api_req *a)
 static void collect_deltas(api_req *a, uint32_t n)
 {
     for (uint32_t i = 0; i < n; i++) {
-        em_buf_add(&a->text[i], a->delta[i].s ? a->delta[i].s : "", a->delta[i].n);
-        em_buf_reset(&a->delta[i]);
         json_t *lp = em_gen_take_logprobs(a->gen, i);
-        if (lp && !a->lp_all[i])
-            a->lp_all[i] = lp;
-        else if (lp) {
-            json_array_extend(a->lp_all[i], lp);
-            json_decref(lp);
-        }
+        keep_choice(a, i, lp);
+        json_decref(lp);
+        em_buf_reset(&a->delta[i]);
     }
 }
 

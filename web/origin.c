@@ -92,6 +92,14 @@ static int header(struct lws *wsi, enum lws_token_indexes t, char *buf, size_t c
     return 1;
 }
 
+/* Whether origin (http[s]://host[:port]) is the server's own: the Host header's. */
+static int own_origin(const char *origin, const char *host)
+{
+    const char *rest = !strncasecmp(origin, "http://", 7) ? origin + 7 : !strncasecmp(origin, "https://", 8)
+                       ? origin + 8 : NULL;
+    return rest && host[0] && strcasecmp(rest, host) == 0;
+}
+
 int web_host_check(em_web *w, struct lws *wsi, em_web_error *e)
 {
     char host[256];
@@ -124,9 +132,7 @@ int web_origin_check(em_web *w, struct lws *wsi, em_web_error *e)
         return em_web_fail(e, 403, "invalid_request_error", "origin_not_allowed", NULL,
                            "the Origin header is longer than %zu bytes", sizeof origin - 1);
     header(wsi, WSI_TOKEN_HOST, host, sizeof host);   /* (checked above: it fits) */
-    const char *rest = !strncasecmp(origin, "http://", 7) ? origin + 7 : !strncasecmp(origin, "https://", 8)
-                       ? origin + 8 : NULL;
-    if (rest && host[0] && strcasecmp(rest, host) == 0)
+    if (own_origin(origin, host))
         return 0;   /* the server's own page */
     if (listed(w->origins, origin))
         return 0;
@@ -141,11 +147,8 @@ int web_cors(web_conn *c)
     if (header(c->wsi, WSI_TOKEN_ORIGIN, origin, sizeof origin) <= 0)
         return c->method == EM_M_OPTIONS;   /* no browser's preflight: an OPTIONS all the same */
     header(c->wsi, WSI_TOKEN_HOST, host, sizeof host);
-    const char *rest = !strncasecmp(origin, "http://", 7) ? origin + 7 : !strncasecmp(origin, "https://", 8)
-                       ? origin + 8 : NULL;
-    int own = rest && host[0] && strcasecmp(rest, host) == 0;
     size_t used = strlen(c->headers);
-    if (!own)   /* listed (web_origin_check refused the rest): this page may read the answer */
+    if (!own_origin(origin, host))   /* listed (web_origin_check refused the rest): this page may read the answer */
         snprintf(c->headers + used, sizeof c->headers - used, "access-control-allow-origin: %s\r\nvary: Origin\r\n"
                  "access-control-expose-headers: retry-after\r\n", origin);
     if (c->method != EM_M_OPTIONS)
