@@ -113,24 +113,40 @@ int em_vk_fail(em_vk *vk, em_err *err, VkResult r, const char *what)
 
 bool em_vk_fault(em_vk *vk, int kind)
 {
-    return vk->fault_kind == kind && atomic_fetch_add(&vk->fault_n, 1) + 1 == vk->fault_at;
+    return vk->fault_at[kind] && atomic_fetch_add(&vk->fault_n[kind], 1) + 1 == vk->fault_at[kind];
 }
 
-/* EMBER_VK_FAULT=alloc:N | lost:N (em_vk_fault) */
-static int fault_parse(em_vk *vk, const char *v, em_err *err)
+static atomic_uint vk_made;   /* devices this process has begun to make (em_vk_create) */
+
+/* EMBER_VK_FAULT: kind:N[@D] items, comma-separated (em_vk_fault) for the
+ * device'th device made. */
+static int fault_parse(em_vk *vk, const char *v, unsigned device, em_err *err)
 {
-    const char *colon = strchr(v, ':');
-    char *end = NULL;
-    unsigned long n = colon && colon[1] >= '0' && colon[1] <= '9' ? strtoul(colon + 1, &end, 10) : 0;
-    size_t klen = colon ? (size_t)(colon - v) : 0;
-    int kind = klen == 5 && !strncmp(v, "alloc", 5) ? EM_VK_FAULT_ALLOC
-             : klen == 4 && !strncmp(v, "lost", 4)  ? EM_VK_FAULT_LOST : 0;
-    if (!kind || !end || *end || n < 1 || n > 1000000000ul)
-        return em_err_set(err, EM_EINVAL, "vulkan: EMBER_VK_FAULT=%s: expected alloc:N or lost:N "
-                          "(N from 1)", v);
-    vk->fault_kind = kind;
-    vk->fault_at = (uint32_t)n;
-    return 0;
+    unsigned seen = 0;
+    for (const char *p = v;;) {
+        const char *colon = strchr(p, ':');
+        size_t klen = colon ? (size_t)(colon - p) : 0;
+        int kind = klen == 5 && !strncmp(p, "alloc", 5) ? EM_VK_FAULT_ALLOC
+                 : klen == 4 && !strncmp(p, "lost", 4)  ? EM_VK_FAULT_LOST : 0;
+        char *end = NULL;
+        unsigned long n = kind && colon[1] >= '0' && colon[1] <= '9' ? strtoul(colon + 1, &end, 10) : 0, d = 0;
+        if (end && *end == '@') {
+            d = end[1] >= '1' && end[1] <= '9' ? strtoul(end + 1, &end, 10) : 0;
+            if (!d)
+                end = NULL;
+        }
+        if (!kind || !end || (*end && *end != ',') || n < 1 || n > 1000000000ul || d > 1000000ul ||
+            (seen & (1u << kind)))
+            return em_err_set(err, EM_EINVAL, "vulkan: EMBER_VK_FAULT=%s: expected alloc:N or lost:N "
+                              "(N from 1), optionally @D (only the D-th device made, from 1), each kind "
+                              "once, separated by commas", v);
+        seen |= 1u << kind;
+        if (!d || d == device)
+            vk->fault_at[kind] = (uint32_t)n;
+        if (!*end)
+            return 0;
+        p = end + 1;
+    }
 }
 
 int em_vk_check_lost(const em_vk *vk, em_err *err)
@@ -1059,8 +1075,10 @@ int em_vk_create(const em_vk_opts *opts, em_vk **out, em_err *err)
     if (!vk->opts.as_gpu)
         vk->opts.as_gpu = env_flag("EMBER_VK_AS_GPU");
     const char *fault = getenv("EMBER_VK_FAULT");
-    atomic_init(&vk->fault_n, 0);
-    if (fault && *fault && (rc = fault_parse(vk, fault, err)))
+    unsigned device = atomic_fetch_add(&vk_made, 1) + 1;
+    for (int k = 0; k < 3; k++)
+        atomic_init(&vk->fault_n[k], 0);
+    if (fault && *fault && (rc = fault_parse(vk, fault, device, err)))
         goto done;
     const char *dis = getenv("EMBER_VK_DISABLE");
     if (dis && *dis) {

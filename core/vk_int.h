@@ -96,9 +96,9 @@ struct em_vk {
     uint32_t           qfamily;
     VkPhysicalDeviceMemoryProperties memprops;
     atomic_bool        lost;           /* VK_ERROR_DEVICE_LOST seen */
-    int                fault_kind;     /* EMBER_VK_FAULT: the kind of call that fails (em_vk_fault) */
-    uint32_t           fault_at;       /* ... and which one of them (1-based) */
-    atomic_uint        fault_n;        /* calls of that kind so far */
+    uint32_t           fault_at[3];    /* EMBER_VK_FAULT: per kind (em_vk_fault), the call of this
+                                          device that fails (1-based); 0: none */
+    atomic_uint        fault_n[3];     /* calls of each kind so far */
     bool               map_device;     /* DEVICE kind is mapped (unified, not as_gpu) */
     bool               validate;
 
@@ -146,8 +146,11 @@ int em_vk_check_lost(const em_vk *vk, em_err *err);
 /* Fault injection for the tests of error paths: EMBER_VK_FAULT=alloc:N makes
  * the N-th device memory allocation fail with VK_ERROR_OUT_OF_DEVICE_MEMORY,
  * lost:N the N-th wait for a submission end with VK_ERROR_DEVICE_LOST (after
- * the work is done). em_vk_fault counts a call of kind and returns true
- * when that call is to fail. */
+ * the work is done), on every device the process makes; kind:N@D only on
+ * the D-th device it makes (from 1: a server's first rebuild makes its
+ * second). Several, one per kind, separated by commas: "lost:40,alloc:1@2".
+ * em_vk_fault counts a call of kind and returns true when that call is to
+ * fail. */
 enum { EM_VK_FAULT_ALLOC = 1, EM_VK_FAULT_LOST = 2 };
 bool em_vk_fault(em_vk *vk, int kind);
 

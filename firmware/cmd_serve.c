@@ -133,6 +133,9 @@ int em_cmd_serve(int argc, char **argv)
     }
     em_config_apply_log(cfg);
     signal(SIGHUP, SIG_IGN);   /* a reload asked while loading must not end the process */
+    /* a file-size limit reached (RLIMIT_FSIZE) is a failed write (EFBIG) the
+     * ledger rides out as it does a full disk, not the end of the process */
+    signal(SIGXFSZ, SIG_IGN);
     const char *model_path = em_config_str(cfg, EM_CFG_MODEL_PATH)[0] ? em_config_str(cfg, EM_CFG_MODEL_PATH) : NULL;
     const char *host = em_config_str(cfg, EM_CFG_HOST), *db = em_config_str(cfg, EM_CFG_DB);
     const char *kv_name = em_config_str(cfg, EM_CFG_KV_TYPE);

@@ -65,7 +65,8 @@ struct em_sched {
     uint32_t            n_eog;
 
     em_sched_stats      st;
-    double              recover_after;   /* recover_device: no rebuild before this (monotonic s) */
+    int                 dev_down;        /* the device failed and could not be rebuilt (rebuild_device) */
+    double              recover_after;   /* ... and no new try before this (monotonic s) */
     double              win_t[RATE_WINDOW], win_busy[RATE_WINDOW];
     uint32_t            win_tok[RATE_WINDOW], win_rows[RATE_WINDOW], win_i;
     int                 bg_dec_held;   /* the last step held background decodes back (plan_and_run) */
@@ -752,6 +753,26 @@ static void advance(em_sched *s, uint32_t T, uint32_t L, double now)
 }
 
 /* Fail every running request (device error): their blocks are freed. */
+/* Every waiting request finishes with f (and error). */
+static void finish_waiting(em_sched *s, em_finish f, const char *error)
+{
+    for (int c = 0; c < EM_CLASS_COUNT; c++) {
+        for (;;) {
+            pthread_mutex_lock(&s->mu);
+            em_request *r = s->waitq[c];
+            if (r) {
+                s->waitq[c] = r->next;
+                s->n_waiting[c]--;
+            }
+            pthread_mutex_unlock(&s->mu);
+            if (!r)
+                break;
+            em_req_finish(r, s->tok, f, error, em_sched_now());
+            em_req_unref(r);
+        }
+    }
+}
+
 static void fail_all(em_sched *s, const char *msg)
 {
     while (s->running)
@@ -760,30 +781,27 @@ static void fail_all(em_sched *s, const char *msg)
 
 static void plan_and_run(em_sched *s);
 
-/* A step failed on the device and its requests have the error: have the
- * backend rebuild the device (at most every EM_SCHED_RECOVER_S), and
- * forget the prefix cache, whose blocks held what the old device computed. */
-static void recover_device(em_sched *s, const em_err *why)
+/* Have the backend rebuild the device, and forget the prefix cache, whose
+ * blocks held what the old device computed: 0 when it did (serving again);
+ * otherwise the device is down — every request fails at once with why,
+ * /healthz says so — until the next try, EM_SCHED_RECOVER_S on (made by
+ * the next step or the idle loop, whichever comes first). */
+static int rebuild_device(em_sched *s)
 {
-    pthread_mutex_lock(&s->mu);
-    s->st.device_failures++;
-    pthread_mutex_unlock(&s->mu);
-    double now = em_sched_now();
-    /* a draft model on the same device is gone with it: no drafts until it
-     * is rebuilt too */
-    s->draft_down = s->has_draft;
-    if (!s->be.recover || now < s->recover_after)
-        return;
-    em_log(EM_LOG_ERROR, NULL, "scheduler: the device failed (%s): the requests running got the error; "
-           "rebuilding the device", why->msg[0] ? why->msg : "device error");
     em_err err = { 0 };
     double t0 = em_sched_now();
     if (s->be.recover(s->be.ctx, &err)) {
+        s->dev_down = 1;
         s->recover_after = em_sched_now() + EM_SCHED_RECOVER_S;
+        pthread_mutex_lock(&s->mu);
+        s->st.device_down = 1;
+        snprintf(s->st.device_error, sizeof s->st.device_error, "%s", err.msg[0] ? err.msg : "device error");
+        pthread_mutex_unlock(&s->mu);
         em_log(EM_LOG_ERROR, NULL, "scheduler: the device could not be rebuilt: %s (trying again in %.0f s)",
                err.msg, EM_SCHED_RECOVER_S);
-        return;
+        return -1;
     }
+    s->dev_down = 0;
     em_kv_drop_cached(s->kv);
     if (s->draft_down) {
         em_err derr = { 0 };
@@ -798,9 +816,41 @@ static void recover_device(em_sched *s, const em_err *why)
     }
     pthread_mutex_lock(&s->mu);
     s->st.device_resets++;
+    s->st.device_down = 0;
+    s->st.device_error[0] = 0;
     pthread_mutex_unlock(&s->mu);
     em_log(EM_LOG_WARN, NULL, "scheduler: the device is rebuilt and checked (%.0f ms): serving again",
            (em_sched_now() - t0) * 1e3);
+    return 0;
+}
+
+/* A step failed on the device and its requests have the error: rebuild it. */
+static void recover_device(em_sched *s, const em_err *why)
+{
+    pthread_mutex_lock(&s->mu);
+    s->st.device_failures++;
+    pthread_mutex_unlock(&s->mu);
+    /* a draft model on the same device is gone with it: no drafts until it
+     * is rebuilt too */
+    s->draft_down = s->has_draft;
+    if (!s->be.recover)
+        return;
+    em_log(EM_LOG_ERROR, NULL, "scheduler: the device failed (%s): the requests running got the error; "
+           "rebuilding the device", why->msg[0] ? why->msg : "device error");
+    rebuild_device(s);
+}
+
+/* While the device is down: every request, running or waiting, fails with
+ * why it cannot run. */
+static void fail_down(em_sched *s)
+{
+    char msg[sizeof s->st.device_error + 128];
+    pthread_mutex_lock(&s->mu);
+    snprintf(msg, sizeof msg, "the device is down: it failed and could not be rebuilt (%s); ember tries again "
+             "every %.0f s", s->st.device_error, EM_SCHED_RECOVER_S);
+    pthread_mutex_unlock(&s->mu);
+    fail_all(s, msg);
+    finish_waiting(s, EM_FINISH_ERROR, msg);
 }
 
 /* One step, then the KV counters for em_sched_get_stats. */
@@ -869,6 +919,10 @@ static void plan_and_run(em_sched *s)
 {
     double t0 = em_sched_now();
     reap_cancelled(s);
+    if (s->dev_down && (t0 < s->recover_after || rebuild_device(s))) {
+        fail_down(s);
+        return;
+    }
     draft_phase(s);
     uint32_t budget = s->o.step_tokens, T = 0, L = 0, n_copies = 0;
 
@@ -1038,6 +1092,13 @@ static void *thread_main(void *arg)
     while (!s->stop) {
         beat(s);   /* idle or after a step: the watchdog's sign of life */
         uint32_t work = s->n_waiting[0] + s->n_waiting[1] + s->n_running[0] + s->n_running[1];
+        if (!work && s->dev_down && em_sched_now() >= s->recover_after) {
+            s->idle = 0;   /* the device comes back without a request having to fail first */
+            pthread_mutex_unlock(&s->mu);
+            rebuild_device(s);
+            pthread_mutex_lock(&s->mu);
+            continue;
+        }
         if (!work) {
             s->idle = 1;
             pthread_cond_broadcast(&s->idle_cv);
@@ -1055,21 +1116,7 @@ static void *thread_main(void *arg)
     /* shutting down: everything still here is cancelled */
     while (s->running)
         finish_running(s, s->running, EM_FINISH_CANCELLED, NULL);
-    for (int c = 0; c < EM_CLASS_COUNT; c++) {
-        for (;;) {
-            pthread_mutex_lock(&s->mu);
-            em_request *r = s->waitq[c];
-            if (r) {
-                s->waitq[c] = r->next;
-                s->n_waiting[c]--;
-            }
-            pthread_mutex_unlock(&s->mu);
-            if (!r)
-                break;
-            em_req_finish(r, s->tok, EM_FINISH_CANCELLED, NULL, em_sched_now());
-            em_req_unref(r);
-        }
-    }
+    finish_waiting(s, EM_FINISH_CANCELLED, NULL);
     em_kv_stats ks, dks = { 0 };
     em_kv_get_stats(s->kv, &ks);
     if (s->dkv)

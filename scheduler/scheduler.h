@@ -71,8 +71,9 @@ typedef struct em_sched_backend {
     uint32_t max_adj;
     /* After a step failed with EM_EDEVICE (the device lost, a kernel
      * failure) and the running requests got the error: rebuild the device
-     * so that steps work again (0), or fail (tried again at most every
-     * EM_SCHED_RECOVER_S). NULL: no recovery. Scheduler thread. */
+     * so that steps work again (0), or fail: the device is then down, and
+     * tried again every EM_SCHED_RECOVER_S. NULL: no recovery. Scheduler
+     * thread. */
     int  (*recover)(void *ctx, em_err *err);
     void (*destroy)(void *ctx);
 } em_sched_backend;
@@ -278,6 +279,10 @@ typedef struct {
     uint64_t rejected_busy;
     uint64_t device_resets;    /* device failures after which the backend rebuilt the device */
     uint64_t device_failures;  /* steps that failed with EM_EDEVICE */
+    uint32_t device_down;      /* 1 while the device failed and could not be rebuilt: every request
+                                  fails at once until a rebuild (tried every EM_SCHED_RECOVER_S,
+                                  idle or not) succeeds */
+    char     device_error[256];   /* then: why the last rebuild failed */
     /* the KV pool's tokens_live and tokens_alloc added up after every step:
      * 1 - (difference of live) / (difference of alloc) between two reads is
      * the share of allocated KV positions that held no token, step-weighted */

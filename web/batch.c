@@ -37,6 +37,8 @@
 #define MAX_FLIGHT   64           /* lines in flight at most (all batches) */
 #define WINDOW_MS    (24LL * 3600 * 1000)
 #define MAX_VQ       64           /* batches waiting for the validator (more wait for a later look) */
+#define RETRY_US     (1000 * 1000)   /* after a storage failure (a full disk, a locked ledger) the batches
+                                        are looked at again this much later, not in a tight loop */
 
 typedef struct {
     char            batch[EM_STORAGE_BATCH_ID_MAX];
@@ -48,6 +50,7 @@ typedef struct {
 
 struct web_batches {
     int     kick;                 /* look at the batches again (created, cancelled, a line done, boot) */
+    long long retry_us;           /* a storage failure: kick at this monotonic time (later); 0: none */
     flight  fl[MAX_FLIGHT];
     size_t  n_fl;
     size_t  max_fl;               /* lines in flight at most: 2 per sequence the server runs, <= MAX_FLIGHT */
@@ -62,8 +65,26 @@ struct web_batches {
     char            vq[MAX_VQ][EM_STORAGE_BATCH_ID_MAX];
     size_t          n_vq;
     char            vbusy[EM_STORAGE_BATCH_ID_MAX];
-    atomic_int      validated;
+    atomic_int      validated;    /* VALID_DONE | VALID_RETRY: what the validator did since the last look */
 };
+
+enum { VALID_DONE = 1, VALID_RETRY = 2 };
+
+static long long mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* The storage failed: look at the batches again in RETRY_US (the service
+ * loop turns at least every half second, alive.c), so that a batch whose
+ * result or file could not be written goes on once the storage is back. */
+static void later(web_batches *B)
+{
+    if (!B->retry_us)
+        B->retry_us = mono_us() + RETRY_US;
+}
 
 /* ---- JSON out ------------------------------------------------------------------ */
 
@@ -283,8 +304,10 @@ static size_t validate(em_web *w, const em_batch_info *b, int64_t scope_key, em_
 
 /* Validate and start (or fail) batch b: on the validator thread (storage
  * and the model's id are safe there). */
-static void validate_batch(em_web *w, const em_batch_info *b)
+/* 0, or -1 when the outcome could not be stored (tried again later). */
+static int validate_batch(em_web *w, const em_batch_info *b)
 {
+    int stored = 0;
     verrs v = { json_array(), 0 };
     em_batch_line *lines = NULL;
     size_t n = 0;
@@ -294,14 +317,18 @@ static void validate_batch(em_web *w, const em_batch_info *b)
     if (validate(w, b, EM_STORAGE_ANY_KEY, &lines, &n, &v)) {
         char *txt = json_dumps(v.errors, JSON_COMPACT);
         if (em_storage_batch_set_status(w->o.storage, b->id, "validating", "failed", txt, NULL, NULL, &err) &&
-            err.code != EM_ESTATE)   /* cancelled meanwhile */
+            err.code != EM_ESTATE) {   /* cancelled meanwhile */
             em_log(EM_LOG_ERROR, NULL, "batch %s: %s", b->id, err.msg);
+            stored = -1;
+        }
         free(txt);
     } else if (em_storage_batch_start(w->o.storage, b->id, lines, n, WINDOW_MS, &err) && err.code != EM_ESTATE) {
-        em_log(EM_LOG_ERROR, NULL, "batch %s: cannot store its lines: %s", b->id, err.msg);
+        em_log(EM_LOG_ERROR, NULL, "batch %s: cannot store its lines (tried again later): %s", b->id, err.msg);
+        stored = -1;
     }
     em_batch_lines_free(lines, n);
     json_decref(v.errors);
+    return stored;
 }
 
 static void *validator(void *arg)
@@ -320,12 +347,12 @@ static void *validator(void *arg)
         pthread_mutex_unlock(&B->vmu);
         em_batch_info b;
         em_err err = { 0 };
+        int done = VALID_RETRY;
         if (em_storage_batch_get(w->o.storage, EM_STORAGE_ANY_KEY, B->vbusy, &b, &err) == 0) {
-            if (strcmp(b.status, "validating") == 0)   /* not cancelled meanwhile */
-                validate_batch(w, &b);
+            done = strcmp(b.status, "validating") != 0 || validate_batch(w, &b) == 0 ? VALID_DONE : VALID_RETRY;
             em_batch_info_clear(&b);
         }
-        atomic_store(&B->validated, 1);
+        atomic_fetch_or(&B->validated, done);
         pthread_mutex_lock(&w->mu);   /* wake the service loop: it starts the batch's lines */
         if (!w->closing)
             lws_cancel_service(w->ctx);
@@ -389,13 +416,17 @@ static char *refused_line(em_web *w, const em_batch_line *l, const em_web_error 
     return s;
 }
 
-static void record(em_web *w, const char *batch, int64_t line, int ok, const char *result)
+/* 0, or -1 when the result could not be stored: the line is still
+ * pending, and runs again once the batches are looked at (later). */
+static int record(em_web *w, const char *batch, int64_t line, int ok, const char *result)
 {
     em_err err = { 0 };
-    if (em_storage_batch_line_done(w->o.storage, batch, line, ok, result ? result : "{}", &err))
-        em_log(EM_LOG_ERROR, NULL, "batch %s: line %lld: its result could not be recorded (it runs again): %s",
-               batch, (long long)line, err.msg);
     w->batches->lines_done++;
+    if (em_storage_batch_line_done(w->o.storage, batch, line, ok, result ? result : "{}", &err) == 0)
+        return 0;
+    em_log(EM_LOG_ERROR, NULL, "batch %s: line %lld: its result could not be recorded (it runs again): %s",
+           batch, (long long)line, err.msg);
+    return -1;
 }
 
 static void drop_flight(web_batches *B, size_t i)
@@ -410,13 +441,17 @@ static void finalize(em_web *w, const em_batch_info *b, const char *final)
     em_err err = { 0 };
     char out_id[EM_STORAGE_FILE_ID_MAX] = "", err_id[EM_STORAGE_FILE_ID_MAX] = "";
     if (strcmp(final, "completed") == 0 && strcmp(b->status, "finalizing") != 0 &&
-        em_storage_batch_set_status(w->o.storage, b->id, b->status, "finalizing", NULL, NULL, NULL, &err))
+        em_storage_batch_set_status(w->o.storage, b->id, b->status, "finalizing", NULL, NULL, NULL, &err)) {
+        if (err.code != EM_ESTATE)
+            later(w->batches);
         return;
+    }
     for (int state = 1; state <= 2; state++) {
         char *text = NULL, name[96];
         size_t n = 0;
         if (em_storage_batch_results(w->o.storage, b->id, state, &text, &n, &err)) {
             em_log(EM_LOG_ERROR, NULL, "batch %s: its results cannot be read: %s", b->id, err.msg);
+            later(w->batches);
             return;
         }
         em_file_info f;
@@ -435,15 +470,17 @@ static void finalize(em_web *w, const em_batch_info *b, const char *final)
             em_log(EM_LOG_ERROR, NULL, "batch %s: its %s file cannot be written: %s", b->id,
                    state == 1 ? "output" : "error", err.msg);
             free(text);
+            later(w->batches);
             return;
         }
         if (n)
             snprintf(state == 1 ? out_id : err_id, EM_STORAGE_FILE_ID_MAX, "%s", f.id);
         free(text);
     }
-    if (em_storage_batch_set_status(w->o.storage, b->id, NULL, final, NULL, out_id, err_id, &err))
+    if (em_storage_batch_set_status(w->o.storage, b->id, NULL, final, NULL, out_id, err_id, &err)) {
         em_log(EM_LOG_ERROR, NULL, "batch %s: %s", b->id, err.msg);
-    else
+        later(w->batches);
+    } else
         em_log(EM_LOG_INFO, NULL, "batch %s: %s", b->id, final);
 }
 
@@ -464,6 +501,7 @@ static void fill(em_web *w, const em_batch_info *b)
     size_t room = B->max_fl - B->n_fl;
     if (room && em_storage_batch_pending(w->o.storage, b->id, after, room, &lines, &n, &err)) {
         em_log(EM_LOG_ERROR, NULL, "batch %s: %s", b->id, err.msg);
+        later(B);
         return;
     }
     if (!n && !mine && room) {   /* nothing pending, nothing running: done */
@@ -511,13 +549,22 @@ void web_batch_step(em_web *w)
         }
         int ok = 0;
         char *res = result_line(w, &B->fl[i], &ok);
-        record(w, B->fl[i].batch, B->fl[i].line, ok, res);
+        if (record(w, B->fl[i].batch, B->fl[i].line, ok, res) == 0)
+            B->kick = 1;
+        else
+            later(B);
         free(res);
         drop_flight(B, i);
+    }
+    int v = atomic_exchange(&B->validated, 0);
+    if (v & VALID_DONE)
+        B->kick = 1;
+    if (v & VALID_RETRY)
+        later(B);
+    if (B->retry_us && mono_us() >= B->retry_us) {
+        B->retry_us = 0;
         B->kick = 1;
     }
-    if (atomic_exchange(&B->validated, 0))
-        B->kick = 1;
     if (!B->kick || atomic_load(&w->draining))
         return;
     B->kick = 0;
@@ -526,6 +573,7 @@ void web_batch_step(em_web *w)
     em_err err = { 0 };
     if (em_storage_batch_active(w->o.storage, &ids, &n, &err)) {
         em_log(EM_LOG_ERROR, NULL, "batches: %s", err.msg);
+        later(B);
         return;
     }
     int64_t now = (int64_t)time(NULL) * 1000;

@@ -318,6 +318,9 @@ static void metrics(web_conn *c)
     scalar(&t, "ember_device_resets_total", "counter",
            "Times the device and forward pass were rebuilt and checked after a failure, and serving resumed.",
            st.device_resets);
+    scalar(&t, "ember_device_up", "gauge",
+           "1 while the device serves; 0 while it failed and could not be rebuilt (every request fails at once, "
+           "a rebuild is tried every 5 s).", !st.device_down);
     scalar(&t, "ember_speculative_drafted_tokens_total", "counter",
            "Tokens drafted by speculative decoding (prompt lookup or the draft model) and checked by the model.",
            st.spec_drafted);
@@ -399,7 +402,9 @@ static void healthz(web_conn *c)
                            : json_pack("{s:s}", "status", "ok");
     }
     json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:I, s:o*, s:{s:{s:I, s:I}, s:{s:I, s:I}}, s:{s:I, s:I, s:I, s:I}}",
-                          "status", draining ? "draining" : degraded ? "degraded" : "ok", "model", w->model_id,
+                          "status", draining ? "draining" : st.device_down ? "device_down" : degraded ? "degraded"
+                                                                                                   : "ok",
+                          "model", w->model_id,
                           "device", w->device, "context", (json_int_t)w->o.n_ctx, "parallel",
                           (json_int_t)w->o.parallel, "storage", storage, "requests", "running", "interactive",
                           (json_int_t)st.running[EM_CLASS_INTERACTIVE], "background",
@@ -408,6 +413,8 @@ static void healthz(web_conn *c)
                           (json_int_t)st.waiting[EM_CLASS_BACKGROUND], "kv_blocks", "total",
                           (json_int_t)st.kv.n_blocks, "used", (json_int_t)st.kv.used, "cached",
                           (json_int_t)st.kv.cached, "free", (json_int_t)st.kv.free);
+    if (j && st.device_down)   /* every request fails until a rebuild succeeds: balancers route elsewhere */
+        json_object_set_new(j, "device_error", json_string(st.device_error));
     if (j && w->o.boot)
         json_object_set_new(j, "boot", boot_json(w->o.boot));
     if (!j) {
@@ -416,9 +423,10 @@ static void healthz(web_conn *c)
         web_respond_error(c, &e);
         return;
     }
-    if (draining)
-        snprintf(c->headers, sizeof c->headers, "retry-after: %u\r\n", web_drain_retry_s(w));
-    web_respond_json(c, draining ? 503 : 200, j);
+    if (draining || st.device_down)
+        snprintf(c->headers, sizeof c->headers, "retry-after: %u\r\n",
+                 draining ? web_drain_retry_s(w) : (unsigned)EM_SCHED_RECOVER_S);
+    web_respond_json(c, draining || st.device_down ? 503 : 200, j);
     json_decref(j);
 }
 

@@ -8,7 +8,15 @@
 #    ember_ledger_degraded 1;
 #  - once the lock goes the writer catches up: every request is one ledger
 #    row, /healthz and /metrics back to ok, no KV block held.
+# Then the disk full: the server's file-size limit (RLIMIT_FSIZE, lowered
+# from outside with prlimit(2) to below where SQLite writes) makes every
+# ledger write fail with EFBIG, as writes on a full disk fail — the same
+# promises hold: answered throughout, degraded with the reason, every row
+# written once the limit is lifted. (SIGXFSZ, which would end a process
+# reaching the limit, is ignored by ember serve.)
 import json
+import os
+import resource
 import sqlite3
 import sys
 import time
@@ -28,6 +36,20 @@ def metric(name):
         if line.startswith(name + ' ') or line.startswith(name + '{'):
             return float(line.rsplit(' ', 1)[1])
     return None
+
+
+def caught_up(n):
+    """Wait (bounded) until the writer caught up: n rows, one per request, all completed, health back."""
+    rows = []
+    for _ in range(300):
+        rows = srv.ledger('SELECT request_id, status FROM requests')
+        h = healthz()
+        if len(rows) >= n and not (isinstance(h.get('storage'), dict) and h['storage'].get('status') == 'degraded'):
+            break
+        time.sleep(0.1)
+    assert len(rows) == n and len({r['request_id'] for r in rows}) == n, (len(rows), n)
+    assert all(r['status'] == 'completed' for r in rows), rows
+    assert metric('ember_ledger_degraded') == 0
 
 
 def ask(i):
@@ -60,24 +82,44 @@ try:
         ask(n)
         n += 1
     held = time.monotonic() - t0
+    lock_reason = degraded['reason']
     locker.execute('COMMIT')
     locker.close()
     # caught up: every request one row, health back
-    rows = []
-    for _ in range(200):
-        rows = srv.ledger('SELECT request_id, status FROM requests')
-        h = healthz()
-        if len(rows) >= n and not (isinstance(h.get('storage'), dict) and h['storage'].get('status') == 'degraded'):
-            break
-        time.sleep(0.1)
-    assert len(rows) == n and len({r['request_id'] for r in rows}) == n, (len(rows), n)
-    assert all(r['status'] == 'completed' for r in rows), rows
-    assert metric('ember_ledger_degraded') == 0
+    caught_up(n)
     assert metric('ember_kv_blocks{state="used"}') in (0, None) or \
         'ember_kv_blocks{state="used"} 0' in srv.request('GET', '/metrics')[2].decode()
+
+    # the disk full: no file of the server may grow past LIMIT bytes from
+    # now on. The log (serve.err) stays below it; the database and its WAL
+    # are past it or soon get there.
+    LIMIT = 32768
+    assert os.path.getsize(srv.err_path) < LIMIT // 2
+    soft, hard = resource.prlimit(srv.p.pid, resource.RLIMIT_FSIZE)
+    resource.prlimit(srv.p.pid, resource.RLIMIT_FSIZE, (LIMIT, hard))
+    before = n
+    degraded = None
+    for _ in range(100):   # bounded: each request's row is a write that cannot land
+        ask(n)
+        n += 1
+        h = healthz()
+        if isinstance(h.get('storage'), dict) and h['storage'].get('status') == 'degraded':
+            degraded = h['storage']
+            break
+        time.sleep(0.1)
+    assert degraded and degraded['reason'], (degraded, n - before)
+    fsize_to_degraded = n - before
+    assert metric('ember_ledger_degraded') == 1
+    for _ in range(3):
+        ask(n)
+        n += 1
+    assert srv.p.poll() is None   # SIGXFSZ did not end it
+    resource.prlimit(srv.p.pid, resource.RLIMIT_FSIZE, (soft, hard))
+    caught_up(n)
+    full_reason = degraded['reason']
 finally:
     rc, err = srv.stop()
 assert rc == 0, err
-print('faults: the ledger locked by another process for %.1f s: %d requests answered, degraded said so (%s), '
-      'every row written once the lock went' % (held, n, degraded['reason'][:60]))
-print('faults: ok')
+print('faults: the ledger locked by another process for %.1f s (%s), then a %d-byte file-size limit (%s, after %d '
+      'requests): %d requests answered, degraded said so each time, every row written once the fault went' %
+      (held, lock_reason[:60], LIMIT, full_reason[:60], fsize_to_degraded, n))

@@ -201,6 +201,7 @@ FAMILIES = {
     'ember_preemptions_total': ('counter', set()),
     'ember_device_failures_total': ('counter', set()),
     'ember_device_resets_total': ('counter', set()),
+    'ember_device_up': ('gauge', set()),
     'ember_busy_seconds_total': ('counter', set()),
     'ember_generation_tokens_per_second': ('gauge', set()),
     'ember_ledger_degraded': ('gauge', set()),

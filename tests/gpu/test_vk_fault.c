@@ -162,11 +162,26 @@ int main(int argc, char **argv)
         engine_lost(m);
     em_model_close(m);
 
+    /* a list: each fault on the device it names (a run makes one device,
+     * so @2 never fires and @1 does) */
+    expect_fault("run", "lost:1000,alloc:1@1", "ember: vulkan: ", run_args);
+    char *lerr = NULL;
+    int lst = run_fault("alloc:1@2,lost:1@3", run_args, &lerr);
+    CHECKF(lst == 0, "alloc:1@2,lost:1@3 on one device: status %d, stderr [%s]", lst, lerr ? lerr : "");
+    free(lerr);
+
     /* a malformed EMBER_VK_FAULT is refused up front */
-    setenv("EMBER_VK_FAULT", "lost:0", 1);
+    static const char *const bad[] = { "lost:0", "lost:3,lost:4", "alloc:1@0", "alloc:1@", "lost:3,", "lost:3;alloc:1",
+                                       "alloc" };
     char *argv2[] = { (char *)bin, "run", "--model", model, "-n", "1", "--backend", "vulkan", NULL };
-    test_expect_cli_error("EMBER_VK_FAULT=lost:0", argv2, "EMBER_VK_FAULT=lost:0: expected alloc:N or lost:N");
-    unsetenv("EMBER_VK_FAULT");
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char label[64], want[96];
+        snprintf(label, sizeof label, "EMBER_VK_FAULT=%s", bad[i]);
+        snprintf(want, sizeof want, "EMBER_VK_FAULT=%s: expected alloc:N or lost:N", bad[i]);
+        setenv("EMBER_VK_FAULT", bad[i], 1);
+        test_expect_cli_error(label, argv2, want);
+        unsetenv("EMBER_VK_FAULT");
+    }
 
     test_rmtree(dir);
     free(dir);

@@ -12,7 +12,8 @@
  * is: only its tokens, end-of-text only where it may end, stop when done,
  * a dead end an error, its state freed once), choosing from the device's
  * summaries giving the host's tokens (also when a step's adjustments
- * overflow to the host); a randomized test runs hundreds of scenarios and checks that every request finishes exactly once,
+ * overflow to the host), a device that fails and cannot be rebuilt at once
+ * (down: requests fail naming it, then back by itself); a randomized test runs hundreds of scenarios and checks that every request finishes exactly once,
  * correctly, and that no KV block leaks. */
 #include <pthread.h>
 #include <stdint.h>
@@ -109,6 +110,9 @@ typedef struct {
     int      local;               /* the next token depends on the last one only (repetitive text) */
     int      wrong;               /* a draft model: wrong at every third position */
     uint64_t fail_at;             /* the step (from 1) that fails with EM_EDEVICE; 0: none */
+    int      rebuilds_to_fail;    /* recover: fail this many times first */
+    int      recover_calls;
+    uint64_t steps_at_down;       /* steps when a rebuild last failed */
 } fake;
 
 static int fake_copy(void *ctx, const em_kv_copy *c, uint32_t n, em_err *err)
@@ -277,6 +281,7 @@ typedef struct {
     uint32_t    n_got;
     int         done;
     em_finish   finish;
+    char        why[300];   /* a failure's error text */
     em_req_metrics m;
 } job;
 
@@ -303,6 +308,7 @@ static int pump(job *j, int timeout_ms)
             j->done = 1;
             j->finish = ev.finish;
             j->m = ev.metrics;
+            snprintf(j->why, sizeof j->why, "%s", ev.error);
         }
         em_event_clear(&ev);
     }
@@ -1221,6 +1227,82 @@ static void test_busy_time(em_tokenizer *tok)
     fake_free(f);
 }
 
+/* The device fails and its first rebuild fails too (test_device_down). */
+static int fake_recover(void *ctx, em_err *err)
+{
+    fake *f = ctx;
+    f->recover_calls++;
+    if (f->rebuilds_to_fail > 0) {
+        f->rebuilds_to_fail--;
+        f->steps_at_down = f->steps;
+        return em_err_set(err, EM_EDEVICE, "fake: no device memory for the weights");
+    }
+    return 0;
+}
+
+/* A device failure whose rebuild fails: the device is down (stats say so
+ * and why); a request meanwhile fails at once naming it, without a step;
+ * with nothing submitted the scheduler tries again EM_SCHED_RECOVER_S
+ * later and the device is back; then requests are served as alone, and no
+ * block leaked. */
+static void test_device_down(em_tokenizer *tok)
+{
+    em_sched_backend be;
+    fake *f = fake_new(64, 4, 256, 64, &be);
+    f->fail_at = 3;
+    f->rebuilds_to_fail = 1;
+    be.recover = fake_recover;
+    em_sched *s = mk(&be, 64, 0, 0, tok);
+    em_err e = { 0 };
+    job a = { .max_tokens = 10 };
+    fill_prompt(&a, 5, 1, 0);
+    CHECK(submit(s, &a, EM_CLASS_INTERACTIVE, &e) == 0);
+    finish_job(&a);
+    CHECKF(a.finish == EM_FINISH_ERROR && strstr(a.why, "fake: the device is lost"), "first: %s [%s]",
+           em_finish_name(a.finish), a.why);
+    em_sched_stats st;
+    for (int i = 0; i < 200; i++) {   /* the rebuild follows the error to the request: bounded wait */
+        em_sched_get_stats(s, &st);
+        if (st.device_down)
+            break;
+        usleep(10000);
+    }
+    CHECKF(st.device_down == 1 && strstr(st.device_error, "no device memory") && st.device_failures == 1 &&
+           st.device_resets == 0, "down %u [%s] failures %llu resets %llu", st.device_down, st.device_error,
+           (unsigned long long)st.device_failures, (unsigned long long)st.device_resets);
+    job b = { .max_tokens = 10 };
+    fill_prompt(&b, 5, 2, 0);
+    CHECK(submit(s, &b, EM_CLASS_BACKGROUND, &e) == 0);
+    finish_job(&b);
+    em_sched_get_stats(s, &st);
+    CHECKF(b.finish == EM_FINISH_ERROR && b.n_got == 0 && strstr(b.why, "the device is down") &&
+               strstr(b.why, "no device memory"), "while down: %s, %u tokens [%s]", em_finish_name(b.finish),
+           b.n_got, b.why);
+    CHECKF(st.device_down == 1 || st.device_resets == 1, "down %u resets %llu", st.device_down,
+           (unsigned long long)st.device_resets);
+    CHECKF(f->steps == f->steps_at_down || st.device_resets == 1, "a step ran while down: %llu then %llu",
+           (unsigned long long)f->steps_at_down, (unsigned long long)f->steps);
+    for (int i = 0; i < 1500; i++) {   /* back by itself, idle (bounded: 15 s for a 5 s retry) */
+        em_sched_get_stats(s, &st);
+        if (!st.device_down)
+            break;
+        usleep(10000);
+    }
+    CHECKF(!st.device_down && !st.device_error[0] && st.device_resets == 1 && f->recover_calls == 2 &&
+               st.device_failures == 1, "back: down %u resets %llu recover calls %d failures %llu",
+           st.device_down, (unsigned long long)st.device_resets, f->recover_calls,
+           (unsigned long long)st.device_failures);
+    job c = { .max_tokens = 10 };
+    fill_prompt(&c, 5, 3, 0);
+    CHECK(submit(s, &c, EM_CLASS_INTERACTIVE, &e) == 0);
+    finish_job(&c);
+    check_alone(&c, 256, "after the device came back");
+    em_sched_drain(s);
+    no_leak(s, "device down");
+    em_sched_destroy(s);
+    fake_free(f);
+}
+
 int main(void)
 {
     em_tokenizer *tok = make_tokenizer();
@@ -1241,6 +1323,7 @@ int main(void)
     test_background_step_bound(tok);
     test_background_decodes_yield(tok);
     test_busy_time(tok);
+    test_device_down(tok);
     test_random(tok);
     em_tokenizer_destroy(tok);
     free(vocab_mem);
