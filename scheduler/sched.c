@@ -752,7 +752,6 @@ static void advance(em_sched *s, uint32_t T, uint32_t L, double now)
     pthread_mutex_unlock(&s->mu);
 }
 
-/* Fail every running request (device error): their blocks are freed. */
 /* Every waiting request finishes with f (and error). */
 static void finish_waiting(em_sched *s, em_finish f, const char *error)
 {
@@ -773,6 +772,7 @@ static void finish_waiting(em_sched *s, em_finish f, const char *error)
     }
 }
 
+/* Fail every running request (device error): their blocks are freed. */
 static void fail_all(em_sched *s, const char *msg)
 {
     while (s->running)
