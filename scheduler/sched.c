@@ -65,8 +65,7 @@ struct em_sched {
     uint32_t            n_eog;
 
     em_sched_stats      st;
-    int                 dev_down;        /* the device failed and could not be rebuilt (rebuild_device) */
-    double              recover_after;   /* ... and no new try before this (monotonic s) */
+    double              recover_after;   /* st.device_down: no new rebuild before this (monotonic s) */
     double              win_t[RATE_WINDOW], win_busy[RATE_WINDOW];
     uint32_t            win_tok[RATE_WINDOW], win_rows[RATE_WINDOW], win_i;
     int                 bg_dec_held;   /* the last step held background decodes back (plan_and_run) */
@@ -791,7 +790,6 @@ static int rebuild_device(em_sched *s)
     em_err err = { 0 };
     double t0 = em_sched_now();
     if (s->be.recover(s->be.ctx, &err)) {
-        s->dev_down = 1;
         s->recover_after = em_sched_now() + EM_SCHED_RECOVER_S;
         pthread_mutex_lock(&s->mu);
         s->st.device_down = 1;
@@ -801,7 +799,6 @@ static int rebuild_device(em_sched *s)
                err.msg, EM_SCHED_RECOVER_S);
         return -1;
     }
-    s->dev_down = 0;
     em_kv_drop_cached(s->kv);
     if (s->draft_down) {
         em_err derr = { 0 };
@@ -919,7 +916,8 @@ static void plan_and_run(em_sched *s)
 {
     double t0 = em_sched_now();
     reap_cancelled(s);
-    if (s->dev_down && (t0 < s->recover_after || rebuild_device(s))) {
+    /* st.device_down is written on this thread only: read here without mu */
+    if (s->st.device_down && (t0 < s->recover_after || rebuild_device(s))) {
         fail_down(s);
         return;
     }
@@ -1092,7 +1090,7 @@ static void *thread_main(void *arg)
     while (!s->stop) {
         beat(s);   /* idle or after a step: the watchdog's sign of life */
         uint32_t work = s->n_waiting[0] + s->n_waiting[1] + s->n_running[0] + s->n_running[1];
-        if (!work && s->dev_down && em_sched_now() >= s->recover_after) {
+        if (!work && s->st.device_down && em_sched_now() >= s->recover_after) {
             s->idle = 0;   /* the device comes back without a request having to fail first */
             pthread_mutex_unlock(&s->mu);
             rebuild_device(s);

@@ -9,7 +9,7 @@
 
 #define BEAT_US (500 * 1000)
 
-static long long now_us(void)
+long long web_now_us(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -18,7 +18,7 @@ static long long now_us(void)
 
 void web_alive_beat(em_web *w)
 {
-    atomic_store(&w->beat_us, now_us());
+    atomic_store(&w->beat_us, web_now_us());
 }
 
 static void tick(lws_sorted_usec_list_t *sul)

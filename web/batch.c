@@ -70,20 +70,13 @@ struct web_batches {
 
 enum { VALID_DONE = 1, VALID_RETRY = 2 };
 
-static long long mono_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 /* The storage failed: look at the batches again in RETRY_US (the service
  * loop turns at least every half second, alive.c), so that a batch whose
  * result or file could not be written goes on once the storage is back. */
 static void later(web_batches *B)
 {
     if (!B->retry_us)
-        B->retry_us = mono_us() + RETRY_US;
+        B->retry_us = web_now_us() + RETRY_US;
 }
 
 /* ---- JSON out ------------------------------------------------------------------ */
@@ -303,8 +296,8 @@ static size_t validate(em_web *w, const em_batch_info *b, int64_t scope_key, em_
 }
 
 /* Validate and start (or fail) batch b: on the validator thread (storage
- * and the model's id are safe there). */
-/* 0, or -1 when the outcome could not be stored (tried again later). */
+ * and the model's id are safe there). 0, or -1 when the outcome could not
+ * be stored (tried again later). */
 static int validate_batch(em_web *w, const em_batch_info *b)
 {
     int stored = 0;
@@ -561,7 +554,7 @@ void web_batch_step(em_web *w)
         B->kick = 1;
     if (v & VALID_RETRY)
         later(B);
-    if (B->retry_us && mono_us() >= B->retry_us) {
+    if (B->retry_us && web_now_us() >= B->retry_us) {
         B->retry_us = 0;
         B->kick = 1;
     }

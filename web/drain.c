@@ -30,13 +30,6 @@
 #define STOP_GRACE_US (2000 * 1000)        /* after --drain-s: for the stopped answers' errors to go out */
 #define MAX_FD 65536
 
-static long long now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 void em_web_drain(em_web *w)
 {
     atomic_store(&w->draining, 1);
@@ -47,7 +40,7 @@ void em_web_drain(em_web *w)
 uint32_t web_drain_retry_s(em_web *w)
 {
     long long end = atomic_load(&w->drain_end_us);
-    long long left = end ? end - now_us() : (long long)w->o.drain_s * 1000000;
+    long long left = end ? end - web_now_us() : (long long)w->o.drain_s * 1000000;
     long long s = (left + 999999) / 1000000;
     return s < 1 ? 1 : (uint32_t)s;
 }
@@ -109,7 +102,7 @@ int web_drain_step(em_web *w)
 {
     if (!atomic_load(&w->draining))
         return 0;
-    long long now = now_us(), end = atomic_load(&w->drain_end_us);
+    long long now = web_now_us(), end = atomic_load(&w->drain_end_us);
     int running = atomic_load(&w->gens);
     if (!end) {
         end = now + (long long)w->o.drain_s * 1000000;

@@ -123,6 +123,9 @@ int  web_stream_write(web_conn *c, const char *data, size_t len);
 void web_stream_end(web_conn *c);
 /* Bytes queued and not yet written (a slow reader's backlog). */
 size_t web_backlog(const web_conn *c);
+/* CLOCK_MONOTONIC in microseconds (alive.c). */
+long long web_now_us(void);
+
 /* Put c on / take it off the list woken when the scheduler has events. */
 void web_live_add(web_conn *c);
 void web_live_remove(web_conn *c);
