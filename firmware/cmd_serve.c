@@ -36,7 +36,8 @@ static const char usage[] =
     "                   [--speculate N] [--device N] [--host H]\n"
     "                   [--port P] [--db PATH] [--ctx N] [--kv-mb N] [--parallel N] [--kv-type f16|q8_0]\n"
     "                   [--tls-cert PEM --tls-key PEM] [--require-key] [--rate-limit N]\n"
-    "                   [--allowed-origins LIST] [--allowed-hosts LIST] [--ping-s S]\n"
+    "                   [--allowed-origins LIST] [--allowed-hosts LIST] [--trusted-proxies LIST]\n"
+    "                   [--ping-s S]\n"
     "                   [--drain-s N] [--max-queued N] [--max-queued-interactive N]\n"
     "                   [--max-queued-background N] [--step-tokens N] [--bg-step-ms MS]\n"
     "                   [--aging-ms MS] [--no-prefix-cache] [--max-ws-message BYTES] [--max-body BYTES]\n"
@@ -53,7 +54,9 @@ static const char usage[] =
     "  ./ember.db (the usage ledger and API keys). Clients on other\n"
     "  machines always need an API key (`ember keys add NAME`); loopback clients too with\n"
     "  --require-key. --host 0.0.0.0 listens on every interface and needs a key in the\n"
-    "  database. --parallel caps the sequences running at once (default: 16 on a CPU\n"
+    "  database. Behind a reverse proxy, --trusted-proxies names it (addresses, CIDR\n"
+    "  blocks): the client is then read from its X-Forwarded-For.\n"
+    "  --parallel caps the sequences running at once (default: 16 on a CPU\n"
     "  device, 64 on a GPU, fewer if the KV cache is small); --max-queued how many\n"
     "  requests of each class may wait for one (default 256 interactive, 1024\n"
     "  background; past it: 503 with Retry-After). A streamed answer silent for\n"
@@ -357,6 +360,7 @@ int em_cmd_serve(int argc, char **argv)
     wo.rate_limit_per_min = (int32_t)em_config_int(cfg, EM_CFG_RATE_LIMIT);
     wo.allowed_origins = em_config_str(cfg, EM_CFG_ALLOWED_ORIGINS);
     wo.allowed_hosts = em_config_str(cfg, EM_CFG_ALLOWED_HOSTS);
+    wo.trusted_proxies = em_config_str(cfg, EM_CFG_TRUSTED_PROXIES);
     wo.tls_cert = tls_cert[0] ? tls_cert : NULL;
     wo.tls_key = tls_key[0] ? tls_key : NULL;
     wo.drain_s = (uint32_t)em_config_int(cfg, EM_CFG_DRAIN_S);

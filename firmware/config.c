@@ -73,7 +73,7 @@ static int parse_value(em_config_key k, const char *text, value *out, char *why,
     switch (d->k) {
     case K_STR:
         if (k != EM_CFG_MODEL_PATH && k != EM_CFG_DRAFT_MODEL && k != EM_CFG_ALLOWED_ORIGINS && k != EM_CFG_TLS_CERT &&
-            k != EM_CFG_ALLOWED_HOSTS &&
+            k != EM_CFG_ALLOWED_HOSTS && k != EM_CFG_TRUSTED_PROXIES &&
             k != EM_CFG_TLS_KEY &&
             !text[0]) {
             snprintf(why, cap, "an empty value");

@@ -366,7 +366,9 @@ int web_addr_acquire(em_web *w, int fd, const char *addr, em_web_error *e)
             return 0;   /* already counted (keep-alive) */
         same += strcmp(w->fds[i].addr, addr) == 0;
     }
-    if (same >= w->o.max_conns_per_addr || w->n_fds >= w->o.max_connections)
+    /* a trusted proxy's connections carry everyone's requests: only the total caps them */
+    if ((same >= w->o.max_conns_per_addr && !web_proxy_trusted(w->proxies, w->n_proxies, addr)) ||
+        w->n_fds >= w->o.max_connections)
         return em_web_fail(e, 429, "rate_limit_error", "too_many_connections", NULL,
                            "too many connections from %s (at most %u per address, %u in all)", addr,
                            w->o.max_conns_per_addr, w->o.max_connections);
@@ -461,8 +463,9 @@ static int begin(web_conn *c, struct lws *wsi, em_web *w, const char *uri)
         c->method = EM_M_OPTIONS;
     else
         c->method = EM_M_OTHER;
-    lws_get_peer_simple(wsi, c->addr, sizeof c->addr);
-    c->loopback = web_is_loopback(c->addr);
+    char peer[64] = "";
+    lws_get_peer_simple(wsi, peer, sizeof peer);
+    web_client_of(w, wsi, peer, c->addr, sizeof c->addr, &c->loopback);   /* proxy.c */
     if (lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_AUTHORIZATION) < (int)sizeof c->authz)
         lws_hdr_copy(wsi, c->authz, sizeof c->authz, WSI_TOKEN_HTTP_AUTHORIZATION);
     if (lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_IF_NONE_MATCH) < (int)sizeof c->if_none_match)
@@ -477,7 +480,7 @@ static int begin(web_conn *c, struct lws *wsi, em_web *w, const char *uri)
     if (c->content_length > c->max_body)
         c->body_too_big = 1;
     em_web_error e = { 0 };
-    if (web_addr_acquire(w, lws_get_socket_fd(wsi), c->addr, &e)) {
+    if (web_addr_acquire(w, lws_get_socket_fd(wsi), peer, &e)) {
         web_respond_error(c, &e);
         return 1;
     }
@@ -616,6 +619,9 @@ int em_web_create(const em_web_opts *o, em_web **out, em_err *err)
     w->o.allowed_origins = NULL;   /* w->origins holds them */
     w->hosts = strdup(o->allowed_hosts ? o->allowed_hosts : "");
     w->o.allowed_hosts = NULL;
+    if ((rc = web_proxies_parse(o->trusted_proxies, &w->proxies, &w->n_proxies, err)))
+        goto fail;
+    w->o.trusted_proxies = NULL;
     if (o->model) {   /* copied, so that serving never reads the model file's mapping (it may change on disk) */
         const char *src = NULL;
         size_t len = 0;
@@ -780,6 +786,7 @@ void em_web_destroy(em_web *w)
     free(w->host);
     free(w->origins);
     free(w->hosts);
+    free(w->proxies);
     free(w->tmpl);
     free(w->model_id);
     free(w->device);

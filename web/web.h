@@ -74,6 +74,10 @@ typedef struct {
     const char *allowed_hosts;      /* Host names this server answers besides its addresses, localhost,
                                        the machine's host name and --host, separated by commas or spaces;
                                        "*": any (no DNS-rebinding guard); copied like allowed_origins */
+    const char *trusted_proxies;    /* reverse proxies whose X-Forwarded-For names the client: addresses
+                                       and CIDR blocks separated by commas or spaces ("10.0.0.2,
+                                       fd00::/8"); NULL or "": none (web/proxy.c; em_web_create parses
+                                       it: EM_EINVAL naming a bad entry) */
     int32_t     rate_limit_per_min; /* requests per minute of a key without a limit of its own; 0: none */
     void      (*on_reload)(void *ctx, em_web *w);   /* em_web_reload's work, on the service thread */
     void       *reload_ctx;         /* passed to on_reload, never dereferenced */

@@ -247,6 +247,8 @@ struct em_web {
     atomic_int           reload;        /* em_web_reload was called (a signal handler may set it) */
     char                *origins;       /* allowed_origins as given (origin.c; service thread) */
     char                *hosts;         /* allowed_hosts as given (origin.c; service thread) */
+    struct web_cidr     *proxies;       /* trusted_proxies, parsed (proxy.c) */
+    size_t               n_proxies;
     char                *tmpl;          /* the model's chat template, copied (NULL: none, ChatML) */
     size_t               tmpl_len;
 };
@@ -259,6 +261,24 @@ void web_alive_stop(em_web *w);
 
 /* 127.0.0.0/8, ::1 or ::ffff:127.x.x.x */
 int  web_is_loopback(const char *addr);
+
+/* proxy.c: the trusted reverse proxies and the client behind them. */
+typedef struct web_cidr web_cidr;
+/* Parse trusted_proxies (addresses and CIDR blocks separated by commas or
+ * spaces; NULL or "": none). 0 with *out malloc'd (the caller frees it;
+ * NULL when none) and *n set, else EM_EINVAL naming the bad entry. */
+int  web_proxies_parse(const char *list, web_cidr **out, size_t *n, em_err *err);
+/* Whether addr (text) is in one of the n blocks of v. */
+int  web_proxy_trusted(const web_cidr *v, size_t n, const char *addr);
+/* The client of a request from peer whose X-Forwarded-For is xff (NULL:
+ * none) and that carried a Forwarded header (forwarded != 0), as
+ * proxy.c's header describes: written to out (cap bytes, truncated);
+ * returns whether the loopback rule applies to it. Pure: any bytes. */
+int  web_forwarded_client(const web_cidr *v, size_t n, const char *peer, const char *xff, int forwarded,
+                          char *out, size_t cap);
+/* web_forwarded_client on wsi's headers (an HTTP request or a WebSocket
+ * upgrade, while its headers are there): addr and *loopback set. */
+void web_client_of(em_web *w, struct lws *wsi, const char *peer, char *addr, size_t cap, int *loopback);
 
 /* Count c's address against the limit; 0 ok, else e filled (429). */
 int  web_addr_acquire(em_web *w, int fd, const char *addr, em_web_error *e);

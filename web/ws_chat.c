@@ -776,10 +776,11 @@ static int ws_open(em_web *w, struct lws *wsi, ws_chat **slot)
     c->w = w;
     c->wsi = wsi;
     *slot = c;
-    lws_get_peer_simple(wsi, c->addr, sizeof c->addr);
-    c->loopback = web_is_loopback(c->addr);
+    char peer[64] = "";
+    lws_get_peer_simple(wsi, peer, sizeof peer);
+    web_client_of(w, wsi, peer, c->addr, sizeof c->addr, &c->loopback);   /* proxy.c: the upgrade's headers */
     em_web_error e = { 0 };
-    if (web_addr_acquire(w, lws_get_socket_fd(wsi), c->addr, &e)) {
+    if (web_addr_acquire(w, lws_get_socket_fd(wsi), peer, &e)) {
         em_log(EM_LOG_WARN, NULL, "%s: WebSocket refused: %s", c->addr, e.message);
         ws_error_web(c, NULL, &e);
         c->close_code = LWS_CLOSE_STATUS_POLICY_VIOLATION;

@@ -195,7 +195,8 @@ def main():
     r = subprocess.run([EMBER, 'keys', 'import', exp, '--db', db_b], capture_output=True, text=True, check=True)
     assert '%d added' % len(KEYS) in r.stdout, r.stdout
 
-    box = {'box1': Server(model, '--require-key', db=db_a), 'box2': Server(model, '--require-key', db=db_b)}
+    box = {'box1': Server(model, '--require-key', '--trusted-proxies', '127.0.0.1', db=db_a),
+           'box2': Server(model, '--require-key', '--trusted-proxies', '127.0.0.1', db=db_b)}
     hp = None
     try:
         # a key made on A authenticates on B (B never saw it made)
