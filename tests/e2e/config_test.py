@@ -39,7 +39,7 @@ import tempfile
 import time
 
 sys.path.insert(0, __file__.rsplit('/', 1)[0])
-from serve_util import EMBER, Server, add_key, shared_model  # noqa: E402
+from serve_util import EMBER, Server, free_port, add_key, shared_model  # noqa: E402
 
 model = shared_model('stories260K.gguf')
 SRC = os.path.dirname(os.path.abspath(__file__)) + '/../..'
@@ -59,13 +59,6 @@ def write(name, text):
         f.write(text)
     return p
 
-
-def free_port():
-    s = socket.socket()
-    s.bind(('127.0.0.1', 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 class Serve(Server):

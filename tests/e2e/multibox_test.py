@@ -35,7 +35,7 @@ import threading
 import time
 
 sys.path.insert(0, __file__.rsplit('/', 1)[0])
-from serve_util import EMBER, Server, add_key, shared_model, skip  # noqa: E402
+from serve_util import EMBER, Server, free_port, add_key, shared_model, skip  # noqa: E402
 import ws_util  # noqa: E402
 
 HAPROXY = shutil.which('haproxy') or ('/usr/sbin/haproxy' if os.path.exists('/usr/sbin/haproxy') else None)
@@ -54,13 +54,6 @@ AFTER = 3             # requests each worker completes after the drain began
 RETRIES = 100         # attempts one request may take (each waits 0.2 s), while the box goes DOWN
 T = 300               # seconds any one read may take: a hang bound, not a speed limit
 
-
-def free_port():
-    s = socket.socket()
-    s.bind(('127.0.0.1', 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def haproxy_cfg(port, a, b, sock):

@@ -31,7 +31,7 @@ import tempfile
 import time
 
 sys.path.insert(0, __file__.rsplit('/', 1)[0])
-from serve_util import EMBER, Server, add_key, shared_model, skip  # noqa: E402
+from serve_util import EMBER, Server, free_port, shared_model, skip  # noqa: E402
 import ws_util  # noqa: E402
 
 HAPROXY = shutil.which('haproxy') or ('/usr/sbin/haproxy' if os.path.exists('/usr/sbin/haproxy') else None)
@@ -40,13 +40,6 @@ if not HAPROXY:
 model = shared_model('stories260K.gguf')
 WRONG_MAX = 10   # web/auth.c AUTH_FAIL_MAX
 
-
-def free_port():
-    s = socket.socket()
-    s.bind(('127.0.0.1', 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 class Proxy:

@@ -32,6 +32,15 @@ def shared_model(name):
     return p
 
 
+def free_port():
+    """A TCP port on 127.0.0.1 that was free a moment ago (for a HAProxy or an ember told its port)."""
+    s = socket.socket()
+    s.bind(('127.0.0.1', 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
 def chat_model():
     p = os.environ.get('EMBER_CHAT_MODEL', '')
     if not p or not os.path.exists(p):
