@@ -350,8 +350,9 @@ static int conn_write(web_conn *c)
         return 0;
     }
     if (c->final_sent) {
+        int close_now = c->close_after;
         conn_release(c);   /* lws may free or reuse the session data from here */
-        return lws_http_transaction_completed(c->wsi) ? -1 : 0;
+        return close_now || lws_http_transaction_completed(c->wsi) ? -1 : 0;
     }
     return 0;
 }
@@ -405,6 +406,7 @@ const char *web_method_name(int m)
 static void route(web_conn *c)
 {
     em_web_error e = { 0 };
+    c->routed = 1;
     if (c->body_too_big) {
         em_web_fail(&e, 413, "invalid_request_error", "request_too_large", NULL,
                     "the request body is larger than %zu bytes", c->max_body);
@@ -512,13 +514,23 @@ static int callback_http(struct lws *wsi, enum lws_callback_reasons reason, void
             }
             /* no body to come (no Content-Length, not chunked): lws will not
              * report a body's completion, so answer now */
-            if (!c->content_length && !lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING))
+            if (!c->content_length && !lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING)) {
+                c->no_length = 1;
                 route(c);
+            }
             return 0;   /* the body follows */
         }
         route(c);
         return 0;
     case LWS_CALLBACK_HTTP_BODY:
+        if (c->no_length) {
+            /* No length was declared, so what follows is no body (RFC 9112
+             * 6.3) but lws 4.1 hands it here as one — and when those bytes
+             * came pipelined, from a buffer it has already freed (ASan,
+             * fuzz_http). Never read them; close once the answer is out. */
+            c->close_after = 1;
+            return 0;
+        }
         if (c->body_too_big || c->body.n + len > c->max_body) {
             c->body_too_big = 1;
             return 0;
@@ -527,7 +539,20 @@ static int callback_http(struct lws *wsi, enum lws_callback_reasons reason, void
             c->body_too_big = 1;
         return 0;
     case LWS_CALLBACK_HTTP_BODY_COMPLETION:
-        if (!c->complete)
+        /* Once per body, except when the client pipelined: with bytes of a
+         * next request already read behind a body whose answer is still to
+         * come, lws 4.1 calls this again and again without end, and the
+         * service loop would spin, serving no one (fuzz_http found it).
+         * Such a connection is closed, its request cancelled: HTTP/1.1
+         * pipelining behind a request with a body is not supported (no
+         * browser, SDK or proxy does it; RFC 9112 9.3.2 tells clients to
+         * retry on a new connection). */
+        if (c->body_done++) {
+            em_log(EM_LOG_WARN, c->rid, "%s %s %s: another request was sent before this one was answered "
+                   "(pipelining): the connection is closed", c->addr, web_method_name(c->method), c->path);
+            return -1;
+        }
+        if (!c->routed)   /* (a 413 was answered before the body came) */
             route(c);
         return 0;
     case LWS_CALLBACK_TIMER:   /* a stream's ping timer */

@@ -105,6 +105,10 @@ typedef struct web_conn {
     char        headers[512];      /* extra "name: value\r\n" lines */
     int         streaming;         /* no Content-Length: chunked */
     int         head_sent, complete, final_sent;
+    int         routed;            /* route() ran for this transaction */
+    int         body_done;         /* LWS_CALLBACK_HTTP_BODY_COMPLETION calls for it */
+    int         no_length;         /* a POST/PATCH with neither Content-Length nor Transfer-Encoding */
+    int         close_after;       /* close the connection once the answer is out */
     em_buf      out;               /* bytes still to write */
     size_t      out_off;
     double      t_last_write;

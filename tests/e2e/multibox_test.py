@@ -35,7 +35,7 @@ import threading
 import time
 
 sys.path.insert(0, __file__.rsplit('/', 1)[0])
-from serve_util import EMBER, Server, free_port, add_key, shared_model, skip  # noqa: E402
+from serve_util import EMBER, Server, free_port, recv_all, add_key, shared_model, skip  # noqa: E402
 import ws_util  # noqa: E402
 
 HAPROXY = shutil.which('haproxy') or ('/usr/sbin/haproxy' if os.path.exists('/usr/sbin/haproxy') else None)
@@ -78,12 +78,7 @@ def hap_status(sock):
     s.settimeout(30)
     s.connect(sock)
     s.sendall(b'show stat\n')
-    out = b''
-    while True:
-        more = s.recv(65536)
-        if not more:
-            break
-        out += more
+    out = recv_all(s)
     s.close()
     lines = out.decode().splitlines()
     head = lines[0].lstrip('# ').split(',')

@@ -41,6 +41,16 @@ def free_port():
     return port
 
 
+def recv_all(s):
+    """Everything a socket gives until its peer closes (its timeout bounds each wait)."""
+    out = b''
+    while True:
+        more = s.recv(65536)
+        if not more:
+            return out
+        out += more
+
+
 def chat_model():
     p = os.environ.get('EMBER_CHAT_MODEL', '')
     if not p or not os.path.exists(p):

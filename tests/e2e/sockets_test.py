@@ -8,7 +8,13 @@
 #    one finish and [DONE] — nothing dropped or cut short;
 #  - clients that reset their connection (RST) in the middle of a stream:
 #    the server's write fails, the request is cancelled and said so in the
-#    ledger, its KV blocks come back, and the server goes on serving.
+#    ledger, its KV blocks come back, and the server goes on serving;
+#  - a client that pipelines (sends its next request before the answer):
+#    GETs are answered in order on the one connection; a request sent behind
+#    a POST's body before its answer gets the connection closed (the POST
+#    cancelled, said so in the log and the ledger) instead of the service
+#    loop spinning for ever and answering no one (libwebsockets 4.1; found
+#    by tests/fuzz/fuzz_http.c), and everyone else is still answered.
 import json
 import socket
 import struct
@@ -17,7 +23,7 @@ import threading
 import time
 
 sys.path.insert(0, __file__.rsplit('/', 1)[0])
-from serve_util import Server, shared_model  # noqa: E402
+from serve_util import Server, recv_all, shared_model  # noqa: E402
 
 srv = Server(shared_model('stories260K.gguf'), '--parallel', '4')
 N_TOK = 400
@@ -138,6 +144,32 @@ try:
     assert used and float(used[0].rsplit(' ', 1)[1]) == 0, used
     print('reset mid-stream: 6 requests cancelled (%s tokens each), no KV block held, serving on' %
           ','.join(str(x['completion_tokens']) for x in rows))
+
+    def pipelined(data):
+        """Send data at once on one connection; what came back until the server closed (bounded)."""
+        c = socket.create_connection(('127.0.0.1', srv.port), timeout=60)
+        c.sendall(data)
+        got = recv_all(c)
+        c.close()
+        return got
+
+    def req(method, path, body=None, close=False):
+        h = '%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\n' % (method, path)
+        if body is not None:
+            h += 'Content-Type: application/json\r\nContent-Length: %d\r\n' % len(body)
+        return (h + ('Connection: close\r\n' if close else '') + '\r\n' + (body or '')).encode()
+    got = pipelined(req('GET', '/healthz') + req('GET', '/v1/models', close=True))
+    assert got.count(b'HTTP/1.1 200') == 2 and b'"object":"list"' in got.replace(b' ', b''), got[:400]
+    slow = json.dumps({'prompt': 'Once', 'max_tokens': 200, 'temperature': 0, 'ignore_eos': True})
+    got = pipelined(req('POST', '/v1/completions', slow) + req('GET', '/healthz', close=True))
+    assert b'HTTP/1.1' not in got, got[:400]   # closed: neither answered
+    st, _, o = srv.post('/v1/completions', {'prompt': 'The cat', 'max_tokens': 4, 'temperature': 0})
+    assert st == 200 and o['usage']['completion_tokens'] == 4, o
+    rows = srv.ledger_settled(n_rows + 9)[n_rows + 7:]   # after the resets and the 16-token answer
+    assert [x['status'] for x in rows] == ['cancelled', 'completed'], rows
+    assert 'pipelining' in open(srv.err_path).read()
+    print('pipelining: two GETs answered in order; a request behind a POST closed the connection (POST '
+          'cancelled after %d tokens), serving on' % rows[0]['completion_tokens'])
 finally:
     rc, err = srv.stop()
 assert rc == 0, err
