@@ -19,6 +19,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <xxhash.h>
+
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "ember reads GGUF data in place and needs a little-endian host"
 #endif
@@ -36,6 +38,7 @@ struct em_gguf {
     uint64_t        size;
     int             mapped;        /* 1: munmap at close */
     struct stat     st;            /* the file when it was opened (em_gguf_unchanged) */
+    uint64_t        sum;           /* the sampled checksum of its bytes then (sampled_sum) */
     uint32_t        version;
     uint32_t        alignment;
     uint64_t        data_offset;
@@ -480,6 +483,49 @@ int em_gguf_open_mem(const void *data, size_t size, const char *name,
     return finish_open(g, out, err);
 }
 
+/* ---- the file's sampled checksum ------------------------------------------ */
+
+/* SAMPLE_BLOCKS blocks of SAMPLE_BYTES spread evenly over the file, the
+ * first at its start and the last at its end (the header, then pieces of
+ * every region of the weights): a file written over in place with its size
+ * and times kept — another model copied over this one with cp -p, a tool
+ * that restores mtime — differs in them, while reading them costs a few
+ * hundred KiB, not the whole file. A change confined to bytes between the
+ * blocks is not seen. */
+#define SAMPLE_BLOCKS 64
+#define SAMPLE_BYTES  4096
+
+static uint64_t sample_at(uint64_t size, uint64_t i)
+{
+    return size <= SAMPLE_BYTES ? 0 : (size - SAMPLE_BYTES) * i / (SAMPLE_BLOCKS - 1);
+}
+
+/* From the mapping (at open) when fd < 0, else read from fd; 0 ok. */
+static int sampled_sum(const uint8_t *base, int fd, uint64_t size, uint64_t *out)
+{
+    XXH3_state_t *s = XXH3_createState();
+    if (!s || XXH3_64bits_reset(s) == XXH_ERROR) {
+        XXH3_freeState(s);
+        return -1;
+    }
+    uint8_t buf[SAMPLE_BYTES];
+    for (uint64_t i = 0; i < SAMPLE_BLOCKS; i++) {
+        uint64_t at = sample_at(size, i), n = size - at < SAMPLE_BYTES ? size - at : SAMPLE_BYTES;
+        const uint8_t *p = base ? base + at : buf;
+        if (!base) {
+            ssize_t got = pread(fd, buf, (size_t)n, (off_t)at);
+            if (got < 0 || (uint64_t)got != n) {
+                XXH3_freeState(s);
+                return -1;
+            }
+        }
+        XXH3_64bits_update(s, p, (size_t)n);
+    }
+    *out = XXH3_64bits_digest(s);
+    XXH3_freeState(s);
+    return 0;
+}
+
 int em_gguf_open(const char *path, em_gguf **out, em_err *err)
 {
     *out = NULL;
@@ -521,6 +567,7 @@ int em_gguf_open(const char *path, em_gguf **out, em_err *err)
         }
         g->base = m;
         g->mapped = 1;
+        sampled_sum(g->base, -1, g->size, &g->sum);   /* from memory: cannot fail but for allocation */
     } else {
         g->base = (const uint8_t *)"";
     }
@@ -568,6 +615,18 @@ int em_gguf_unchanged(const em_gguf *g, em_err *err)
                           (unsigned long long)now.st_size);
     if (now.st_mtim.tv_sec != g->st.st_mtim.tv_sec || now.st_mtim.tv_nsec != g->st.st_mtim.tv_nsec)
         return em_err_set(err, EM_ESTATE, "%s: the model file was written to since it was loaded", g->path);
+    int fd = open(g->path, O_RDONLY | O_CLOEXEC);
+    uint64_t sum = 0;
+    int rc = fd < 0 ? -1 : sampled_sum(NULL, fd, g->size, &sum);
+    int e = errno;
+    if (fd >= 0)
+        close(fd);
+    if (rc)
+        return em_err_set(err, EM_ESTATE, "%s: the model file cannot be read again to check it (%s)", g->path,
+                          strerror(e));
+    if (sum != g->sum)
+        return em_err_set(err, EM_ESTATE, "%s: the model file's contents changed on disk since it was loaded "
+                          "(written in place, its size and times kept)", g->path);
     return 0;
 }
 

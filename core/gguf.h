@@ -106,8 +106,12 @@ uint32_t    em_gguf_version(const em_gguf *g);
 uint32_t    em_gguf_alignment(const em_gguf *g);
 uint64_t    em_gguf_data_offset(const em_gguf *g);   /* file offset of the data section */
 /* Whether the file g was opened from is still the one it mapped (same
- * device, inode, size and modification time): 0, or EM_ESTATE saying what
- * changed (gone, replaced, resized, written to). A file that changed under
+ * device, inode, size and modification time, and the same bytes in 64
+ * blocks of 4 KiB spread over it — a checksum taken at open, read again
+ * from the file: a file written over in place with its size and times
+ * kept is caught, a change confined to bytes between the blocks is not):
+ * 0, or EM_ESTATE saying what changed (gone, replaced, resized, written
+ * to, contents changed, unreadable). A file that changed under
  * the mapping must not be read again: pages past a truncation raise
  * SIGBUS, and the others may hold new bytes. Always 0 for em_gguf_open_mem. */
 int em_gguf_unchanged(const em_gguf *g, em_err *err);

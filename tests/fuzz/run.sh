@@ -23,6 +23,9 @@ if [ -n "$files" ]; then   # single seed files: into a directory of their own
     cp $files "$out.files/"
     seeds="$seeds $out.files"
 fi
+# the Vulkan driver's own allocations are not ember's leaks (fuzz_http)
+LSAN_OPTIONS="suppressions=$(dirname "$0")/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+export LSAN_OPTIONS
 # shellcheck disable=SC2086
 exec "$fuzzer" -runs="$runs" -seed=1 -max_len=65536 -timeout=60 -rss_limit_mb=4096 -print_final_stats=1 \
     -artifact_prefix="$out/" "$out" $seeds

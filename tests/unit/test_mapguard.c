@@ -1,6 +1,9 @@
 /* test_mapguard.c — firmware/boot.c's guard of the model file's mapping:
- * a copy of stories260K is opened as `ember serve` opens it, guarded, then
- * truncated on disk; em_gguf_unchanged says it changed; a read of its
+ * a copy of stories260K is opened as `ember serve` opens it; written over
+ * in place with its size and times kept (em_gguf_unchanged's sampled
+ * checksum says its contents changed; a byte between the sampled blocks
+ * is not seen, as documented), put back; guarded, then truncated on
+ * disk; em_gguf_unchanged says it changed; a read of its
  * mapped weights past the new end (SIGBUS) ends a child process with exit
  * status 3 and the line naming the file, not a crash; a fault elsewhere is
  * still the ordinary death by the signal. */
@@ -48,6 +51,33 @@ int main(void)
     em_err e = { 0 };
     CHECKF(em_model_open(dst, &m, &e) == 0, "%s", e.msg);
     CHECK(em_gguf_unchanged(em_model_gguf(m), &e) == 0);
+    /* written over in place, size and times kept (cp -p of another model) */
+    struct stat before;
+    CHECK(stat(dst, &before) == 0);
+    int fd = open(dst, O_RDWR);
+    CHECK(fd >= 0);
+    size_t size = (size_t)before.st_size;
+    unsigned char *orig = malloc(size), *other = malloc(size);
+    CHECK(orig && other && pread(fd, orig, size, 0) == (ssize_t)size);
+    for (size_t i = 0; i < size; i++)
+        other[i] = (unsigned char)(orig[i] ^ 0x5a);
+    struct timespec times[2] = { before.st_atim, before.st_mtim };
+    CHECK(pwrite(fd, other, size, 0) == (ssize_t)size && futimens(fd, times) == 0);
+    memset(&e, 0, sizeof e);
+    CHECKF(em_gguf_unchanged(em_model_gguf(m), &e) == EM_ESTATE && strstr(e.msg, "contents changed"), "%s", e.msg);
+    /* one byte between two sampled blocks (the sample is 64 blocks of 4 KiB): not seen */
+    CHECK(pwrite(fd, orig, size, 0) == (ssize_t)size && futimens(fd, times) == 0);
+    CHECK(em_gguf_unchanged(em_model_gguf(m), &e) == 0);
+    size_t between = (size_t)((size - 4096) / 63 / 2);   /* in the gap after the first block */
+    if (between > 4096) {
+        unsigned char x = (unsigned char)(orig[between] ^ 1);
+        CHECK(pwrite(fd, &x, 1, (off_t)between) == 1 && futimens(fd, times) == 0);
+        CHECK(em_gguf_unchanged(em_model_gguf(m), &e) == 0);
+        CHECK(pwrite(fd, &orig[between], 1, (off_t)between) == 1 && futimens(fd, times) == 0);
+    }
+    close(fd);
+    free(orig);
+    free(other);
     const em_gguf_tensor *t = em_model_tok_embd(m);
     const volatile unsigned char *last = (const unsigned char *)t->data + t->nbytes - 1;
     em_boot_guard_mapping(m);
