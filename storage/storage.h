@@ -128,7 +128,9 @@ struct em_usage_record {
 void em_usage_record_init(em_usage_record *rec);
 
 /* Copy rec into the writer's queue and return at once; never waits on disk.
- * 0: queued. EM_EBUSY: the queue is full, the record was dropped (counted).
+ * 0: queued. EM_EBUSY: the queue is full, the record was dropped (counted,
+ * and logged at error level with its billing facts, as are the rows still
+ * unwritten when em_storage_close gives up on a failing database).
  * EM_EINVAL: empty request_id (dropped, counted). */
 int em_storage_submit(em_storage *st, const em_usage_record *rec);
 

@@ -5,8 +5,12 @@
  * read-only or locked file, corruption) the batch is kept, storage reports
  * degraded, and the thread reopens its connection and retries every
  * retry_ms; meanwhile the queue keeps accepting records and drops (and
- * counts) what does not fit. Also: health, counters, flush. */
+ * counts) what does not fit. A row dropped so, or still unwritten when the
+ * ledger closes on a failing database, is logged with its billing facts
+ * (log_lost). Also: health, counters, flush. */
 #include "storage/storage_int.h"
+
+#include "core/log.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -55,6 +59,42 @@ void em_sto_set_degraded(em_storage *st, const char *reason)
     pthread_mutex_unlock(&st->lock);
 }
 
+/* A row the ledger will never hold (its queue full, or the database still
+ * failing when it closes): its billing facts go to the log instead, one
+ * line per request, so that none is lost without a trace. */
+static void log_lost(const em_usage_record *r, const char *why)
+{
+    em_log(EM_LOG_ERROR, r->request_id,
+           "ledger: row not written (%s): key %lld, %s, %s, %lld prompt tokens (%lld cached), %lld completion "
+           "tokens, received_ms %lld, finished_ms %lld, client %s%s%s",
+           why, (long long)r->key_id, em_storage_class_name(r->cls), em_storage_status_name(r->status),
+           (long long)r->prompt_tokens, (long long)r->cached_tokens, (long long)r->completion_tokens,
+           (long long)r->received_ms, (long long)r->finished_ms, r->client_addr[0] ? r->client_addr : "?",
+           r->batch_id[0] ? ", batch " : "", r->batch_id);
+}
+
+/* The rows still queued (the batch, then the ring) as the ledger gives up
+ * on them: each request once, in its last state (a later row of the same
+ * request, as "completed" after "admitted", replaces the earlier). Holds
+ * lock. */
+static const em_usage_record *queued_at(const em_storage *st, size_t i)
+{
+    return i < st->inflight ? &st->batch[i] : &st->ring[(st->head + i - st->inflight) % st->cap];
+}
+
+static void log_unwritten(const em_storage *st, const char *why)
+{
+    size_t n = st->inflight + st->count;
+    for (size_t i = 0; i < n; i++) {
+        const em_usage_record *r = queued_at(st, i);
+        size_t j = i + 1;
+        while (j < n && strcmp(queued_at(st, j)->request_id, r->request_id) != 0)
+            j++;
+        if (j == n)
+            log_lost(r, why);
+    }
+}
+
 static void copy_str(char *dst, size_t cap, const char *src)
 {
     size_t n = strnlen(src, cap - 1);
@@ -73,6 +113,7 @@ int em_storage_submit(em_storage *st, const em_usage_record *rec)
     }
     if (st->count == st->cap || st->stop) {
         st->ctr.rows_dropped++;
+        log_lost(rec, st->stop ? "the ledger is closing" : "the ledger's queue is full");
         ret = EM_EBUSY;
         goto done;
     }
@@ -393,7 +434,10 @@ static void *writer_main(void *arg)
                 st->fail_gen++;
                 set_degraded_locked(st, e.msg);
                 retry_at = mono_ns() + retry_ns;
-                if (st->stop) {   /* closing: what cannot be written is lost */
+                if (st->stop) {   /* closing: what cannot be written goes to the log */
+                    char why[sizeof st->health.reason + 40];
+                    snprintf(why, sizeof why, "the database failed as the ledger closed: %s", e.msg);
+                    log_unwritten(st, why);
                     st->ctr.rows_dropped += st->inflight + st->count;
                     st->done_seq += st->inflight + st->count;
                     st->inflight = st->count = 0;

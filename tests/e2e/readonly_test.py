@@ -9,7 +9,13 @@
 # the writer catches up — every request one ledger row, completed — and
 # health is back. Skipped where the file system or the capabilities do not
 # allow the attribute (CAP_LINUX_IMMUTABLE; ext4, xfs, btrfs have it).
+# Then the database corrupted under the live server (its pages past the
+# first two overwritten, as a failing disk or a stray dd would): requests
+# are still answered, /healthz says degraded ("malformed"), and when the
+# server stops (exit 0) the rows it could not write are in its log, one
+# line per request with its tokens — the billing record is not lost.
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -52,6 +58,7 @@ def ask(i):
 
 
 immutable = False
+corrupted = []
 try:
     for i in range(3):
         ask(i)
@@ -90,10 +97,36 @@ try:
     assert len(rows) == n and len({r['request_id'] for r in rows}) == n, (len(rows), n)
     assert all(r['status'] == 'completed' for r in rows), rows
     assert degraded_storage() is None and metric('ember_ledger_degraded') == 0
+
+    # corrupted: everything committed into the main file, then its pages past the first two overwritten
+    assert srv.ledger('PRAGMA wal_checkpoint(TRUNCATE)')
+    size = os.path.getsize(srv.db)
+    with open(srv.db, 'r+b') as f:
+        f.seek(8192)
+        f.write(b'\xab' * (size - 8192))
+    bad = None
+    for i in range(100):   # bounded: until a write meets the damage and says so
+        st, _, r = srv.post('/v1/completions', {'prompt': 'Later %d' % i, 'max_tokens': 3, 'temperature': 0})
+        assert st == 200 and r['usage']['completion_tokens'] == 3, (st, r)
+        corrupted.append(r['id'])
+        bad = degraded_storage()
+        if bad:
+            break
+        time.sleep(0.1)
+    assert bad and 'malformed' in bad['reason'], bad
+    for i in range(3):   # answered while the ledger cannot take their rows
+        st, _, r = srv.post('/v1/completions', {'prompt': 'Still %d' % i, 'max_tokens': 3, 'temperature': 0})
+        assert st == 200, (st, r)
+        corrupted.append(r['id'])
 finally:
     if immutable:
         chattr('-i')
     rc, err = srv.stop()
 assert rc == 0, err
+lost = [ln for ln in err.splitlines() if 'ledger: row not written' in ln]
+logged = [rid for rid in corrupted if any(rid in ln and ', completed, ' in ln and '3 completion tokens' in ln for ln in lost)]
+assert len(logged) == len(corrupted) and len(lost) == len(corrupted), (corrupted, lost)
 print('readonly: the ledger read-only for %.1f s (%s; degraded after %d requests): %d requests answered, every '
       'row written once it was writable again' % (ro_s, degraded['reason'][:70], to_degraded, n))
+print('readonly: the database corrupted under the server: %d requests answered, degraded (%s), their %d rows in '
+      'the log at exit' % (len(corrupted), bad['reason'][-60:], len(lost)))
