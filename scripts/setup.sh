@@ -11,7 +11,8 @@ glslc glslang-tools spirv-tools
 libsqlite3-dev sqlite3 libwebsockets-dev libjansson-dev libinih-dev
 libsodium-dev libxxhash-dev libpcre2-dev libsystemd-dev libssl-dev openssl
 libjs-markdown-it node-dompurify libjs-highlight.js libjs-chart.js libjs-katex fonts-katex
-chromium chromium-driver python3-selenium python3-jsonschema haproxy"
+chromium chromium-driver python3-selenium python3-jsonschema haproxy
+clang libclang-rt-14-dev e2fsprogs"
 
 missing=""
 for p in $PKGS; do
