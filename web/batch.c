@@ -17,7 +17,10 @@
  * scheduler keeps chat first — records each line's result as it finishes
  * (result and count in one transaction), and when none are left writes the
  * output and error files and completes the batch. A cancelled batch stops
- * its lines in flight and keeps the results it has. After a restart (even
+ * its lines in flight and keeps the results it has. While the device is
+ * down no line starts, and a line that failed because the device failed
+ * under it is not recorded: it stays pending and runs again once the
+ * device is back (at most DEV_RETRIES times). After a restart (even
  * SIGKILL) the batches not finished go on: pending lines run, recorded
  * ones never again. Scoped per key like files. */
 #include <pthread.h>
@@ -35,6 +38,7 @@
 #define MAX_LINES    50000        /* OpenAI's bound on a batch's requests */
 #define MAX_ERRORS   100          /* validation errors kept in the batch's "errors" */
 #define MAX_FLIGHT   64           /* lines in flight at most (all batches) */
+#define DEV_RETRIES  3            /* a line the device failed under runs again this often, then fails */
 #define WINDOW_MS    (24LL * 3600 * 1000)
 #define MAX_VQ       64           /* batches waiting for the validator (more wait for a later look) */
 #define RETRY_US     (1000 * 1000)   /* after a storage failure (a full disk, a locked ledger) the batches
@@ -46,6 +50,7 @@ typedef struct {
     char            custom_id[128];
     char            req_id[64];
     struct api_req *a;
+    uint64_t        dev_failures0;   /* the scheduler's device failures when it started */
 } flight;
 
 struct web_batches {
@@ -55,6 +60,9 @@ struct web_batches {
     size_t  n_fl;
     size_t  max_fl;               /* lines in flight at most: 2 per sequence the server runs, <= MAX_FLIGHT */
     uint64_t lines_done;          /* /metrics */
+    /* lines the device failed under, and how often (a ring: the oldest goes) */
+    struct { char batch[EM_STORAGE_BATCH_ID_MAX]; int64_t line; int n; } dev_tries[MAX_FLIGHT];
+    size_t  dev_next;
     /* the validator thread: batch ids to validate (vq), the one in hand
      * (vbusy), all under vmu; it sets validated and wakes the service loop
      * when one is done */
@@ -422,6 +430,32 @@ static int record(em_web *w, const char *batch, int64_t line, int ok, const char
     return -1;
 }
 
+/* The device's state: its failed steps so far, and whether it is down
+ * (every request then fails at once until a rebuild succeeds). */
+static uint64_t device_state(em_web *w, int *down)
+{
+    em_sched_stats st;
+    *down = 0;
+    if (!w->o.sched)
+        return 0;
+    em_sched_get_stats(w->o.sched, &st);
+    *down = st.device_down != 0;
+    return st.device_failures;
+}
+
+/* Count one more device failure under a line; whether it may run again. */
+static int dev_retry(web_batches *B, const flight *f)
+{
+    for (size_t i = 0; i < MAX_FLIGHT; i++)
+        if (B->dev_tries[i].n && B->dev_tries[i].line == f->line && !strcmp(B->dev_tries[i].batch, f->batch))
+            return ++B->dev_tries[i].n <= DEV_RETRIES;
+    size_t i = B->dev_next++ % MAX_FLIGHT;
+    memcpy(B->dev_tries[i].batch, f->batch, sizeof B->dev_tries[i].batch);   /* the same size, NUL-ended */
+    B->dev_tries[i].line = f->line;
+    B->dev_tries[i].n = 1;
+    return 1;
+}
+
 static void drop_flight(web_batches *B, size_t i)
 {
     web_openai_free(B->fl[i].a);
@@ -509,9 +543,12 @@ static void fill(em_web *w, const em_batch_info *b)
         auth.no_cache = !ki.response_cache;   /* the key's cache setting holds for its batches */
     }
     int chat = strcmp(b->endpoint, "/v1/chat/completions") == 0;
-    for (size_t i = 0; i < n; i++) {
+    int down = 0;
+    uint64_t failures = device_state(w, &down);
+    for (size_t i = 0; i < n && !down; i++) {   /* (a device down: the lines wait, pending) */
         flight *f = &B->fl[B->n_fl];
         memset(f, 0, sizeof *f);
+        f->dev_failures0 = failures;
         snprintf(f->batch, sizeof f->batch, "%s", b->id);
         f->line = lines[i].line;
         snprintf(f->custom_id, sizeof f->custom_id, "%s", lines[i].custom_id);
@@ -519,6 +556,11 @@ static void fill(em_web *w, const em_batch_info *b)
         json_t *req = json_loads(lines[i].body, 0, NULL);
         em_web_error e = { 0 };
         if (web_openai_start(w, req, chat, &auth, "batch", f->req_id, b->id, &f->a, &e)) {
+            device_state(w, &down);
+            if (down) {   /* refused for the device's sake, not its own: it stays pending */
+                json_decref(req);
+                break;
+            }
             char *res = refused_line(w, &lines[i], &e);
             record(w, b->id, lines[i].line, 0, res);
             free(res);
@@ -527,6 +569,8 @@ static void fill(em_web *w, const em_batch_info *b)
         }
         json_decref(req);
     }
+    if (down)   /* look again in a second */
+        later(B);
     em_batch_lines_free(lines, n);
 }
 
@@ -540,12 +584,20 @@ void web_batch_step(em_web *w)
             i++;
             continue;
         }
-        int ok = 0;
+        int ok = 0, down = 0;
         char *res = result_line(w, &B->fl[i], &ok);
-        if (record(w, B->fl[i].batch, B->fl[i].line, ok, res) == 0)
-            B->kick = 1;
-        else
+        if (!ok && (device_state(w, &down) != B->fl[i].dev_failures0 || down) && dev_retry(B, &B->fl[i])) {
+            /* the device failed under it, or is down: not the line's fault. It
+             * stays pending and runs again once the device is back (at most
+             * DEV_RETRIES times: a line that fails the device each time fails) */
+            em_log(EM_LOG_WARN, B->fl[i].req_id, "batch %s: line %lld: the device failed under it; it runs again "
+                   "when the device is back", B->fl[i].batch, (long long)B->fl[i].line);
             later(B);
+        } else if (record(w, B->fl[i].batch, B->fl[i].line, ok, res) == 0) {
+            B->kick = 1;
+        } else {
+            later(B);
+        }
         free(res);
         drop_flight(B, i);
     }
