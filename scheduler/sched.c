@@ -821,12 +821,10 @@ static int rebuild_device(em_sched *s)
     return 0;
 }
 
-/* A step failed on the device and its requests have the error: rebuild it. */
+/* A step failed on the device (counted) and its requests have the error:
+ * rebuild it. */
 static void recover_device(em_sched *s, const em_err *why)
 {
-    pthread_mutex_lock(&s->mu);
-    s->st.device_failures++;
-    pthread_mutex_unlock(&s->mu);
     /* a draft model on the same device is gone with it: no drafts until it
      * is rebuilt too */
     s->draft_down = s->has_draft;
@@ -1062,6 +1060,12 @@ static void plan_and_run(em_sched *s)
     }
     double t1 = em_sched_now();
     if (rc) {
+        if (rc == EM_EDEVICE) {   /* counted before its requests hear of it: whoever sees their error
+                                   * sees the count moved (web/batch.c runs such lines again) */
+            pthread_mutex_lock(&s->mu);
+            s->st.device_failures++;
+            pthread_mutex_unlock(&s->mu);
+        }
         fail_all(s, err.msg[0] ? err.msg : em_err_str(rc));
         if (rc == EM_EDEVICE)
             recover_device(s, &err);
