@@ -543,6 +543,7 @@ void em_config_serve_reload(void *ctx, struct em_web *w)
     em_err err = { 0 };
     if (em_web_update(w, (int)em_config_int(r->cfg, EM_CFG_REQUIRE_KEY), (int32_t)em_config_int(r->cfg, EM_CFG_RATE_LIMIT),
                       em_config_str(r->cfg, EM_CFG_ALLOWED_ORIGINS), em_config_str(r->cfg, EM_CFG_ALLOWED_HOSTS),
+                      em_config_str(r->cfg, EM_CFG_TRUSTED_PROXIES),
                       &err))
         em_log(EM_LOG_ERROR, NULL, "SIGHUP: %s", err.msg);
 }

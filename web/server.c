@@ -768,14 +768,23 @@ void em_web_reload(em_web *w)
 }
 
 int em_web_update(em_web *w, int require_key, int32_t rate_limit_per_min, const char *allowed_origins,
-                  const char *allowed_hosts, em_err *err)
+                  const char *allowed_hosts, const char *trusted_proxies, em_err *err)
 {
+    web_cidr *px = NULL;
+    size_t n_px = 0;
+    int rc = web_proxies_parse(trusted_proxies, &px, &n_px, err);
+    if (rc)
+        return rc;
     char *o = strdup(allowed_origins ? allowed_origins : ""), *h = strdup(allowed_hosts ? allowed_hosts : "");
     if (!o || !h) {
         free(o);
         free(h);
+        free(px);
         return em_err_set(err, EM_ENOMEM, "serve: out of memory");
     }
+    free(w->proxies);
+    w->proxies = px;
+    w->n_proxies = n_px;
     free(w->origins);
     w->origins = o;
     free(w->hosts);

@@ -120,12 +120,13 @@ long long em_web_heartbeat_us(em_web *w);
  * nothing. */
 void em_web_reload(em_web *w);
 
-/* What a reload may change while serving: require_key, rate_limit_per_min
- * and allowed_origins (copied) take effect for the next request. Service
- * thread only (from on_reload). EM_ENOMEM leaves the old origins. */
+/* What a reload may change while serving: require_key, rate_limit_per_min,
+ * allowed_origins, allowed_hosts and trusted_proxies (copied) take effect
+ * for the next request (a WebSocket already open keeps its client). Service
+ * thread only (from on_reload). EM_ENOMEM, or EM_EINVAL for a bad
+ * trusted_proxies entry (named), changes nothing. */
 int  em_web_update(em_web *w, int require_key, int32_t rate_limit_per_min, const char *allowed_origins,
-                   const char *allowed_hosts,
-                   em_err *err);
+                   const char *allowed_hosts, const char *trusted_proxies, em_err *err);
 
 /* Close every connection (cancelling their requests) and free. Accepts NULL. */
 void em_web_destroy(em_web *w);

@@ -18,7 +18,7 @@
 #  - the log: plain and JSON lines parsed (UTC ms time, level, request id),
 #    one line per request with the response's id, no prompt or output text
 #    unless log_content = true;
-#  - SIGHUP: origins, require_key, rate_limit and log_level reloaded, a
+#  - SIGHUP: origins, trusted_proxies, require_key, rate_limit and log_level reloaded, a
 #    restart-only key (port) named in the log, a bad file logged and the
 #    running configuration kept;
 #  - retention_days: a conversation older than it removed at start;
@@ -313,7 +313,11 @@ try:
     print('config: origins — own, listed and none pass; others 403 over HTTP and WebSocket; plain log lines')
 
     # SIGHUP: new origins, require_key, rate_limit, debug with content; the port needs a restart
+    st, h, body = srv.request('GET', '/v1/models', headers={'Authorization': 'Bearer em_wrong',
+                                                            'X-Forwarded-For': '192.0.2.9'})
+    assert st == 401 and '127.0.0.1 GET /v1/models: 401' in srv.err(), (st, body)   # no proxy trusted yet
     write('live.conf', '[server]\nport = 8080\nallowed_origins = http://better.example\n'
+                       'trusted_proxies = 127.0.0.1\n'
                        '[auth]\nrequire_key = true\nrate_limit = 1\n'
                        '[log]\nlog_level = debug\nlog_content = true\n')
     srv.p.send_signal(signal.SIGHUP)
@@ -322,6 +326,10 @@ try:
     assert 'SIGHUP: allowed_origins: http://good.example, https://also.example:8443 -> http://better.example' in err
     assert 'SIGHUP: log_level: info -> debug' in err and 'SIGHUP: require_key: false -> true' in err, err
     assert 'SIGHUP: rate_limit: 0 -> 1' in err, err
+    assert 'SIGHUP: trusted_proxies:  -> 127.0.0.1' in err, err
+    st, h, body = srv.request('GET', '/v1/models', headers={'Authorization': 'Bearer em_wrong',
+                                                            'X-Forwarded-For': '192.0.2.9'})
+    assert st == 401 and '192.0.2.9 GET /v1/models: 401' in srv.err(), (st, body)   # the proxy's client now
     assert origin(None)[0] == 401                                  # require_key now
     hk = {'Authorization': 'Bearer ' + key}
     assert srv.request('GET', '/v1/models', headers=dict(hk, Origin='http://good.example'))[0] == 403
@@ -335,8 +343,8 @@ try:
     prompt = [x for x in err.splitlines() if '[%s] prompt: ' % rid2 in x]
     assert len(prompt) == 1 and SECRET in prompt[0] and ' debug ' in prompt[0], prompt
     assert any('[%s] output 0: ' % rid2 in x for x in err.splitlines()), err
-    print('config: SIGHUP reloaded origins, require_key, rate_limit, log_level/log_content; port named as '
-          'needing a restart')
+    print('config: SIGHUP reloaded origins, trusted_proxies, require_key, rate_limit, log_level/log_content; '
+          'port named as needing a restart')
 
     # a bad file on reload: logged, the running configuration kept
     write('live.conf', '[server]\nallowed_origins = http://good.example\nbogus = 1\n')
