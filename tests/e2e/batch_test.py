@@ -27,13 +27,10 @@ import sys
 import time
 
 sys.path.insert(0, __file__.rsplit('/', 1)[0])
-from serve_util import EMBER, Server, shared_model  # noqa: E402
+from serve_util import EMBER, Server, jsonl, shared_model  # noqa: E402
 
 import openai  # noqa: E402
 
-
-def jsonl(rows):
-    return b''.join(json.dumps(r).encode() + b'\n' for r in rows)
 
 
 def wait(client, bid, want, tries=1200):

@@ -17,7 +17,7 @@ import sys
 import time
 
 sys.path.insert(0, __file__.rsplit('/', 1)[0])
-from serve_util import Server, shared_model  # noqa: E402
+from serve_util import Server, completion_lines, jsonl, shared_model  # noqa: E402
 
 import openai  # noqa: E402
 
@@ -27,11 +27,8 @@ srv = Server(shared_model('stories260K.gguf'), '--parallel', '2', '--ctx', '256'
 try:
     cl = openai.OpenAI(base_url=srv.base + '/v1', api_key=srv.keys['alice'], max_retries=0, timeout=120)
     model = cl.models.list().data[0].id
-    reqs = [{'custom_id': 'line-%02d' % i, 'method': 'POST', 'url': '/v1/completions',
-             'body': {'model': model, 'prompt': 'Once upon a time %d' % i, 'max_tokens': 24, 'temperature': 0}}
-            for i in range(N)]
-    f = cl.files.create(file=('job.jsonl', io.BytesIO(b''.join(json.dumps(r).encode() + b'\n' for r in reqs))),
-                        purpose='batch')
+    reqs = completion_lines(model, N, 24)
+    f = cl.files.create(file=('job.jsonl', io.BytesIO(jsonl(reqs))), purpose='batch')
     b = cl.batches.create(input_file_id=f.id, endpoint='/v1/completions', completion_window='24h')
     saw_down = False
     started_while_down = []

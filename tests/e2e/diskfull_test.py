@@ -24,7 +24,7 @@ import sys
 import time
 
 sys.path.insert(0, __file__.rsplit('/', 1)[0])
-from serve_util import Server, shared_model  # noqa: E402
+from serve_util import Server, completion_lines, jsonl, shared_model  # noqa: E402
 
 import openai  # noqa: E402
 
@@ -33,9 +33,6 @@ LIMIT = 32768
 srv = Server(shared_model('stories260K.gguf'), '--parallel', '2', '--ctx', '256', '--require-key',
              keys=(('alice', ()),))
 
-
-def jsonl(rows):
-    return b''.join(json.dumps(r).encode() + b'\n' for r in rows)
 
 
 def storage_status():
@@ -51,9 +48,7 @@ def files_on_disk():
 try:
     cl = openai.OpenAI(base_url=srv.base + '/v1', api_key=srv.keys['alice'], max_retries=0, timeout=120)
     model = cl.models.list().data[0].id
-    reqs = [{'custom_id': 'line-%02d' % i, 'method': 'POST', 'url': '/v1/completions',
-             'body': {'model': model, 'prompt': 'Once upon a time %d' % i, 'max_tokens': 200, 'temperature': 0}}
-            for i in range(N)]
+    reqs = completion_lines(model, N, 200)
     f = cl.files.create(file=('job.jsonl', io.BytesIO(jsonl(reqs))), purpose='batch')
     b = cl.batches.create(input_file_id=f.id, endpoint='/v1/completions', completion_window='24h')
     for _ in range(1200):

@@ -51,6 +51,18 @@ def recv_all(s):
         out += more
 
 
+def jsonl(rows):
+    """A Batch API input file: one JSON object per line."""
+    return b''.join(json.dumps(r).encode() + b'\n' for r in rows)
+
+
+def completion_lines(model, n, max_tokens):
+    """n batch lines for /v1/completions, line-00..: greedy stories of max_tokens tokens."""
+    return [{'custom_id': 'line-%02d' % i, 'method': 'POST', 'url': '/v1/completions',
+             'body': {'model': model, 'prompt': 'Once upon a time %d' % i, 'max_tokens': max_tokens,
+                      'temperature': 0}} for i in range(n)]
+
+
 def chat_model():
     p = os.environ.get('EMBER_CHAT_MODEL', '')
     if not p or not os.path.exists(p):
