@@ -280,10 +280,45 @@ static int add_header_lines(web_conn *c, const char *h, unsigned char **p, unsig
     return 0;
 }
 
+/* The response's status line and headers into one lws write. -1: no room,
+ * or the socket failed. */
+static int write_head(web_conn *c)
+{
+    unsigned char buf[LWS_PRE + 4096];
+    unsigned char *start = buf + LWS_PRE, *p = start, *end = buf + sizeof buf - 1;
+    if (lws_add_http_common_headers(c->wsi, (unsigned)c->status, c->ctype,
+                                    c->streaming ? LWS_ILLEGAL_HTTP_CONTENT_LEN : (lws_filepos_t)c->out.n, &p, end))
+        return -1;
+    if (c->streaming && lws_add_http_header_by_token(c->wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING,
+                                                     (const unsigned char *)"chunked", 7, &p, end))
+        return -1;
+    /* an answer is never kept by a cache (the assets say otherwise: they revalidate by ETag) */
+    if (!strcasestr(c->headers, "cache-control:") &&
+        lws_add_http_header_by_token(c->wsi, WSI_TOKEN_HTTP_CACHE_CONTROL, (const unsigned char *)"no-store", 8, &p,
+                                     end))
+        return -1;
+    if (c->close_after && lws_add_http_header_by_token(c->wsi, WSI_TOKEN_CONNECTION, (const unsigned char *)"close",
+                                                       5, &p, end))
+        return -1;
+    if (add_header_lines(c, security_headers, &p, end) || add_header_lines(c, c->headers, &p, end))
+        return -1;
+    if (lws_finalize_write_http_header(c->wsi, start, &p, end))
+        return -1;
+    c->head_sent = 1;
+    c->t_last_write = now_s();
+    return 0;
+}
+
+static void route(web_conn *c);
+
 /* Headers, then the body in pieces. Returns -1 to close the connection. */
 static int conn_write(web_conn *c)
 {
-    unsigned char buf[LWS_PRE + 4096];
+    unsigned char buf[LWS_PRE + 16];
+    /* a body that lws completed is routed here, a turn of the service loop
+     * later, so that lws has handed it over for good (body_event) */
+    if (c->body_mode == WEB_BODY_READ && c->body_done && !c->routed)
+        route(c);
     /* a generation moves its events first: a plain response is sent once
      * whole, a stream once its headers are out */
     if (c->api && !c->complete && (!c->streaming || c->head_sent))
@@ -291,25 +326,8 @@ static int conn_write(web_conn *c)
     if (!c->head_sent) {
         if (!c->streaming && !c->complete)
             return 0;
-        unsigned char *start = buf + LWS_PRE, *p = start, *end = buf + sizeof buf - 1;
-        if (lws_add_http_common_headers(c->wsi, (unsigned)c->status, c->ctype,
-                                        c->streaming ? LWS_ILLEGAL_HTTP_CONTENT_LEN
-                                                     : (lws_filepos_t)c->out.n, &p, end))
+        if (write_head(c))
             return -1;
-        if (c->streaming && lws_add_http_header_by_token(c->wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING,
-                                                         (const unsigned char *)"chunked", 7, &p, end))
-            return -1;
-        /* an answer is never kept by a cache (the assets say otherwise: they revalidate by ETag) */
-        if (!strcasestr(c->headers, "cache-control:") &&
-            lws_add_http_header_by_token(c->wsi, WSI_TOKEN_HTTP_CACHE_CONTROL, (const unsigned char *)"no-store", 8,
-                                         &p, end))
-            return -1;
-        if (add_header_lines(c, security_headers, &p, end) || add_header_lines(c, c->headers, &p, end))
-            return -1;
-        if (lws_finalize_write_http_header(c->wsi, start, &p, end))
-            return -1;
-        c->head_sent = 1;
-        c->t_last_write = now_s();
         lws_callback_on_writable(c->wsi);
         return 0;
     }
@@ -407,12 +425,6 @@ static void route(web_conn *c)
 {
     em_web_error e = { 0 };
     c->routed = 1;
-    if (c->body_too_big) {
-        em_web_fail(&e, 413, "invalid_request_error", "request_too_large", NULL,
-                    "the request body is larger than %zu bytes", c->max_body);
-        web_respond_error(c, &e);
-        return;
-    }
     if (web_origin_check(c->w, c->wsi, &e)) {   /* a page of another site: 403 */
         web_respond_error(c, &e);
         return;
@@ -476,16 +488,180 @@ static int begin(web_conn *c, struct lws *wsi, em_web *w, const char *uri)
         lws_hdr_copy(wsi, c->ctype_in, sizeof c->ctype_in, WSI_TOKEN_HTTP_CONTENT_TYPE);
     /* an upload (POST /v1/files) may be larger than an API request */
     c->max_body = c->method == EM_M_POST && strcmp(c->path, "/v1/files") == 0 ? w->o.max_upload : w->o.max_body;
-    char cl[32] = "";
-    if (lws_hdr_copy(wsi, cl, sizeof cl, WSI_TOKEN_HTTP_CONTENT_LENGTH) > 0)
-        c->content_length = strtoull(cl, NULL, 10);
-    if (c->content_length > c->max_body)
-        c->body_too_big = 1;
     em_web_error e = { 0 };
     if (web_addr_acquire(w, lws_get_socket_fd(wsi), peer, &e)) {
         web_respond_error(c, &e);
         return 1;
     }
+    return 0;
+}
+
+/* ---- request bodies ------------------------------------------------------------ */
+
+/* How ember takes a request body from libwebsockets 4.1 (Debian 12's; lws
+ * main still has the same code), which reads HTTP/1.1 bodies in three ways
+ * ember cannot trust:
+ *  - it has no chunked request bodies, and takes a POST without a
+ *    Content-Length as 100 MB of body to come;
+ *  - for a request that was pipelined (its bytes already in lws's buffer
+ *    when the answer before it ended), lws_http_action() reads that buffer
+ *    as body while its caller is still parsing the same buffer: the body
+ *    callback first gets the request's own header bytes, lws frees the
+ *    buffer, and its caller then hands LWS_CALLBACK_HTTP_BODY pointers into
+ *    the freed memory (fuzz_http: heap-use-after-free in em_buf_add);
+ *  - with bytes of a next request behind a completed body, it calls
+ *    LWS_CALLBACK_HTTP_BODY_COMPLETION again and again — each turn of the
+ *    service loop, or without end inside that same lws_http_action() loop.
+ * So: a body is read only when it has one valid Content-Length within the
+ * bound; any Transfer-Encoding is refused at once (411 for chunked, 501
+ * otherwise) and its bytes never read; a request without a length has no
+ * body (RFC 9112 6.3) and its connection closes after the answer, since lws
+ * would read what follows as its body; a bodiless method's body is never
+ * read. A piece lws hands out a second time (inside the last piece's
+ * memory) is never read: the request gets a 400 and the connection closes.
+ * A completed body is routed a turn later (conn_write), so a body lws
+ * re-reads is refused before anything runs. A second completion means
+ * another request waits in lws's buffer behind this body: lws would call
+ * again each turn of the service loop until this answer is out (spinning;
+ * rx flow control would stop writing too), or without end inside its own
+ * loop, so that connection is closed at once, with a 400 when nothing was
+ * answered yet. Pipelined requests without a body are answered in order.
+ * docs/RELIABILITY.md */
+
+/* The connection is about to close (the caller returns -1) for framing
+ * lws cannot deliver: a 400 saying why is written now, or the whole
+ * answer already queued (a refusal made before the body came); a
+ * generation that runs is cancelled by the close. */
+static void refuse_now(web_conn *c, const char *why)
+{
+    em_log(EM_LOG_WARN, c->rid, "%s %s %s: %s: the connection is closed", c->addr, web_method_name(c->method),
+           c->path, why);
+    c->body_mode = WEB_BODY_IGNORE;
+    c->close_after = 1;
+    if (!c->routed) {
+        c->routed = 1;
+        em_web_error e = { 0 };
+        em_web_fail(&e, 400, "invalid_request_error", "bad_framing", NULL, "%s: send each request with a body on "
+                    "its own connection, or after the answer to the one before", why);
+        json_t *j = em_web_error_json(&e);
+        web_respond_json(c, 400, j);
+        json_decref(j);
+    }
+    if (c->head_sent || c->streaming || !c->complete || write_head(c))
+        return;
+    unsigned char *tmp = malloc(LWS_PRE + c->out.n + 1);
+    if (tmp) {
+        memcpy(tmp + LWS_PRE, c->out.s, c->out.n);
+        if (lws_write(c->wsi, tmp + LWS_PRE, c->out.n, LWS_WRITE_HTTP_FINAL) == (int)c->out.n)
+            c->final_sent = 1;
+        free(tmp);
+    }
+}
+
+/* Answer at once (unless something was answered already), the body never
+ * read (any more), the connection closed after. */
+static void answer_unread(web_conn *c, int status, const char *code, const char *fmt, const char *arg)
+{
+    em_web_error e = { 0 };
+    c->body_mode = WEB_BODY_IGNORE;
+    c->close_after = 1;
+    if (c->routed)
+        return;
+    c->routed = 1;
+    em_web_fail(&e, status, "invalid_request_error", code, NULL, fmt, arg);
+    web_respond_error(c, &e);
+}
+
+/* A new request's body framing, decided before lws hands any of it. */
+static void http_request(web_conn *c, struct lws *wsi)
+{
+    char v[64] = "";
+    if (lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING)) {
+        if (lws_hdr_copy(wsi, v, sizeof v, WSI_TOKEN_HTTP_TRANSFER_ENCODING) < 0)
+            snprintf(v, sizeof v, "(too long)");
+        em_err_escape(v, sizeof v);
+        if (strcasestr(v, "chunked"))
+            answer_unread(c, 411, "length_required", "%s: send the body with a Content-Length (chunked request "
+                          "bodies are not supported)", "Transfer-Encoding: chunked");
+        else
+            answer_unread(c, 501, "unsupported_transfer_encoding", "Transfer-Encoding '%s' is not supported: send "
+                          "the body with a Content-Length", v);
+        return;
+    }
+    int has_cl = lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_CONTENT_LENGTH) > 0;
+    if (has_cl) {   /* digits only: no sign, no list of values, no overflow */
+        int n = lws_hdr_copy(wsi, v, sizeof v, WSI_TOKEN_HTTP_CONTENT_LENGTH);
+        size_t len = 0;
+        int ok = n > 0 && n <= 18;
+        for (int i = 0; ok && i < n; i++) {
+            ok = v[i] >= '0' && v[i] <= '9';
+            len = len * 10 + (size_t)(v[i] - '0');
+        }
+        if (!ok) {
+            if (n < 0)
+                snprintf(v, sizeof v, "(too long)");
+            em_err_escape(v, sizeof v);
+            answer_unread(c, 400, "invalid_content_length", "Content-Length '%s' is not a number of bytes", v);
+            return;
+        }
+        c->content_length = len;
+    }
+    if (c->method != EM_M_POST && c->method != EM_M_PATCH) {   /* PATCH: /api/conversations/ID */
+        if (c->content_length) {   /* not read; lws skips it */
+            c->body_mode = WEB_BODY_IGNORE;
+            c->close_after = 1;
+        }
+        route(c);
+        return;
+    }
+    if (c->content_length > c->max_body) {
+        char lim[32];
+        snprintf(lim, sizeof lim, "%zu", c->max_body);
+        answer_unread(c, 413, "request_too_large", "the request body is larger than %s bytes", lim);
+        return;
+    }
+    if (!c->content_length) {   /* no body; without a length lws would read what follows as one */
+        c->body_mode = WEB_BODY_IGNORE;
+        c->close_after = !has_cl;
+        route(c);
+        return;
+    }
+    c->body_mode = WEB_BODY_READ;
+}
+
+/* A piece of the body. Never returns non-zero: lws may call this from
+ * inside its own loop over its buffer, where a close would close twice. */
+static void body_piece(web_conn *c, const void *in, size_t len)
+{
+    if (c->body_mode != WEB_BODY_READ || !len)
+        return;   /* the body is not read (the pointer is not touched) */
+    uintptr_t p = (uintptr_t)in;
+    if (p > c->piece_lo && p < c->piece_hi) {   /* inside the last piece: lws has freed it */
+        em_log(EM_LOG_WARN, c->rid, "%s %s %s: a pipelined request with a body: the connection is closed after "
+               "the answer", c->addr, web_method_name(c->method), c->path);
+        answer_unread(c, 400, "bad_framing", "%s: send each request with a body on a new connection, or after the "
+                      "answer to the one before", "a pipelined request with a body (libwebsockets 4.1 hands its "
+                      "bytes twice)");
+        return;
+    }
+    if (c->body.n + len > c->content_length || em_buf_add(&c->body, in, len)) {
+        answer_unread(c, 500, "server_error", "%s", "out of memory for the request body");
+        return;
+    }
+    c->piece_lo = p;
+    c->piece_hi = p + len;
+}
+
+/* LWS_CALLBACK_HTTP_BODY_COMPLETION: 0, or -1 to close the connection. */
+static int body_completion(web_conn *c)
+{
+    if (c->body_done++) {   /* another request waits behind this body in lws's buffer (above) */
+        refuse_now(c, "another request was sent behind this one's body before its answer (pipelining)");
+        return -1;
+    }
+    if (c->body_mode == WEB_BODY_READ && c->body.n != c->content_length)
+        answer_unread(c, 400, "bad_framing", "%s", "the request body is not as long as its Content-Length says");
+    lws_callback_on_writable(c->wsi);   /* routed in conn_write */
     return 0;
 }
 
@@ -505,56 +681,15 @@ static int callback_http(struct lws *wsi, enum lws_callback_reasons reason, void
     case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
         return web_origin_upgrade(w, wsi);   /* 1: refused with a 403 written */
     case LWS_CALLBACK_HTTP:
-        if (begin(c, wsi, w, (const char *)in))
-            return 0;
-        if (c->method == EM_M_POST || c->method == EM_M_PATCH) {   /* PATCH: /api/conversations/ID */
-            if (c->body_too_big) {
-                route(c);   /* 413 at once, and close: the body is not read */
-                snprintf(c->headers, sizeof c->headers, "connection: close\r\n");
-            }
-            /* no body to come (no Content-Length, not chunked): lws will not
-             * report a body's completion, so answer now */
-            if (!c->content_length && !lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING)) {
-                c->no_length = 1;
-                route(c);
-            }
-            return 0;   /* the body follows */
-        }
-        route(c);
+        if (begin(c, wsi, w, (const char *)in) == 0)
+            http_request(c, wsi);
         return 0;
     case LWS_CALLBACK_HTTP_BODY:
-        if (c->no_length) {
-            /* No length was declared, so what follows is no body (RFC 9112
-             * 6.3) but lws 4.1 hands it here as one — and when those bytes
-             * came pipelined, from a buffer it has already freed (ASan,
-             * fuzz_http). Never read them; close once the answer is out. */
-            c->close_after = 1;
-            return 0;
-        }
-        if (c->body_too_big || c->body.n + len > c->max_body) {
-            c->body_too_big = 1;
-            return 0;
-        }
-        if (em_buf_add(&c->body, in, len))
-            c->body_too_big = 1;
+        if (c && c->w)
+            body_piece(c, in, len);
         return 0;
     case LWS_CALLBACK_HTTP_BODY_COMPLETION:
-        /* Once per body, except when the client pipelined: with bytes of a
-         * next request already read behind a body whose answer is still to
-         * come, lws 4.1 calls this again and again without end, and the
-         * service loop would spin, serving no one (fuzz_http found it).
-         * Such a connection is closed, its request cancelled: HTTP/1.1
-         * pipelining behind a request with a body is not supported (no
-         * browser, SDK or proxy does it; RFC 9112 9.3.2 tells clients to
-         * retry on a new connection). */
-        if (c->body_done++) {
-            em_log(EM_LOG_WARN, c->rid, "%s %s %s: another request was sent before this one was answered "
-                   "(pipelining): the connection is closed", c->addr, web_method_name(c->method), c->path);
-            return -1;
-        }
-        if (!c->routed)   /* (a 413 was answered before the body came) */
-            route(c);
-        return 0;
+        return c && c->w ? body_completion(c) : 0;
     case LWS_CALLBACK_TIMER:   /* a stream's ping timer */
         if (c && c->w && c->streaming && !c->complete) {
             lws_callback_on_writable(wsi);

@@ -77,6 +77,7 @@ void web_live_unlink(em_web *w, web_live *l);
 
 struct api_req;
 
+enum { WEB_BODY_NONE, WEB_BODY_READ, WEB_BODY_IGNORE };
 enum { EM_M_GET = 1, EM_M_POST, EM_M_DELETE, EM_M_OTHER, EM_M_PATCH, EM_M_OPTIONS };
 /* "GET", "POST", "PATCH", "DELETE"; "OTHER" (static). */
 const char *web_method_name(int method);
@@ -95,10 +96,11 @@ typedef struct web_conn {
     size_t      max_body;          /* this request's body bound (uploads have their own) */
     double      t_received;        /* monotonic seconds */
     char        rid[64];           /* the request id once one is made (log lines), else "" */
-    /* the request body */
+    /* the request body (server.c: how its framing is trusted) */
+    int         body_mode;         /* WEB_BODY_NONE, _READ (Content-Length bytes to come), _IGNORE */
     em_buf      body;
     size_t      content_length;
-    int         body_too_big;
+    uintptr_t   piece_lo, piece_hi;/* where lws's last body piece lay (never read again) */
     /* the response */
     int         status;
     char        ctype[64];
@@ -107,7 +109,6 @@ typedef struct web_conn {
     int         head_sent, complete, final_sent;
     int         routed;            /* route() ran for this transaction */
     int         body_done;         /* LWS_CALLBACK_HTTP_BODY_COMPLETION calls for it */
-    int         no_length;         /* a POST/PATCH with neither Content-Length nor Transfer-Encoding */
     int         close_after;       /* close the connection once the answer is out */
     em_buf      out;               /* bytes still to write */
     size_t      out_off;

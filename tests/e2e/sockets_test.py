@@ -11,10 +11,12 @@
 #    ledger, its KV blocks come back, and the server goes on serving;
 #  - a client that pipelines (sends its next request before the answer):
 #    GETs are answered in order on the one connection; a request sent behind
-#    a POST's body before its answer gets the connection closed (the POST
-#    cancelled, said so in the log and the ledger) instead of the service
-#    loop spinning for ever and answering no one (libwebsockets 4.1; found
-#    by tests/fuzz/fuzz_http.c), and everyone else is still answered.
+#    a POST's body before its answer gets the POST refused (400, in the same
+#    write) or cancelled (once it runs) and the connection closed, said so in
+#    the log (and the ledger), instead of the service loop spinning for ever
+#    and answering no one (libwebsockets 4.1; found by
+#    tests/fuzz/fuzz_http.c), and everyone else is still answered
+#    (tests/e2e/framing_test.py has the rest of request framing).
 import json
 import socket
 import struct
@@ -162,14 +164,27 @@ try:
     assert got.count(b'HTTP/1.1 200') == 2 and b'"object":"list"' in got.replace(b' ', b''), got[:400]
     slow = json.dumps({'prompt': 'Once', 'max_tokens': 200, 'temperature': 0, 'ignore_eos': True})
     got = pipelined(req('POST', '/v1/completions', slow) + req('GET', '/healthz', close=True))
-    assert b'HTTP/1.1' not in got, got[:400]   # closed: neither answered
+    assert got.startswith(b'HTTP/1.1 400') and got.count(b'HTTP/1.1') == 1 and b'pipelining' in got, got[:400]
+    # the GET sent once the POST streams: the POST cancelled, the connection closed, the GET not answered
+    c = socket.create_connection(('127.0.0.1', srv.port), timeout=60)
+    c.sendall(req('POST', '/v1/completions', json.dumps({'prompt': 'Once', 'max_tokens': 1500, 'temperature': 0,
+                                                         'ignore_eos': True, 'stream': True})))
+    got = b''
+    while b'data: ' not in got:   # it runs
+        more = c.recv(4096)
+        assert more, got
+        got += more
+    c.sendall(req('GET', '/healthz', close=True))
+    got += recv_all(c)
+    c.close()
+    assert got.count(b'HTTP/1.1') == 1 and b'[DONE]' not in got, got[-400:]
     st, _, o = srv.post('/v1/completions', {'prompt': 'The cat', 'max_tokens': 4, 'temperature': 0})
     assert st == 200 and o['usage']['completion_tokens'] == 4, o
     rows = srv.ledger_settled(n_rows + 9)[n_rows + 7:]   # after the resets and the 16-token answer
     assert [x['status'] for x in rows] == ['cancelled', 'completed'], rows
-    assert 'pipelining' in open(srv.err_path).read()
-    print('pipelining: two GETs answered in order; a request behind a POST closed the connection (POST '
-          'cancelled after %d tokens), serving on' % rows[0]['completion_tokens'])
+    assert open(srv.err_path).read().count('(pipelining)') == 2
+    print('pipelining: two GETs answered in order; a request behind a POST: the POST refused (400) in the same '
+          'write, cancelled after %d tokens once running; serving on' % rows[0]['completion_tokens'])
 finally:
     rc, err = srv.stop()
 assert rc == 0, err

@@ -1,12 +1,16 @@
 #!/bin/sh
 # run.sh FUZZER OUTDIR RUNS SEED... — one libFuzzer run for the suite `fuzz`:
-# RUNS executions starting from the seeds (directories or files that exist),
-# new inputs kept in OUTDIR (the build directory), a crash written there as
-# crash-* and the run failed. Copy a crash into tests/fuzz/crashes/NAME/ to
-# make it a regression test of the normal suite.
+# RUNS executions starting from the committed seeds (directories or files
+# that exist) and nothing else — OUTDIR (in the build directory) is emptied
+# first, so a warm tree explores exactly as a fresh clone does (-seed=1);
+# new inputs land in OUTDIR, a crash there as crash-* and the run failed.
+# Copy a crash into tests/fuzz/crashes/NAME/ to make it a regression test of
+# the normal suite. Long exploration that keeps what it finds is
+# `scripts/ember-dev fuzz` (its own directory, found/).
 set -eu
 fuzzer=$1 out=$2 runs=$3
 shift 3
+rm -rf "$out" "$out.files"
 mkdir -p "$out"
 seeds=""
 files=""
