@@ -52,7 +52,15 @@ typedef struct {
     /* The instant strftime_now formats, as local broken-down time; NULL: the
      * current local time. Formatting is always in the C locale. */
     const struct tm *now;
+    /* Output bytes at most (0: EM_TMPL_MAX_OUTPUT): past it the render stops
+     * with EM_ERANGE at once, its work bounded by what it wrote. A caller
+     * that knows the output cannot be used beyond some size (a prompt that
+     * could not fit the context) sets it. */
+    size_t max_output;
 } em_tmpl_opts;
+
+/* In the message of the EM_ERANGE a render stopped by max_output fails with. */
+#define EM_TMPL_OUTPUT_CAPPED "(em_tmpl_opts.max_output)"
 
 /* Parse len bytes of template source (borrowed; copied: the caller keeps
  * src). The source must be valid UTF-8; "\r\n" and "\r" become "\n" and one

@@ -1002,6 +1002,8 @@ int te_render(const em_tmpl *t, const json_t *vars, const em_tmpl_opts *opts, ch
         }
     }
     c.out = &result;
+    c.result = &result;
+    c.max_output = opts && opts->max_output && opts->max_output < TL_STRING ? opts->max_output : TL_STRING;
     rc = exec_body(&c, t->body, t->n_body);
     if (rc > 0)
         rc = 0;

@@ -232,6 +232,8 @@ typedef struct tctx {
     em_err        *err;
     const tnode   *at;         /* the node being evaluated (error locations) */
     tbuf          *out;        /* where output goes now */
+    const tbuf    *result;     /* the render's own output, bounded by max_output */
+    size_t         max_output;
     uint64_t       steps;
     size_t         mem;        /* bytes of values alive */
     uint32_t       depth;      /* recursion of eval/exec/value walks */

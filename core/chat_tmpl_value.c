@@ -271,6 +271,9 @@ int tb_put(tctx *c, tbuf *b, const char *s, size_t n)
         return c ? tc_fail(c, NULL, EM_ERANGE, "output or a string would pass %zu MiB "
                            "(EM_TMPL_MAX_STRING)", (size_t)TL_STRING >> 20)
                  : EM_ERANGE;
+    if (c && b == c->result && b->n + n > c->max_output)
+        return tc_fail(c, NULL, EM_ERANGE, "the output would pass %zu bytes " EM_TMPL_OUTPUT_CAPPED,
+                       c->max_output);
     if (b->n + n + 1 > b->cap) {
         size_t nc = b->cap ? b->cap : 64;
         while (nc < b->n + n + 1)

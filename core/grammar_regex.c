@@ -37,11 +37,23 @@ void eg_sb_printf(eg_sb *b, const char *fmt, ...)
     va_start(ap, fmt);
     int n = vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    if (n < 0 || (size_t)n >= sizeof buf) {
-        b->oom = 1;   /* callers format short pieces only */
+    if (n < 0) {
+        b->oom = 1;
         return;
     }
-    eg_sb_put(b, buf, (size_t)n);
+    if ((size_t)n < sizeof buf) {
+        eg_sb_put(b, buf, (size_t)n);
+        return;
+    }
+    /* a long piece (a rule of many alternatives): formatted in place */
+    if (b->oom || em_grow((void **)&b->s, &b->cap, b->len + (size_t)n, 1, 256)) {
+        b->oom = 1;
+        return;
+    }
+    va_start(ap, fmt);
+    vsnprintf(b->s + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
 }
 
 void eg_sb_gbnf_char(eg_sb *b, uint32_t cp, int in_class)

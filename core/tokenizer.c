@@ -613,6 +613,7 @@ void em_tokenizer_destroy(em_tokenizer *t)
 /* ---- queries -------------------------------------------------------------- */
 
 uint32_t em_tokenizer_n_vocab(const em_tokenizer *t) { return t->n_vocab; }
+size_t em_tokenizer_max_token_bytes(const em_tokenizer *t) { return t->max_token_len ? t->max_token_len : 1; }
 int32_t em_tokenizer_bos(const em_tokenizer *t) { return t->bos; }
 int32_t em_tokenizer_eos(const em_tokenizer *t) { return t->eos; }
 int32_t em_tokenizer_eot(const em_tokenizer *t) { return t->eot; }

@@ -40,6 +40,12 @@ int      em_tokenizer_is_special(const em_tokenizer *t, int32_t id);
 const char *em_tokenizer_token_text(const em_tokenizer *t, int32_t id);
 /* Find an id by its exact vocabulary string (borrowed, NUL-terminated); -1 if absent. */
 int32_t  em_tokenizer_find(const em_tokenizer *t, const char *text);
+/* No token stands for more bytes of input text than this (the longest
+ * vocabulary string: SPM's "▁" and byte-level BPE's byte characters are never
+ * shorter than what they stand for), so a text of N bytes takes at least
+ * N / this tokens — a bound that refuses a prompt too long for the context
+ * before it is tokenized. At least 1. */
+size_t   em_tokenizer_max_token_bytes(const em_tokenizer *t);
 
 /* Tokenize len bytes of text (borrowed; any bytes, need not be valid UTF-8
  * nor NUL-terminated). With add_special, BOS/EOS are added as the metadata

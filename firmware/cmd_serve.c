@@ -37,7 +37,7 @@ static const char usage[] =
     "                   [--port P] [--db PATH] [--ctx N] [--kv-mb N] [--parallel N] [--kv-type f16|q8_0]\n"
     "                   [--tls-cert PEM --tls-key PEM] [--require-key] [--rate-limit N]\n"
     "                   [--allowed-origins LIST] [--allowed-hosts LIST] [--trusted-proxies LIST]\n"
-    "                   [--ping-s S]\n"
+    "                   [--ping-s S] [--ws-auth-timeout-s S]\n"
     "                   [--drain-s N] [--max-queued N] [--max-queued-interactive N]\n"
     "                   [--max-queued-background N] [--step-tokens N] [--bg-step-ms MS]\n"
     "                   [--aging-ms MS] [--no-prefix-cache] [--max-ws-message BYTES] [--max-body BYTES]\n"
@@ -66,7 +66,8 @@ static const char usage[] =
     "  running ones finish (at most --drain-s seconds, default 30; then they are\n"
     "  cancelled), then it exits 0. A second one stops at once.\n"
     "  GET /ws speaks the WebSocket chat protocol ember.chat.v1 (messages up to\n"
-    "  --max-ws-message bytes, default 1 MiB); its chats are kept as conversations\n"
+    "  --max-ws-message bytes, default 1 MiB; a socket that must authenticate and has\n"
+    "  not within --ws-auth-timeout-s seconds, default 10, is closed); its chats are kept as conversations\n"
     "  (/api/conversations) unless --no-store-content. Before the port opens the\n"
     "  model's kernels are checked on the device against the CPU reference (`ember\n"
     "  selftest`); if they are wrong ember refuses to serve. The pipeline caches are\n"
@@ -370,6 +371,7 @@ int em_cmd_serve(int argc, char **argv)
     wo.max_upload = (size_t)em_config_int(cfg, EM_CFG_MAX_UPLOAD);
     wo.response_cache_bytes = (int64_t)em_config_int(cfg, EM_CFG_RESPONSE_CACHE_MB) << 20;
     wo.ping_s = em_config_float(cfg, EM_CFG_PING_S);
+    wo.ws_auth_timeout_s = em_config_float(cfg, EM_CFG_WS_AUTH_TIMEOUT_S);
     wo.on_reload = em_config_serve_reload;
     wo.reload_ctx = &rctx;
     wo.boot = &boot;

@@ -36,6 +36,7 @@
     X(ALLOWED_HOSTS, "server", "allowed_hosts", STR, 0, 0, NULL, "--allowed-hosts", 1, "")            \
     X(TRUSTED_PROXIES, "server", "trusted_proxies", STR, 0, 0, NULL, "--trusted-proxies", 1, "")      \
     X(PING_S, "server", "ping_s", FLOAT, 0.1, 3600, NULL, "--ping-s", 0, "10")                        \
+    X(WS_AUTH_TIMEOUT_S, "server", "ws_auth_timeout_s", FLOAT, 1, 3600, NULL, "--ws-auth-timeout-s", 0, "10") \
     X(DRAIN_S, "server", "drain_s", INT, 0, 3600, NULL, "--drain-s", 0, "30")                         \
     X(MAX_WS_MESSAGE, "server", "max_ws_message", INT, 256, 1 << 30, NULL, "--max-ws-message", 0,     \
       "1048576")                                                                                       \

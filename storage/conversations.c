@@ -572,7 +572,7 @@ int em_storage_message_list(em_storage *st, int64_t key_id, int64_t conv_id, em_
     return 0;
 }
 
-int em_storage_message_path(em_storage *st, int64_t key_id, int64_t conv_id, int64_t leaf_id,
+int em_storage_message_path(em_storage *st, int64_t key_id, int64_t conv_id, int64_t leaf_id, size_t max,
                             em_message **out, size_t *n, em_err *err)
 {
     int ret, rc = SQLITE_OK;
@@ -592,11 +592,12 @@ int em_storage_message_path(em_storage *st, int64_t key_id, int64_t conv_id, int
         leaf = leaf_id;
     if (!leaf)
         goto done;   /* the root: an empty path */
-    /* Up from the leaf; parent_id < id (a CHECK) so the walk ends. */
+    /* Up from the leaf; parent_id < id (a CHECK) so the walk ends, at
+     * depth ?3 at the latest (max: one message more says "longer"). */
     s = em_sto_prep(st, EM_STMT_MSG_PATH,
                     "WITH RECURSIVE up(id, depth) AS (SELECT ?2, 0 UNION ALL"
                     " SELECT m.parent_id, up.depth + 1 FROM up JOIN messages m ON m.id = up.id"
-                    " WHERE m.conversation_id = ?1 AND m.parent_id IS NOT NULL)"
+                    " WHERE m.conversation_id = ?1 AND m.parent_id IS NOT NULL AND up.depth < ?3)"
                     " SELECT m.id, coalesce(m.parent_id, 0), m.role, m.content, m.tokens,"
                     " coalesce(m.finish_reason, ''), m.created_ms"
                     " FROM up JOIN messages m ON m.id = up.id WHERE m.conversation_id = ?1"
@@ -606,11 +607,15 @@ int em_storage_message_path(em_storage *st, int64_t key_id, int64_t conv_id, int
         goto done;
     sqlite3_bind_int64(s, 1, conv_id);
     sqlite3_bind_int64(s, 2, leaf);
+    sqlite3_bind_int64(s, 3, max && max < INT64_MAX ? (int64_t)max : INT64_MAX);
     ret = read_messages(st, s, &v, &cnt, &rc, err);
     sqlite3_reset(s);
     if (!ret && !cnt)
         ret = em_err_set(err, EM_ENOENT, "message %lld: not a message of conversation %lld", (long long)leaf,
                          (long long)conv_id);
+    else if (!ret && max && cnt > max)
+        ret = em_err_set(err, EM_ERANGE, "conversation %lld: the path to message %lld is longer than %zu messages",
+                         (long long)conv_id, (long long)leaf, max);
 done:
     em_sto_ops_end(st, rc);
     if (ret) {

@@ -499,8 +499,9 @@ int em_storage_message_list(em_storage *st, int64_t key_id, int64_t conv_id, em_
                             size_t *n, em_err *err);
 /* The branch root -> leaf_id (EM_STORAGE_LEAF: the current leaf; EM_STORAGE_ROOT:
  * empty), first message first, the leaf last. EM_ENOENT: the conversation is
- * not this key's, or leaf_id is not one of its messages. */
-int em_storage_message_path(em_storage *st, int64_t key_id, int64_t conv_id, int64_t leaf_id,
+ * not this key's, or leaf_id is not one of its messages. max (0: none): a
+ * path of more messages is not read but EM_ERANGE, in time bounded by max. */
+int em_storage_message_path(em_storage *st, int64_t key_id, int64_t conv_id, int64_t leaf_id, size_t max,
                             em_message **out, size_t *n, em_err *err);
 void em_storage_messages_free(em_message *msgs, size_t n);   /* accepts NULL */
 

@@ -110,6 +110,24 @@ int web_auth_key(em_web *w, const char *key, int loopback, const char *addr, con
     a->rate_limit_per_min = ki.rate_limit_per_min > 0 ? ki.rate_limit_per_min : w->o.rate_limit_per_min;
     a->admin = ki.admin;   /* may read every key's usage (usage_api.c) */
     a->no_cache = !ki.response_cache;
+    snprintf(a->key_prefix, sizeof a->key_prefix, "%s", ki.prefix);
+    return 0;
+}
+
+int web_auth_recheck(em_web *w, const em_web_auth *a, em_web_error *e)
+{
+    if (!a->key_id || !w->o.storage)
+        return 0;
+    em_key_info ki;
+    em_err err = { 0 };
+    int rc = em_storage_key_get(w->o.storage, a->key_id, &ki, &err);
+    if (rc == EM_ENOENT || (rc == 0 && ki.revoked_ms))
+        return em_web_fail(e, 401, "invalid_request_error", "key_revoked", NULL, "This API key has been revoked.");
+    if (rc == 0 && strcmp(ki.prefix, a->key_prefix) != 0)
+        return em_web_fail(e, 401, "invalid_request_error", "invalid_api_key", NULL,
+                           "This API key has been rotated: authenticate again with the new key.");
+    if (rc)   /* the store failing is not the key's fault: it holds until the store can say */
+        em_log(EM_LOG_WARN, NULL, "key %lld: cannot check it again: %s", (long long)a->key_id, err.msg);
     return 0;
 }
 

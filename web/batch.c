@@ -511,6 +511,22 @@ static void finalize(em_web *w, const em_batch_info *b, const char *final)
         em_log(EM_LOG_INFO, NULL, "batch %s: %s", b->id, final);
 }
 
+/* Batch b's key was revoked: it is cancelled (its lines in flight too, at
+ * the next step), its errors saying why. */
+static void key_revoked(em_web *w, const em_batch_info *b)
+{
+    em_err err = { 0 };
+    static const char why[] = "[{\"code\":\"key_revoked\",\"message\":\"the API key that created this batch was "
+                              "revoked: no further line runs\",\"param\":null,\"line\":null}]";
+    if (em_storage_batch_set_status(w->o.storage, b->id, "in_progress", "cancelling", why, NULL, NULL, &err)) {
+        em_log(EM_LOG_ERROR, NULL, "batch %s: %s", b->id, err.msg);
+        later(w->batches);
+        return;
+    }
+    em_log(EM_LOG_WARN, NULL, "batch %s: its key %lld was revoked: cancelled", b->id, (long long)b->key_id);
+    w->batches->kick = 1;
+}
+
 /* Start lines of batch b while there is room. */
 static void fill(em_web *w, const em_batch_info *b)
 {
@@ -538,7 +554,13 @@ static void fill(em_web *w, const em_batch_info *b)
     }
     em_web_auth auth = { .key_id = b->key_id, .default_class = EM_CLASS_BACKGROUND };
     em_key_info ki;
-    if (n && b->key_id && em_storage_key_get(w->o.storage, b->key_id, &ki, &err) == 0) {
+    int krc = b->key_id ? em_storage_key_get(w->o.storage, b->key_id, &ki, &err) : EM_EINVAL;
+    if (krc == EM_ENOENT || (krc == 0 && ki.revoked_ms)) {   /* its key was revoked: no line starts */
+        em_batch_lines_free(lines, n);
+        key_revoked(w, b);
+        return;
+    }
+    if (n && krc == 0) {
         snprintf(auth.key_name, sizeof auth.key_name, "%s", ki.name);
         auth.no_cache = !ki.response_cache;   /* the key's cache setting holds for its batches */
     }

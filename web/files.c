@@ -54,9 +54,14 @@ void web_respond_list(web_conn *c, json_t *data, const char *first, const char *
 
 json_t *web_file_json(const em_file_info *f)
 {
+    /* uploads are refused a name that is not UTF-8; one stored before that
+     * was refused is shown escaped ("\xNN") rather than not at all */
+    char name[sizeof f->filename];
+    snprintf(name, sizeof name, "%s", f->filename);
+    em_err_escape(name, sizeof name);
     return json_pack("{s:s, s:s, s:I, s:I, s:s, s:s, s:s, s:n, s:n}", "id", f->id, "object", "file", "bytes",
                      (json_int_t)f->bytes, "created_at", (json_int_t)(f->created_ms / 1000), "filename",
-                     f->filename, "purpose", f->purpose, "status", "processed", "expires_at", "status_details");
+                     name, "purpose", f->purpose, "status", "processed", "expires_at", "status_details");
 }
 
 /* POST /v1/files */
@@ -86,6 +91,11 @@ static int upload(web_conn *c, const em_web_auth *a)
     if (!file || !file->has_filename)
         return answer(c, 400, "invalid_request_error", NULL, "file", "%s",
                       "'file' is required: a part with a filename holding the file's bytes");
+    json_t *fn = json_string(file->filename);   /* NULL: not valid UTF-8 (or a control byte jansson refuses) */
+    json_decref(fn);
+    if (!fn || strpbrk(file->filename, "\r\n\t"))
+        return answer(c, 400, "invalid_request_error", "invalid_filename", "file", "%s",
+                      "the file's name must be valid UTF-8 text on one line");
     if (!purpose)
         return answer(c, 400, "invalid_request_error", NULL, "purpose", "%s", "'purpose' is required");
     if (purpose->len != 5 || memcmp(purpose->data, "batch", 5) != 0)

@@ -167,6 +167,35 @@ static void submit_rest(em_gen *g)
     g->ids = NULL;
 }
 
+/* Bytes of text in a messages array (borrowed): string contents and the
+ * text of content parts — what the prompt holds at the least. */
+static size_t content_bytes(const json_t *messages)
+{
+    size_t n = 0, i, k;
+    json_t *m, *part;
+    json_array_foreach(messages, i, m) {
+        json_t *c = json_object_get(m, "content");
+        if (json_is_string(c))
+            n += json_string_length(c);
+        json_array_foreach(c, k, part) {
+            json_t *t = json_object_get(part, "text");
+            n += json_is_string(t) ? json_string_length(t) : 0;
+        }
+    }
+    return n;
+}
+
+/* e: the request cannot fit the context; its prompt has (qual) n_prompt tokens. */
+static void too_long(em_web *w, const em_gen_params *p, size_t n_prompt, const char *qual, em_web_error *e)
+{
+    long long comp = p->max_tokens >= 0 ? p->max_tokens : 0;
+    e->retry_after_s = 0;
+    em_web_fail(e, 400, "invalid_request_error", "context_length_exceeded", p->param_name,
+                "This model's maximum context length is %u tokens. However, you requested %s%lld tokens (%s%zu in "
+                "the %s, %lld in the completion). Please reduce the length of the %s or completion.", w->o.n_ctx,
+                qual, (long long)n_prompt + comp, qual, n_prompt, p->param_name, comp, p->param_name);
+}
+
 int em_gen_start(em_web *w, const em_gen_params *p, em_gen **out, em_web_error *e)
 {
     *out = NULL;
@@ -196,14 +225,30 @@ int em_gen_start(em_web *w, const em_gen_params *p, em_gen **out, em_web_error *
     em_err err = { 0 };
     int rc;
     const em_tokenizer *tok = w->o.tok;
+    /* A prompt that cannot fit is refused before the work that would show it
+     * (rendering, tokenizing: on the service thread, seconds for megabytes):
+     * no token stands for more than max_token_bytes bytes of text. */
+    size_t per_tok = em_tokenizer_max_token_bytes(tok), room = w->o.n_ctx - (p->max_tokens > 0 ? 1 : 0);
+    size_t text_bytes = p->messages ? content_bytes(p->messages) : p->prompt_len;
+    if (text_bytes / per_tok > room) {
+        too_long(w, p, text_bytes / per_tok, "at least ", e);
+        goto fail;
+    }
     if (p->messages) {
         /* the template copied at start: a request never reads the model's mapping */
         const char *src = w->tmpl;
         size_t src_len = w->tmpl_len;
         int32_t bos = em_tokenizer_bos(tok), eos = em_tokenizer_eos(tok);
+        /* rendered text past n_ctx * per_tok bytes could not fit either: the
+         * render stops there (many short messages) */
+        em_tmpl_opts to = { .max_output = (size_t)w->o.n_ctx * per_tok + 1 };
         rc = em_chat_render(src, src_len, p->messages, 1, bos >= 0 ? em_tokenizer_token_text(tok, bos) : "",
-                            eos >= 0 ? em_tokenizer_token_text(tok, eos) : "", NULL, NULL, &text, &text_len,
+                            eos >= 0 ? em_tokenizer_token_text(tok, eos) : "", NULL, &to, &text, &text_len,
                             &err);
+        if (rc == EM_ERANGE && strstr(err.msg, EM_TMPL_OUTPUT_CAPPED)) {
+            too_long(w, p, to.max_output / per_tok, "more than ", e);
+            goto fail;
+        }
         if (rc) {
             /* a Jinja error the messages caused (roles out of order,
              * raise_exception): the request's fault; else the template's */
@@ -235,13 +280,7 @@ int em_gen_start(em_web *w, const em_gen_params *p, em_gen **out, em_web_error *
     uint32_t n_ctx = w->o.n_ctx;
     int64_t want = p->max_tokens >= 0 ? p->max_tokens : (int64_t)n_ctx - (int64_t)n_ids;
     if ((int64_t)n_ids + (p->max_tokens >= 0 ? p->max_tokens : 1) > (int64_t)n_ctx) {
-        e->retry_after_s = 0;
-        em_web_fail(e, 400, "invalid_request_error", "context_length_exceeded", p->param_name,
-                    "This model's maximum context length is %u tokens. However, you requested %lld "
-                    "tokens (%zu in the %s, %lld in the completion). Please reduce the length of the "
-                    "%s or completion.", n_ctx, (long long)n_ids + (p->max_tokens >= 0 ? p->max_tokens : 0),
-                    n_ids, p->param_name, (long long)(p->max_tokens >= 0 ? p->max_tokens : 0),
-                    p->param_name);
+        too_long(w, p, n_ids, "", e);
         goto fail;
     }
     if (want < 1)
@@ -279,7 +318,7 @@ int em_gen_start(em_web *w, const em_gen_params *p, em_gen **out, em_web_error *
         goto fail;
     if (g->grammar && (rc = web_grammar_constraint(g->grammar, n_vocab, &rp.constraint, &err))) {
         em_web_fail(e, rc == EM_ENOMEM ? 500 : 400, rc == EM_ENOMEM ? "server_error" : "invalid_request_error",
-                    NULL, NULL, "%s", err.msg);
+                    rc == EM_ENOMEM ? NULL : "invalid_grammar", NULL, "%s", err.msg);
         goto fail;
     }
     uint32_t retry_ms = 0;

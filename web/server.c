@@ -135,7 +135,8 @@ void web_respond_json(web_conn *c, int status, const json_t *j)
     em_buf b = { 0 };
     if (em_buf_add_json(&b, j) || em_buf_add(&b, "\n", 1)) {
         em_buf_free(&b);
-        web_respond(c, 500, "application/json", "{\"error\":{\"message\":\"out of memory\"}}\n", 39);
+        static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\"}}\n";
+        web_respond(c, 500, "application/json", oom, sizeof oom - 1);
         return;
     }
     web_respond(c, status, "application/json", b.s, b.n);
@@ -377,25 +378,65 @@ static int conn_write(web_conn *c)
 
 /* ---- connections per address ------------------------------------------------- */
 
-int web_addr_acquire(em_web *w, int fd, const char *addr, em_web_error *e)
+static int addr_add(em_web *w, int fd, const char *addr, int pending, em_web_error *e)
 {
-    uint32_t same = 0;
-    for (size_t i = 0; i < w->n_fds; i++) {
-        if (w->fds[i].fd == fd)
-            return 0;   /* already counted (keep-alive) */
-        same += strcmp(w->fds[i].addr, addr) == 0;
-    }
-    /* a trusted proxy's connections carry everyone's requests: only the total caps them */
-    if ((same >= w->o.max_conns_per_addr && !web_proxy_trusted(w->proxies, w->n_proxies, addr)) ||
-        w->n_fds >= w->o.max_connections)
-        return em_web_fail(e, 429, "rate_limit_error", "too_many_connections", NULL,
-                           "too many connections from %s (at most %u per address, %u in all)", addr,
-                           w->o.max_conns_per_addr, w->o.max_connections);
     if (em_grow((void **)&w->fds, &w->cap_fds, w->n_fds + 1, sizeof *w->fds, 64))
         return em_web_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     w->fds[w->n_fds].fd = fd;
+    w->fds[w->n_fds].pending = pending;
     snprintf(w->fds[w->n_fds].addr, sizeof w->fds[w->n_fds].addr, "%s", addr);
     w->n_fds++;
+    w->n_pending += (size_t)pending;
+    return 0;
+}
+
+/* Whether one more open connection from addr fits; -1 with e filled. */
+static int open_fits(em_web *w, const char *addr, em_web_error *e)
+{
+    uint32_t same = 0;
+    for (size_t i = 0; i < w->n_fds; i++)
+        same += !w->fds[i].pending && strcmp(w->fds[i].addr, addr) == 0;
+    /* a trusted proxy's connections carry everyone's requests: only the total caps them */
+    if ((same >= w->o.max_conns_per_addr && !web_proxy_trusted(w->proxies, w->n_proxies, addr)) ||
+        w->n_fds - w->n_pending >= w->o.max_connections)
+        return em_web_fail(e, 429, "rate_limit_error", "too_many_connections", NULL,
+                           "too many connections from %s (at most %u per address, %u in all)", addr,
+                           w->o.max_conns_per_addr, w->o.max_connections);
+    return 0;
+}
+
+int web_addr_acquire(em_web *w, int fd, const char *addr, em_web_error *e)
+{
+    for (size_t i = 0; i < w->n_fds; i++)
+        if (w->fds[i].fd == fd)
+            return 0;   /* already counted (keep-alive) */
+    return open_fits(w, addr, e) ? -1 : addr_add(w, fd, addr, 0, e);
+}
+
+int web_addr_acquire_pending(em_web *w, int fd, const char *client, em_web_error *e)
+{
+    web_addr_release(w, fd);   /* counted as open by the requests before its upgrade: no longer */
+    uint32_t same = 0;
+    for (size_t i = 0; i < w->n_fds; i++)
+        same += w->fds[i].pending && strcmp(w->fds[i].addr, client) == 0;
+    if (same >= WEB_PENDING_PER_ADDR || w->n_pending >= WEB_PENDING_MAX)   /* (ws_chat.c made room before) */
+        return em_web_fail(e, 429, "rate_limit_error", "too_many_connections", NULL,
+                           "too many WebSockets awaiting authentication (at most %d from %s, %d in all)",
+                           WEB_PENDING_PER_ADDR, client, WEB_PENDING_MAX);
+    return addr_add(w, fd, client, 1, e);
+}
+
+int web_addr_promote(em_web *w, int fd, const char *addr, em_web_error *e)
+{
+    for (size_t i = 0; i < w->n_fds; i++)
+        if (w->fds[i].fd == fd && w->fds[i].pending) {
+            if (open_fits(w, addr, e))
+                return -1;
+            w->fds[i].pending = 0;
+            w->n_pending--;
+            snprintf(w->fds[i].addr, sizeof w->fds[i].addr, "%s", addr);
+            return 0;
+        }
     return 0;
 }
 
@@ -403,6 +444,7 @@ void web_addr_release(em_web *w, int fd)
 {
     for (size_t i = 0; i < w->n_fds; i++)
         if (w->fds[i].fd == fd) {
+            w->n_pending -= (size_t)w->fds[i].pending;
             w->fds[i] = w->fds[--w->n_fds];
             return;
         }
@@ -489,7 +531,13 @@ static int begin(web_conn *c, struct lws *wsi, em_web *w, const char *uri)
     /* an upload (POST /v1/files) may be larger than an API request */
     c->max_body = c->method == EM_M_POST && strcmp(c->path, "/v1/files") == 0 ? w->o.max_upload : w->o.max_body;
     em_web_error e = { 0 };
-    if (web_addr_acquire(w, lws_get_socket_fd(wsi), peer, &e)) {
+    /* a load balancer's health probe is answered past the caps: a box full of
+     * connections is busy, not down */
+    int probe = c->method == EM_M_GET && strcmp(c->path, "/healthz") == 0;
+    if (!probe && web_addr_acquire(w, lws_get_socket_fd(wsi), peer, &e)) {
+        c->body_mode = WEB_BODY_IGNORE;   /* not read; the connection goes once refused */
+        c->close_after = 1;
+        c->routed = 1;
         web_respond_error(c, &e);
         return 1;
     }
@@ -615,9 +663,14 @@ static void http_request(web_conn *c, struct lws *wsi)
         return;
     }
     if (c->content_length > c->max_body) {
+        /* its length is known: lws skips the body after the answer (so the
+         * client, still sending, reads the 413), and the client is asked to
+         * close */
         char lim[32];
         snprintf(lim, sizeof lim, "%zu", c->max_body);
         answer_unread(c, 413, "request_too_large", "the request body is larger than %s bytes", lim);
+        c->close_after = 0;
+        snprintf(c->headers + strlen(c->headers), sizeof c->headers - strlen(c->headers), "connection: close\r\n");
         return;
     }
     if (!c->content_length) {   /* no body; without a length lws would read what follows as one */
@@ -741,6 +794,7 @@ void em_web_opts_init(em_web_opts *o)
     o->model_id = "ember";
     o->device = "";
     o->ping_s = 10;
+    o->ws_auth_timeout_s = 10;
 }
 
 static void log_emit(int level, const char *line)

@@ -65,6 +65,7 @@ typedef struct {
     uint32_t    max_conns_per_addr; /* connections from one client address */
     uint32_t    max_connections;    /* in all */
     double      ping_s;             /* an SSE stream silent this long gets ": ping" */
+    double      ws_auth_timeout_s;  /* a WebSocket that has not authenticated by then is closed (1008) */
     uint32_t    drain_s;            /* em_web_drain: how long running requests may take to finish */
     const char *tls_cert, *tls_key; /* PEM files: HTTPS and WSS on the port (both or neither; NULL or
                                        "": plain HTTP) */
@@ -85,7 +86,8 @@ typedef struct {
 } em_web_opts;
 
 /* Defaults: 127.0.0.1:8080, 4 MiB bodies, 1 MiB WebSocket messages,
- * 64 connections per address, 1024 in all, pings after 10 s, 30 s to drain. */
+ * 64 connections per address, 1024 in all, pings after 10 s, 10 s for a
+ * WebSocket to authenticate, 30 s to drain. */
 void em_web_opts_init(em_web_opts *o);
 
 /* Create the server and bind its port (EM_EIO naming host:port when the

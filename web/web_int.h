@@ -56,6 +56,7 @@ typedef struct {
     int32_t  rate_limit_per_min;
     int      admin;
     int      no_cache;        /* the key is kept out of the response cache */
+    char     key_prefix[16];  /* the key's display prefix when it was checked ("" for no key) */
 } em_web_auth;
 
 /* ---- the wake-up list ------------------------------------------------------ */
@@ -223,8 +224,9 @@ struct em_web {
     atomic_int           wake;          /* the scheduler has events for someone */
     web_live            *live;          /* connections with generations running (HTTP and WebSocket) */
     /* connections per client address (lws thread only) */
-    struct { int fd; char addr[64]; } *fds;
-    size_t               n_fds, cap_fds;
+    struct { int fd; int pending; char addr[64]; } *fds;   /* pending: a WebSocket awaiting auth */
+    size_t               n_fds, cap_fds, n_pending;
+    struct ws_chat      *ws_pending;    /* ws_chat.c: the sockets awaiting auth, oldest first */
     /* per-key request rate (lws thread only) */
     struct { int64_t key_id; double tokens, t; } *rates;
     size_t               n_rates, cap_rates;
@@ -285,8 +287,21 @@ int  web_forwarded_client(const web_cidr *v, size_t n, const char *peer, const c
  * upgrade, while its headers are there): addr and *loopback set. */
 void web_client_of(em_web *w, struct lws *wsi, const char *peer, char *addr, size_t cap, int *loopback);
 
-/* Count c's address against the limit; 0 ok, else e filled (429). */
+/* Connections per client, in two budgets. An open connection (HTTP, or a
+ * WebSocket that may chat) counts against max_conns_per_addr by its peer
+ * address (a trusted proxy's connections only against the total) and
+ * max_connections in all. A WebSocket awaiting its auth message counts
+ * apart, against WEB_PENDING_PER_ADDR by its client address and
+ * WEB_PENDING_MAX in all (ws_chat.c makes room by closing the oldest), so
+ * that sockets nobody authenticated never crowd out those that did;
+ * web_addr_promote moves it to the first budget once it authenticates.
+ * Each: 0, or e filled (429). Release forgets fd in either (a no-op for an
+ * fd never counted). Service thread only. */
+#define WEB_PENDING_PER_ADDR 8
+#define WEB_PENDING_MAX      64
 int  web_addr_acquire(em_web *w, int fd, const char *addr, em_web_error *e);
+int  web_addr_acquire_pending(em_web *w, int fd, const char *client, em_web_error *e);
+int  web_addr_promote(em_web *w, int fd, const char *addr, em_web_error *e);
 void web_addr_release(em_web *w, int fd);
 
 /* ---- auth.c --------------------------------------------------------------- */
@@ -302,6 +317,10 @@ int web_auth_key(em_web *w, const char *key, int loopback, const char *addr, con
                  em_web_error *e);
 /* The key's rate limit: 0 to go on, -1 with e filled (429, Retry-After). */
 int web_rate_check(em_web *w, const em_web_auth *a, em_web_error *e);
+/* Whether a's key, checked a while ago (a socket's), still holds: 0 when it
+ * does (or a is no key, or the key store cannot say: logged), -1 with e
+ * filled (401 key_revoked; invalid_api_key when it was rotated since). */
+int web_auth_recheck(em_web *w, const em_web_auth *a, em_web_error *e);
 
 /* ---- structured.c: grammars for structured output ------------------------------ */
 

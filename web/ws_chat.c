@@ -32,6 +32,7 @@
 #define WS_MAX_AUTH_FAIL 3             /* failed auth messages before the socket is closed */
 #define WS_ID_MAX        256           /* bytes of a string id */
 #define WS_TITLE_MAX     60            /* bytes of a conversation title */
+#define WS_RECHECK_S     2.0           /* a socket's key is checked again this often (revoked, rotated) */
 
 typedef struct ws_frame {
     struct ws_frame *next;
@@ -56,9 +57,13 @@ typedef struct {
 typedef struct ws_chat {
     em_web     *w;
     struct lws *wsi;
-    char        addr[64];
+    char        addr[64];              /* the client's (proxy.c) */
+    char        peer[64];              /* the socket's peer */
     int         loopback;
+    struct ws_chat *pend_prev, *pend_next;   /* in w->ws_pending while it awaits auth */
+    int         pend_linked;
     int         authed;                /* may chat */
+    int         key_gone;              /* its key was revoked or rotated: closing, nothing stored */
     int         auth_fails;
     em_web_auth auth;
     em_buf      rx;                    /* the message being received */
@@ -388,6 +393,62 @@ static void ws_pump(ws_chat *c)
 
 /* ---- messages in ------------------------------------------------------------- */
 
+/* ---- sockets awaiting auth ----------------------------------------------------- */
+
+static void pend_link(ws_chat *c)
+{
+    ws_chat **p = &c->w->ws_pending, *last = NULL;
+    while (*p) {   /* at the end: the list is oldest first (at most WEB_PENDING_MAX long) */
+        last = *p;
+        p = &(*p)->pend_next;
+    }
+    c->pend_prev = last;
+    c->pend_next = NULL;
+    *p = c;
+    c->pend_linked = 1;
+}
+
+static void pend_unlink(ws_chat *c)
+{
+    if (!c->pend_linked)
+        return;
+    if (c->pend_prev)
+        c->pend_prev->pend_next = c->pend_next;
+    else
+        c->w->ws_pending = c->pend_next;
+    if (c->pend_next)
+        c->pend_next->pend_prev = c->pend_prev;
+    c->pend_prev = c->pend_next = NULL;
+    c->pend_linked = 0;
+}
+
+/* Room for a socket awaiting auth from client: 0, or e filled (429) when
+ * that address has WEB_PENDING_PER_ADDR already. When all WEB_PENDING_MAX
+ * are taken, the oldest is closed (1008): it has had the longest to say who
+ * it is, and a newcomer (a real client authenticates at once) gets in. */
+static int pend_room(em_web *w, const char *client, em_web_error *e)
+{
+    uint32_t same = 0;
+    for (ws_chat *p = w->ws_pending; p; p = p->pend_next)
+        same += strcmp(p->addr, client) == 0;
+    if (same >= WEB_PENDING_PER_ADDR)
+        return em_web_fail(e, 429, "rate_limit_error", "too_many_connections", NULL,
+                           "too many WebSockets awaiting authentication from %s (at most %d)", client,
+                           WEB_PENDING_PER_ADDR);
+    if (w->n_pending >= WEB_PENDING_MAX && w->ws_pending) {
+        ws_chat *old = w->ws_pending;
+        em_log(EM_LOG_WARN, NULL, "%s: WebSocket closed (1008) unauthenticated: %d sockets await auth, a new one "
+               "came", old->addr, WEB_PENDING_MAX);
+        ws_error(old, NULL, "auth_timeout", NULL, 0, "closed before authenticating: %d other sockets await auth",
+                 WEB_PENDING_MAX);
+        old->close_code = LWS_CLOSE_STATUS_POLICY_VIOLATION;
+        pend_unlink(old);
+        web_addr_release(w, lws_get_socket_fd(old->wsi));
+        lws_callback_on_writable(old->wsi);
+    }
+    return 0;
+}
+
 static int valid_id(const json_t *id)
 {
     return (json_is_string(id) && json_string_length(id) > 0 && json_string_length(id) <= WS_ID_MAX) ||
@@ -410,9 +471,32 @@ static void ws_auth(ws_chat *c, json_t *m, const json_t *id)
             c->close_code = LWS_CLOSE_STATUS_POLICY_VIOLATION;
         return;
     }
+    if (web_addr_promote(c->w, lws_get_socket_fd(c->wsi), c->peer, &e)) {   /* now an open connection */
+        em_log(EM_LOG_WARN, NULL, "%s: WebSocket refused: %s", c->addr, e.message);
+        ws_error_web(c, id, &e);
+        c->close_code = LWS_CLOSE_STATUS_POLICY_VIOLATION;
+        return;
+    }
+    pend_unlink(c);
+    /* from now the timer checks the key again (ws_timer) */
+    lws_set_timer_usecs(c->wsi, a.key_id ? (lws_usec_t)(WS_RECHECK_S * 1e6) : LWS_SET_TIMER_USEC_CANCEL);
     c->auth = a;
     c->authed = 1;
     ws_ready(c);
+}
+
+/* The socket's key was revoked or rotated (e says which): what runs is
+ * cancelled (not stored), and the socket closed (1008) once the frames
+ * queued (the caller's error frame among them) are out. */
+static void ws_key_gone(ws_chat *c, const em_web_error *e)
+{
+    em_log(EM_LOG_WARN, NULL, "%s: WebSocket of key %lld: %s: closed (1008)", c->addr, (long long)c->auth.key_id,
+           e->message);
+    c->key_gone = 1;
+    c->close_code = LWS_CLOSE_STATUS_POLICY_VIOLATION;
+    for (uint32_t i = 0; i < c->n_req; i++)
+        em_gen_cancel(c->req[i]->gen);
+    lws_callback_on_writable(c->wsi);
 }
 
 /* Where a chat on stored history goes: conversation_id, parent_id (a
@@ -470,9 +554,17 @@ static int chat_history(ws_chat *c, ws_req *r, int only_check, em_message **out,
     em_storage *st = c->w->o.storage;
     em_err err = { 0 };
     em_conv_info ci;
+    /* a path of more messages than the context has positions cannot fit
+     * (each message costs its role's tokens at least): not even read */
     int rc = !st ? EM_ENOENT
            : only_check ? em_storage_conv_get(st, r->key_id, r->conv_id, &ci, &err)
-                        : em_storage_message_path(st, r->key_id, r->conv_id, r->parent_id, out, n, &err);
+                        : em_storage_message_path(st, r->key_id, r->conv_id, r->parent_id, c->w->o.n_ctx, out, n,
+                                                  &err);
+    if (rc == EM_ERANGE)
+        return em_web_fail(e, 400, "invalid_request_error", "context_length_exceeded", "conversation_id",
+                           "This model's maximum context length is %u tokens. However, conversation %lld holds more "
+                           "than %u messages before this one: start a new conversation, or branch off an earlier "
+                           "message (parent_id).", c->w->o.n_ctx, (long long)r->conv_id, c->w->o.n_ctx);
     if (rc == EM_ENOENT) {
         /* the conversation, or a message not in it (another key's is not in it) */
         int conv_ok = st && r->parent_id > 0 && em_storage_conv_get(st, r->key_id, r->conv_id, &ci, NULL) == 0;
@@ -580,6 +672,10 @@ static void ws_chat_start(ws_chat *c, json_t *m, const json_t *id)
     if (!c->authed) {
         em_web_fail(&e, 401, "invalid_request_error", "unauthorized", NULL,
                     "authenticate first: send {\"type\": \"auth\", \"key\": KEY}");
+        goto done;
+    }
+    if (web_auth_recheck(w, &c->auth, &e)) {   /* revoked or rotated since the socket authenticated */
+        ws_key_gone(c, &e);
         goto done;
     }
     if (c->n_req >= WS_MAX_REQUESTS) {
@@ -745,10 +841,12 @@ static void store_cut_off(ws_chat *c, ws_req *r)
 static void ws_free(ws_chat *c)
 {
     while (c->n_req) {   /* a client gone: its requests are cancelled, their text so far kept */
-        store_cut_off(c, c->req[c->n_req - 1]);
+        if (!c->key_gone)   /* (a revoked key's conversations get nothing more) */
+            store_cut_off(c, c->req[c->n_req - 1]);
         req_remove(c, c->n_req - 1);
     }
     web_live_unlink(c->w, &c->live);
+    pend_unlink(c);
     for (ws_frame *f = c->q_head, *next; f; f = next) {
         next = f->next;
         free(f);
@@ -766,8 +864,10 @@ static int ws_filter(struct lws *wsi)
     return 0;
 }
 
-/* A new socket: counted against its address (past the limit: an error and
- * close 1008), then ready, or auth_required when it must say who it is. */
+/* A new socket: ready when it may chat as it is (counted as an open
+ * connection), else auth_required (counted apart, among those awaiting
+ * auth, and closed with 1008 if it has not authenticated within
+ * ws_auth_timeout_s); past either budget: an error and close 1008. */
 static int ws_open(em_web *w, struct lws *wsi, ws_chat **slot)
 {
     ws_chat *c = calloc(1, sizeof *c);
@@ -776,23 +876,50 @@ static int ws_open(em_web *w, struct lws *wsi, ws_chat **slot)
     c->w = w;
     c->wsi = wsi;
     *slot = c;
-    char peer[64] = "";
-    lws_get_peer_simple(wsi, peer, sizeof peer);
-    web_client_of(w, wsi, peer, c->addr, sizeof c->addr, &c->loopback);   /* proxy.c: the upgrade's headers */
+    lws_get_peer_simple(wsi, c->peer, sizeof c->peer);
+    web_client_of(w, wsi, c->peer, c->addr, sizeof c->addr, &c->loopback);   /* proxy.c: the upgrade's headers */
     em_web_error e = { 0 };
-    if (web_addr_acquire(w, lws_get_socket_fd(wsi), peer, &e)) {
+    /* a client beyond loopback (and any with --require-key) says who it is first */
+    c->authed = web_auth_key(w, NULL, c->loopback, c->addr, "", &c->auth, &e) == 0;
+    int fd = lws_get_socket_fd(wsi);
+    memset(&e, 0, sizeof e);
+    if (c->authed ? web_addr_acquire(w, fd, c->peer, &e)
+                  : pend_room(w, c->addr, &e) || web_addr_acquire_pending(w, fd, c->addr, &e)) {
         em_log(EM_LOG_WARN, NULL, "%s: WebSocket refused: %s", c->addr, e.message);
         ws_error_web(c, NULL, &e);
         c->close_code = LWS_CLOSE_STATUS_POLICY_VIOLATION;
         return 0;
     }
-    /* a client beyond loopback (and any with --require-key) says who it is first */
-    c->authed = web_auth_key(w, NULL, c->loopback, c->addr, "", &c->auth, &e) == 0;
-    if (c->authed)
+    if (c->authed) {
         ws_ready(c);
-    else
-        ws_send(c, json_pack("{s:s}", "type", "auth_required"));
+    } else {
+        pend_link(c);
+        ws_send(c, json_pack("{s:s, s:f}", "type", "auth_required", "timeout_s", w->o.ws_auth_timeout_s));
+        lws_set_timer_usecs(wsi, (lws_usec_t)(w->o.ws_auth_timeout_s * 1e6));
+    }
     return 0;
+}
+
+/* The socket's timer: before auth, its deadline (a socket that has not said
+ * who it is goes); after, the next check of its key. */
+static void ws_timer(ws_chat *c)
+{
+    em_web_error e = { 0 };
+    if (c->close_code)
+        return;
+    if (c->authed) {
+        if (web_auth_recheck(c->w, &c->auth, &e)) {
+            ws_error_web(c, NULL, &e);
+            ws_key_gone(c, &e);
+        } else
+            lws_set_timer_usecs(c->wsi, (lws_usec_t)(WS_RECHECK_S * 1e6));
+        return;
+    }
+    em_log(EM_LOG_WARN, NULL, "%s: WebSocket not authenticated within %.0f s: closed (1008)", c->addr,
+           c->w->o.ws_auth_timeout_s);
+    ws_error(c, NULL, "auth_timeout", NULL, 0, "no auth message within %g s: send {\"type\": \"auth\", \"key\": KEY} "
+             "first", c->w->o.ws_auth_timeout_s);
+    c->close_code = LWS_CLOSE_STATUS_POLICY_VIOLATION;
 }
 
 int web_ws_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len)
@@ -818,6 +945,12 @@ int web_ws_callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         } else if (c->close_code) {
             lws_close_reason(wsi, (enum lws_close_status)c->close_code, NULL, 0);
             return -1;
+        }
+        return 0;
+    case LWS_CALLBACK_TIMER:   /* the auth deadline, then the key's checks */
+        if (c) {
+            ws_timer(c);
+            lws_callback_on_writable(wsi);
         }
         return 0;
     case LWS_CALLBACK_CLOSED:   /* the socket is still open here: its count goes */

@@ -380,7 +380,7 @@ async def server3():
     key = srv.keys['alice']
     try:
         ws = await open_ws(srv)
-        assert await recv(ws) == {'type': 'auth_required'}
+        assert await recv(ws) == {'type': 'auth_required', 'timeout_s': 10}
         await send(ws, **chat_msg('early', messages=M, max_tokens=4))
         await error_of(ws, 'unauthorized', id='early')
         await send(ws, type='cancel', id='early')

@@ -194,6 +194,17 @@ static void test_arrays_enums(void)
     YES(g, "\"a\"");
     NO(g, "1");
     em_grammar_destroy(g);
+    /* an enum whose rule is longer than a formatting buffer (it was "out of
+     * memory" past about 40 short strings) */
+    char big[8192] = "{\"type\":\"string\",\"enum\":[";
+    for (int i = 0; i < 300; i++)
+        snprintf(big + strlen(big), sizeof big - strlen(big), "%s\"value%03d\"", i ? "," : "", i);
+    strcat(big, "]}");
+    g = schema_grammar(big);
+    YES(g, "\"value000\"");
+    YES(g, "\"value299\"");
+    NO(g, "\"value300\"");
+    em_grammar_destroy(g);
     g = schema_grammar("{\"const\":\"fixed\"}");
     YES(g, "\"fixed\"");
     NO(g, "\"fixe\"");

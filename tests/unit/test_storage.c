@@ -155,7 +155,7 @@ static int test_migrations(void)
             REQUIRE(st);
             em_message *m = NULL;
             size_t n = 0;
-            CHECK_RC(em_storage_message_path(st, 1, 1, EM_STORAGE_LEAF, &m, &n, &err), 0);
+            CHECK_RC(em_storage_message_path(st, 1, 1, EM_STORAGE_LEAF, 0, &m, &n, &err), 0);
             CHECK(n == 3 && strcmp(m[0].content, "hello") == 0 && strcmp(m[1].content, "hi there") == 0 &&
                   m[1].tokens == 3 && m[1].parent_id == 1 && strcmp(m[2].content, "again") == 0 &&
                   m[0].parent_id == 0 && !m[1].finish_reason[0]);
@@ -165,7 +165,7 @@ static int test_migrations(void)
             em_conv_info ci;
             CHECK_RC(em_storage_conv_get(st, 1, 1, &ci, &err), 0);
             CHECK(ci.current_leaf_id == id && ci.n_messages == 4 && strcmp(ci.title, "old chat") == 0);
-            CHECK_RC(em_storage_message_path(st, 1, 1, id, &m, &n, &err), 0);
+            CHECK_RC(em_storage_message_path(st, 1, 1, id, 0, &m, &n, &err), 0);
             CHECK(n == 4 && m[3].parent_id == 4);
             em_storage_messages_free(m, n);
             CHECK_RC(em_storage_conv_get(st, 0, 3, &ci, &err), 0);

@@ -24,7 +24,7 @@ static void path_text(em_storage *st, int64_t key, int64_t conv, int64_t leaf, c
     size_t n = 0, at = 0;
     out[0] = 0;
     em_err err = { 0 };
-    if (em_storage_message_path(st, key, conv, leaf, &m, &n, &err)) {
+    if (em_storage_message_path(st, key, conv, leaf, 0, &m, &n, &err)) {
         snprintf(out, cap, "error: %s", err.msg);
         return;
     }
@@ -112,6 +112,14 @@ static int test_branches(const char *path, int64_t ka, int64_t kb)
     CHECK_RC(em_storage_message_add(st, ka, conv, "user", "q2", 0, &q2, &err), 0);
     path_text(st, ka, conv, EM_STORAGE_LEAF, got, sizeof got);
     CHECK(strcmp(got, "system:Be brief.|user:q1|assistant:a1|user:q2") == 0);
+    /* a bound on the path: 4 messages pass max 4, not max 3 (nothing read) */
+    CHECK_RC(em_storage_message_path(st, ka, conv, EM_STORAGE_LEAF, 4, &m, &n, &err), 0);
+    CHECK(n == 4 && strcmp(m[3].content, "q2") == 0);
+    em_storage_messages_free(m, n);
+    m = NULL;
+    n = 7;
+    CHECK_RC(em_storage_message_path(st, ka, conv, EM_STORAGE_LEAF, 3, &m, &n, &err), EM_ERANGE);
+    CHECK(m == NULL && n == 0 && strstr(err.msg, "longer than 3 messages"));
     /* a second first message (editing the first one) */
     int64_t root2 = 0;
     em_message_new r2 = { "user", "another start", 0, NULL };
@@ -131,8 +139,8 @@ static int test_branches(const char *path, int64_t ka, int64_t kb)
     CHECK_RC(em_storage_message_append(st, ka, conv, q1, &bad1, 1, NULL, NULL), EM_EINVAL);
     CHECK_RC(em_storage_message_append(st, ka, conv, q1, &bad2, 1, NULL, NULL), EM_EINVAL);
     CHECK_RC(em_storage_message_append(st, ka, conv, q1, &u, 0, NULL, NULL), EM_EINVAL);
-    CHECK_RC(em_storage_message_path(st, ka, other, a1, &m, &n, NULL), EM_ENOENT);
-    CHECK_RC(em_storage_message_path(st, kb, conv, a1, &m, &n, NULL), EM_ENOENT);
+    CHECK_RC(em_storage_message_path(st, ka, other, a1, 0, &m, &n, NULL), EM_ENOENT);
+    CHECK_RC(em_storage_message_path(st, kb, conv, a1, 0, &m, &n, NULL), EM_ENOENT);
     CHECK_RC(em_storage_message_list(st, kb, conv, &m, &n, NULL), EM_ENOENT);
     CHECK_RC(em_storage_conv_get(st, kb, conv, &ci, NULL), EM_ENOENT);
     CHECK_RC(em_storage_conv_update(st, kb, conv, "mine now", 0, NULL), EM_ENOENT);

@@ -239,6 +239,26 @@ static void hostile(void)
     s[EM_TMPL_MAX_SOURCE + 1] = '\0';
     check_err("source limit", s, NULL, EM_ERANGE, "EM_TMPL_MAX_SOURCE", NULL);
     free(s);
+
+    /* max_output: a render that would write more stops there (a string built
+     * inside may be longer: only the output counts) */
+    em_tmpl *t = NULL;
+    const char *src = "{% set x = 'abcdefgh' * 100 %}{{ x | length }}{% for i in range(n) %}<{{ i }}>{% endfor %}";
+    CHECK(em_tmpl_parse(src, strlen(src), &t, NULL) == 0);
+    json_t *small = json_pack("{s:i}", "n", 10), *large = json_pack("{s:i}", "n", 100000);
+    em_tmpl_opts capped = { .now = &fixed_now, .max_output = 64 };
+    char *o = NULL;
+    size_t n = 0;
+    em_err e = { 0 };
+    CHECK(em_tmpl_render(t, small, &capped, &o, &n, &e) == 0);
+    CHECK(n == 3 + 10 * 3 && o && strncmp(o, "800<0><1>", 9) == 0);
+    free(o);
+    o = NULL;
+    CHECK(em_tmpl_render(t, large, &capped, &o, &n, &e) == EM_ERANGE);
+    CHECK(!o && strstr(e.msg, EM_TMPL_OUTPUT_CAPPED) && strstr(e.msg, "64 bytes"));
+    json_decref(small);
+    json_decref(large);
+    em_tmpl_destroy(t);
 }
 
 static void fallback_and_chat(void)
