@@ -151,7 +151,7 @@ try:
             assert got[1][1].get('connection') == 'close', got
     # but when the POST's head was not whole in lws's buffer, the rest of it comes from the socket
     # and lws reads its body right: answered
-    post = req('POST', '/v1/completions', short)
+    post = req('POST', '/v1/completions', short, close=True)
     got = answers(exchange(first + post[:40], post[40:], pause=0.2))
     assert [a[0] for a in got] == [200, 200] and json.loads(got[1][2])['usage']['completion_tokens'] == 1, got
     # the same with the POST's body declared longer than it is (lws waits for the rest): still refused
