@@ -12,7 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/kparams.h"
 #include "firmware/bench.h"
 #include "firmware/cli.h"
 #include "scheduler/scheduler.h"

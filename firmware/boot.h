@@ -7,9 +7,9 @@
 
 #include <stddef.h>
 
-#include "core/forward.h"
-#include "core/selftest.h"
-#include "core/vk.h"
+#include "core/gpu/forward.h"
+#include "core/gpu/selftest.h"
+#include "core/vk/vk.h"
 #include "web/web.h"
 
 /* Start timing a stage (the clock starts now). */

@@ -14,8 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/model.h"
-#include "core/tokenizer.h"
+#include "core/model/model.h"
+#include "core/text/tokenizer.h"
 
 static void note_v(const char *fmt, va_list ap)
 {

@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #include "core/err.h"
-#include "core/sample.h"
+#include "core/run/sample.h"
 
 typedef enum {
     EM_OPT_FLAG,    /* int*: set to 1 when present, takes no value */

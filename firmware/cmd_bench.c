@@ -9,13 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/engine.h"
-#include "core/forward.h"
-#include "core/kparams.h"
-#include "core/model.h"
-#include "core/sample.h"
-#include "core/vk.h"
-#include "core/vk_bench.h"
+#include "core/gpu/engine.h"
+#include "core/gpu/forward.h"
+#include "core/model/model.h"
+#include "core/run/kv.h"
+#include "core/run/sample.h"
+#include "core/vk/vk.h"
+#include "core/vk/vk_bench.h"
 #include "firmware/bench.h"
 #include "firmware/cli.h"
 #include "scheduler/scheduler.h"

@@ -1,6 +1,6 @@
 /* cmd_chat.c — `ember chat`: a conversation in the terminal. Each user turn
  * is appended to the history, the whole conversation is rendered through the
- * model's chat template (core/chat_tmpl.h; the ChatML fallback when the model
+ * model's chat template (core/tmpl/chat_tmpl.h; the ChatML fallback when the model
  * has none), tokenized, and only what the KV cache does not already hold is
  * fed: the longest common prefix with the tokens fed so far is reused. The
  * answer streams until an end-of-generation token (every token the GGUF
@@ -18,13 +18,13 @@
 
 #include <jansson.h>
 
-#include "core/chat_tmpl.h"
-#include "core/engine.h"
-#include "core/forward.h"
+#include "core/gpu/engine.h"
+#include "core/gpu/forward.h"
 #include "core/grow.h"
-#include "core/model.h"
-#include "core/sample.h"
-#include "core/tokenizer.h"
+#include "core/model/model.h"
+#include "core/run/sample.h"
+#include "core/text/tokenizer.h"
+#include "core/tmpl/chat_tmpl.h"
 #include "firmware/cli.h"
 
 static const char usage[] =

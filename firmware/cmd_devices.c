@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "core/vk.h"
+#include "core/vk/vk.h"
 #include "firmware/cli.h"
 
 static const char usage[] =

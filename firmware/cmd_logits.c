@@ -7,9 +7,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/model.h"
-#include "core/engine.h"
-#include "core/forward.h"
+#include "core/gpu/engine.h"
+#include "core/gpu/forward.h"
+#include "core/model/model.h"
 #include "firmware/cli.h"
 
 static const char usage[] =

@@ -17,11 +17,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/engine.h"
-#include "core/model.h"
-#include "core/quantize.h"
-#include "core/sample.h"
-#include "core/tokenizer.h"
+#include "core/gpu/engine.h"
+#include "core/model/model.h"
+#include "core/model/quantize.h"
+#include "core/run/sample.h"
+#include "core/text/tokenizer.h"
 #include "firmware/cli.h"
 #include "firmware/ppl.h"
 

@@ -1,6 +1,6 @@
 /* cmd_quantize.c — `ember quantize IN.gguf OUT.gguf TYPE`: convert an F32,
  * F16 or BF16 model (or a quantized one, with a warning) to Q8_0, Q6_K,
- * Q5_K_M, Q4_K_M or Q4_0 on the box (core/quantize.h does the work).
+ * Q5_K_M, Q4_K_M or Q4_0 on the box (core/model/quantize.h does the work).
  *
  * The output is written to OUT.tmp.<pid>, flushed to disk and renamed over
  * OUT only when complete: an interrupted or failed run never leaves a broken
@@ -15,8 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/gguf.h"
-#include "core/quantize.h"
+#include "core/model/gguf.h"
+#include "core/model/quantize.h"
 #include "firmware/cli.h"
 
 static const char usage[] =

@@ -8,14 +8,14 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/engine.h"
-#include "core/forward.h"
+#include "core/gpu/engine.h"
+#include "core/gpu/forward.h"
+#include "core/grammar/grammar.h"
+#include "core/grammar/json_schema.h"
 #include "core/grow.h"
-#include "core/model.h"
-#include "core/grammar.h"
-#include "core/json_schema.h"
-#include "core/sample.h"
-#include "core/tokenizer.h"
+#include "core/model/model.h"
+#include "core/run/sample.h"
+#include "core/text/tokenizer.h"
 #include "firmware/cli.h"
 
 static const char usage[] =

@@ -1,5 +1,5 @@
 /* cmd_selftest.c — `ember selftest`: the known-answer check `ember serve`
- * runs at boot (core/selftest.h), on its own: the model's forward pass on
+ * runs at boot (core/gpu/selftest.h), on its own: the model's forward pass on
  * the Vulkan device against the CPU reference, stage by stage, printed as a
  * table (or one JSON object); exit 0 when every stage passes, 1 when one
  * does not (naming it, the device and the figures), 2 for bad input. */
@@ -9,12 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/forward.h"
-#include "core/kparams.h"
-#include "core/model.h"
-#include "core/selftest.h"
-#include "core/tokenizer.h"
-#include "core/vk.h"
+#include "core/gpu/forward.h"
+#include "core/gpu/selftest.h"
+#include "core/model/model.h"
+#include "core/run/kv.h"
+#include "core/text/tokenizer.h"
+#include "core/vk/vk.h"
 #include "firmware/cli.h"
 #include "web/web.h"
 
@@ -75,7 +75,7 @@ int em_cmd_selftest(int argc, char **argv)
     }
     const em_vk_dev_info *di = em_vk_info(vk);
     if (as_json) {
-        json_t *j = em_web_selftest_json(&rep);
+        json_t *j = em_selftest_json(&rep);
         json_object_set_new(j, "device", json_sprintf("%s (%s)", di->name, di->type_name));
         json_object_set_new(j, "variant", json_string(em_fwd_variant(fwd)));
         json_object_set_new(j, "kv_type", json_string(em_fwd_kv_type_name(kv_type)));

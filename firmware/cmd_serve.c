@@ -5,7 +5,7 @@
  * bounds the wait), a second stops at once; SIGHUP reloads the --config
  * file's keys a running server can change (firmware/config.h). Refuses to
  * listen beyond loopback while the database holds no API key, and to serve
- * at all when the boot self-test (core/selftest.h) finds the device's
+ * at all when the boot self-test (core/gpu/selftest.h) finds the device's
  * kernels wrong. */
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -16,13 +16,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/forward.h"
-#include "core/kparams.h"
+#include "core/gpu/forward.h"
+#include "core/gpu/selftest.h"
 #include "core/log.h"
-#include "core/model.h"
-#include "core/selftest.h"
-#include "core/tokenizer.h"
-#include "core/vk.h"
+#include "core/model/model.h"
+#include "core/run/kv.h"
+#include "core/text/tokenizer.h"
+#include "core/vk/vk.h"
 #include "firmware/boot.h"
 #include "firmware/cli.h"
 #include "firmware/config.h"

@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/chat_tmpl.h"
-#include "core/gguf.h"
-#include "core/tokenizer.h"
+#include "core/model/gguf.h"
+#include "core/text/tokenizer.h"
+#include "core/tmpl/chat_tmpl.h"
 #include "firmware/cli.h"
 
 static const char usage[] =

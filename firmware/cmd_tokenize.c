@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/gguf.h"
-#include "core/tokenizer.h"
+#include "core/model/gguf.h"
+#include "core/text/tokenizer.h"
 #include "firmware/cli.h"
 
 static const char usage[] =

@@ -4,7 +4,7 @@
  * scratch and overhead ember's own allocation needs, and how many sequences
  * of a context fit in a memory — the selected Vulkan device's largest
  * device-local heap, or --mem-gb — with the largest context at which
- * --users sequences fit. Every figure comes from core/fwd_plan.c, the plan
+ * --users sequences fit. Every figure comes from core/gpu/fwd_plan.c, the plan
  * em_fwd_create and `ember serve` size their buffers and KV pool with.
  * Exit 0 when the plan fits, 1 when it does not (the numbers say why), 2
  * for bad input. */
@@ -15,10 +15,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/forward.h"
-#include "core/kparams.h"
-#include "core/model.h"
-#include "core/vk.h"
+#include "core/gpu/forward.h"
+#include "core/gpu/fwd_plan.h"
+#include "core/gpu/variants.h"
+#include "core/model/model.h"
+#include "core/run/kv.h"
+#include "core/vk/vk.h"
 #include "firmware/cli.h"
 
 static const char usage[] =

@@ -20,8 +20,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "firmware/ppl.h"
 #include "core/grow.h"
+#include "firmware/ppl.h"
 
 static const char base_magic[8] = { 'E', 'M', 'B', 'A', 'S', 'E', 'L', 'P' };
 enum { BASE_VERSION = 1, BASE_HEADER = 32 };

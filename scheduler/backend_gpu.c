@@ -1,12 +1,12 @@
 /* backend_gpu.c — the scheduler's backend over the GPU forward pass
- * (core/forward.c): a step is em_fwd_step_top (tokens chosen from what the
+ * (core/gpu/forward.c): a step is em_fwd_step_top (tokens chosen from what the
  * device summarises of each row; em_fwd_step where asked for whole rows),
  * copy on write is em_fwd_copy_blocks. EMBER_TEST_HANG_STEP=N (tests only) makes the N-th
  * step hang for good, a stuck device for the watchdog's test. */
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "core/forward.h"
+#include "core/gpu/forward.h"
 #include "scheduler/scheduler.h"
 
 typedef struct {

@@ -6,71 +6,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/kparams.h"
 #include "core/log.h"
+#include "core/run/kv.h"
 #include "scheduler/sched_int.h"
 
-#define RATE_WINDOW 64   /* steps in the tokens/s window */
 #define IDLE_BEAT_S 0.5  /* an idle thread wakes this often to show it lives (em_sched_heartbeat_us) */
-
-struct em_sched {
-    em_sched_opts       o;
-    em_sched_backend    be;
-    const em_tokenizer *tok;
-    em_kv              *kv;
-
-    pthread_t           th;
-    int                 started;
-    pthread_mutex_t     mu;          /* waiting queues, counters, stats, stop */
-    pthread_cond_t      cv;          /* work arrived */
-    pthread_cond_t      idle_cv;     /* nothing queued or running */
-    int                 stop;
-    int                 idle;        /* the thread found nothing to do and waits */
-    atomic_llong        beat_us;     /* the thread's last sign of life, monotonic microseconds */
-    uint64_t            next_order;
-    em_request         *waitq[EM_CLASS_COUNT];   /* by submit order */
-    uint32_t            n_waiting[EM_CLASS_COUNT];
-    uint32_t            n_running[EM_CLASS_COUNT];
-    em_request         *running;     /* scheduler thread only; interactive first, then by order */
-
-    /* one step's batch (scheduler thread only) */
-    int32_t            *b_tok, *b_pos, *b_seq, *b_rows;
-    uint8_t            *b_dec;
-    const int32_t     **b_tables;
-    em_request        **b_req;       /* [max_tokens]: request of each row of the batch */
-    uint32_t           *b_cnt;       /* [max_tokens]: tokens of that request in the batch */
-    em_kv_copy         *copies;
-    uint32_t            max_copies;
-    float              *logits;
-    uint32_t           *allow;       /* [max_logits][(n_vocab + 31) / 32]: constrained rows' tokens */
-    em_sample_steer    *steer;       /* [max_logits]: each row's steering (step_top) */
-    em_sample_top      *top;         /* [max_logits]: what the device made of each row */
-    em_sample_adj      *adj;         /* [be.max_adj]: the rows' adjustments, one after another */
-    int                 on_device;   /* this step chooses from the device's summaries */
-    uint64_t            spec_drafted, spec_accepted;   /* speculation, all requests */
-
-    /* the draft model (em_sched_opts.draft; has_draft 0: none, or turned
-     * off after a failed draft step) and one draft step's batch */
-    em_sched_backend    dbe;
-    int                 has_draft;
-    int                 draft_down;  /* the device failed: no drafts until the draft is rebuilt */
-    em_kv              *dkv;
-    int32_t            *d_tok, *d_pos, *d_seq, *d_rows;
-    uint8_t            *d_dec;
-    const int32_t     **d_tables;
-    em_kv_copy         *d_copies;
-    uint32_t            d_max_copies;
-    float              *d_logits;
-    int32_t            *eog;         /* the vocabulary's end-of-generation ids */
-    uint32_t            n_eog;
-
-    em_sched_stats      st;
-    double              recover_after;   /* st.device_down: no new rebuild before this (monotonic s) */
-    double              win_t[RATE_WINDOW], win_busy[RATE_WINDOW];
-    uint32_t            win_tok[RATE_WINDOW], win_rows[RATE_WINDOW], win_i;
-    int                 bg_dec_held;   /* the last step held background decodes back (plan_and_run) */
-    double              t_created;   /* monotonic seconds: the rate window starts no earlier */
-};
 
 void em_sched_opts_init(em_sched_opts *o)
 {
@@ -124,7 +64,7 @@ static void release_slot(em_sched *s, em_request *r)
 
 /* A running request ends: blocks released, DONE sent, the scheduler's
  * reference dropped. */
-static void finish_running(em_sched *s, em_request *r, em_finish f, const char *error)
+void sched_finish_running(em_sched *s, em_request *r, em_finish f, const char *error)
 {
     release_slot(s, r);
     list_remove(&s->running, r);
@@ -193,221 +133,6 @@ static int reserve(em_sched *s, em_request *r, uint32_t from, uint32_t to, uint3
 }
 
 /* ---- planning ---------------------------------------------------------------------- */
-
-/* How many tokens r may draft this step: its adaptive length within the
- * context and max_tokens (the step's room is settled when it is planned). */
-static uint32_t draft_len(const em_sched *s, const em_request *r)
-{
-    uint32_t k = r->spec_k ? r->spec_k : 1;
-    if (r->n_done + 1 + k > s->be.max_ctx)
-        k = s->be.max_ctx > r->n_done + 1 ? s->be.max_ctx - r->n_done - 1 : 0;
-    if (r->max_tokens && r->n_gen + 1 + k > r->max_tokens)
-        k = r->max_tokens > r->n_gen + 1 ? r->max_tokens - r->n_gen - 1 : 0;
-    return k < EM_SCHED_MAX_DRAFT ? k : EM_SCHED_MAX_DRAFT;
-}
-
-/* Draft tokens for a decoding sequence that speculates (prompt lookup),
- * within the step's room (rows, logit rows, context, max_tokens) left
- * after the dec_left decodes still to place (this one's included): pushed
- * onto its tokens, r->n_draft of them. Not while many sequences decode
- * (the batch is compute-bound already: drafts would only add work). */
-static int drafts(em_sched *s, em_request *r, uint32_t room, uint32_t L, uint32_t dec_left)
-{
-    if (s->n_running[0] + s->n_running[1] > EM_SCHED_SPEC_MAX_SEQS)
-        return 0;
-    uint32_t k = draft_len(s, r);   /* within the context and max_tokens */
-    if (room < dec_left + k)   /* the other decodes first: drafts never crowd them out */
-        k = room > dec_left ? room - dec_left : 0;
-    if (L + dec_left + k > s->be.max_logits)
-        k = s->be.max_logits > L + dec_left ? s->be.max_logits - L - dec_left : 0;
-    int32_t d[EM_SCHED_MAX_DRAFT];
-    uint32_t n = 0;
-    if (!r->spec_draft) {
-        n = k ? em_prompt_lookup(r->toks, r->n_toks, k, d) : 0;
-    } else if (r->d_n && r->d_base == r->n_toks) {   /* what the draft phase proposed for this position */
-        n = r->d_n < k ? r->d_n : k;
-        memcpy(d, r->dtok, n * sizeof *d);
-    }
-    for (uint32_t i = 0; i < n; i++)
-        if (em_req_push_token(r, d[i])) {
-            r->n_toks -= i;
-            return 0;
-        }
-    r->n_draft = n;
-    return n > 0;
-}
-
-/* ---- draft-model speculation ---------------------------------------------------------- */
-
-/* After a step: keep of the draft's K/V what still matches r's tokens (its
- * positions up to d_base, and the proposals it fed that were accepted). */
-static void draft_settle(em_sched *s, em_request *r)
-{
-    if (r->d_slot < 0 || !r->d_n)
-        return;
-    uint32_t m = 0;
-    while (m + 1 < r->d_n && r->d_base + m < r->n_toks && r->toks[r->d_base + m] == r->dtok[m])
-        m++;
-    r->d_done = r->d_base + m;
-    r->d_n = 0;
-    em_kv_seq_commit(s->dkv, r->d_slot, r->toks, r->d_done);
-    em_kv_seq_truncate(s->dkv, r->d_slot, r->d_done);
-}
-
-/* A draft step failed: no more drafting (the target goes on without). */
-static void draft_off(em_sched *s, const em_err *err)
-{
-    em_log(EM_LOG_ERROR, NULL, "scheduler: the draft model failed (%s): speculation with it is off",
-           err->msg[0] ? err->msg : "draft step failed");
-    s->has_draft = 0;
-    for (em_request *r = s->running; r; r = r->next) {
-        if (r->d_slot >= 0)
-            em_kv_seq_close(s->dkv, r->d_slot);
-        r->d_slot = -1;
-        r->d_done = r->d_n = 0;
-        r->spec_draft = 0;
-        r->spec_max = 0;
-    }
-}
-
-/* One draft step over the n_rows rows in d_*; 0 or the error (drafting then off). */
-static int draft_step(em_sched *s, uint32_t T, uint32_t L, uint32_t n_copies)
-{
-    em_err err = { 0 };
-    int rc = n_copies ? s->dbe.copy(s->dbe.ctx, s->d_copies, n_copies, &err) : 0;
-    if (!rc) {
-        em_sched_batch b = { T, s->d_tok, s->d_pos, s->d_seq, L, s->d_rows, s->d_tables, s->d_dec };
-        rc = s->dbe.step(s->dbe.ctx, &b, s->d_logits, &err);
-    }
-    if (rc)
-        draft_off(s, &err);
-    return rc;
-}
-
-
-/* Before the step is planned: every decoding sequence that speculates with
- * the draft model catches the draft up on its tokens (the whole prompt the
- * first time, in chunks as the draft's step allows; cached prefixes are
- * shared) and, caught up, has it propose up to draft_len tokens, each drawn
- * from the draft's distribution (kept in r->q for the target's check): one
- * batched draft step per proposed token. Not while many sequences run. */
-static void draft_phase(em_sched *s)
-{
-    struct { em_request *r; uint32_t c, k; int full; } e[EM_SCHED_SPEC_MAX_SEQS];
-    uint32_t n = 0, T = 0, L = 0, n_copies = 0, V = s->be.n_vocab;
-    if (!s->has_draft || s->draft_down)
-        return;
-    for (em_request *r = s->running; r; r = r->next) {
-        draft_settle(s, r);
-        if (r->d_slot >= 0 && !r->spec_max) {   /* stopped drafting: its blocks go back */
-            em_kv_seq_close(s->dkv, r->d_slot);
-            r->d_slot = -1;
-            r->d_done = 0;
-        }
-    }
-    if (s->n_running[0] + s->n_running[1] > EM_SCHED_SPEC_MAX_SEQS)
-        return;
-    for (em_request *r = s->running; r && n < EM_SCHED_SPEC_MAX_SEQS && T < s->dbe.max_tokens; r = r->next) {
-        if (r->state != R_RUNNING || !r->spec_draft || !r->spec_max || r->n_toks - r->n_done != 1)
-            continue;
-        uint32_t k = draft_len(s, r);
-        if (!k)
-            continue;
-        if (!r->q && !(r->q = malloc((size_t)r->spec_max * V * sizeof *r->q)))
-            continue;
-        if (r->d_slot < 0) {
-            if (em_kv_seq_open(s->dkv, &r->d_slot, NULL))
-                continue;
-            r->d_done = em_kv_seq_match(s->dkv, r->d_slot, r->toks, r->n_toks);
-        }
-        uint32_t need = r->n_toks - r->d_done, room = s->dbe.max_tokens - T;
-        uint32_t c = need < room ? need : room;
-        int full = c == need && L < s->dbe.max_logits;
-        if (!full && c == need)
-            c--;   /* no logit row left: catch up all but the last */
-        if (!c)
-            continue;
-        uint32_t end = full ? r->n_toks + k - 1 : r->d_done + c;
-        int rc;
-        while ((rc = em_kv_seq_reserve(s->dkv, r->d_slot, r->d_done, end, s->d_copies, s->d_max_copies, &n_copies,
-                                       NULL)) == EM_EBUSY) {
-            /* the draft's pool is full: take the blocks of a sequence not drafting this step */
-            em_request *v = NULL;
-            for (em_request *o = s->running; o && !v; o = o->next) {
-                int drafting = o == r;
-                for (uint32_t i = 0; i < n && !drafting; i++)
-                    drafting = e[i].r == o;
-                if (o->d_slot >= 0 && !drafting)
-                    v = o;
-            }
-            if (!v)
-                break;
-            em_kv_seq_close(s->dkv, v->d_slot);
-            v->d_slot = -1;
-            v->d_done = v->d_n = 0;
-        }
-        if (rc)
-            continue;   /* no room in the draft's pool: no drafts for r this step */
-        for (uint32_t i = 0; i < c; i++) {
-            uint32_t p = r->d_done + i;
-            s->d_tok[T] = r->toks[p];
-            s->d_pos[T] = (int32_t)p;
-            s->d_seq[T] = r->d_slot;
-            s->d_dec[T] = c == 1 && p >= r->n_prompt;
-            if (full && i + 1 == c)
-                s->d_rows[L++] = (int32_t)T;
-            T++;
-        }
-        s->d_tables[r->d_slot] = em_kv_seq_table(s->dkv, r->d_slot);
-        e[n].r = r;
-        e[n].c = c;
-        e[n].k = k;
-        e[n].full = full;
-        n++;
-    }
-    if (!T || draft_step(s, T, L, n_copies))
-        return;
-    uint32_t li = 0, rounds = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        em_request *r = e[i].r;
-        r->d_done += e[i].c;
-        em_kv_seq_commit(s->dkv, r->d_slot, r->toks, r->d_done);
-        if (!e[i].full)
-            continue;
-        em_sampler_dist(r->dsampler, s->d_logits + (size_t)li++ * V, 0, r->q);
-        r->dtok[0] = em_sampler_draw_dist(r->dsampler, r->q);
-        r->d_base = r->n_toks;
-        r->d_n = 1;
-        rounds = e[i].k > rounds ? e[i].k : rounds;
-    }
-    /* each further round feeds every sequence's newest proposal */
-    for (uint32_t j = 1; j < rounds; j++) {
-        T = L = 0;
-        for (uint32_t i = 0; i < n; i++) {
-            em_request *r = e[i].r;
-            if (!e[i].full || e[i].k <= j)
-                continue;
-            s->d_tok[T] = r->dtok[j - 1];
-            s->d_pos[T] = (int32_t)(r->d_base + j - 1);
-            s->d_seq[T] = r->d_slot;
-            s->d_dec[T] = 1;
-            s->d_rows[L++] = (int32_t)T;
-            T++;
-        }
-        if (draft_step(s, T, L, 0))
-            return;
-        li = 0;
-        for (uint32_t i = 0; i < n; i++) {
-            em_request *r = e[i].r;
-            if (!e[i].full || e[i].k <= j)
-                continue;
-            float *q = r->q + (size_t)j * V;
-            em_sampler_dist(r->dsampler, s->d_logits + (size_t)li++ * V, 0, q);
-            r->dtok[j] = em_sampler_draw_dist(r->dsampler, q);
-            r->d_n = j + 1;
-        }
-    }
-}
 
 /* Add tokens [r->n_done, r->n_done + c) of r to the batch. */
 static void add_rows(em_sched *s, em_request *r, uint32_t c, uint32_t *T, uint32_t *L)
@@ -502,7 +227,7 @@ static void reap_cancelled(em_sched *s)
     for (em_request *r = s->running, *next; r; r = next) {
         next = r->next;
         if (atomic_load(&r->cancel))
-            finish_running(s, r, EM_FINISH_CANCELLED, NULL);
+            sched_finish_running(s, r, EM_FINISH_CANCELLED, NULL);
     }
     for (int c = 0; c < EM_CLASS_COUNT; c++) {
         for (;;) {
@@ -606,86 +331,33 @@ static void steer_rows(em_sched *s, uint32_t T, uint32_t L)
  * (end of text, a stop token), or take it — the sampler's record, the
  * constraint, the text and its stop strings — and end r where it is done.
  * Returns 1 when r finished. */
-static int emit_one(em_sched *s, em_request *r, int32_t id, const em_sample_lp *lp, double now)
+int sched_emit_one(em_sched *s, em_request *r, int32_t id, const em_sample_lp *lp, double now)
 {
     if ((!r->ignore_eog && em_tokenizer_is_eog(s->tok, id)) || is_stop_token(r, id)) {
-        finish_running(s, r, EM_FINISH_STOP, NULL);
+        sched_finish_running(s, r, EM_FINISH_STOP, NULL);
         return 1;
     }
     if (em_req_push_token(r, id) || em_sampler_accept(r->sampler, id, 1)) {
-        finish_running(s, r, EM_FINISH_ERROR, "out of memory");
+        sched_finish_running(s, r, EM_FINISH_ERROR, "out of memory");
         return 1;
     }
     em_err cerr = { 0 };
     if (r->con.ctx && r->con.accept(r->con.ctx, id, &cerr)) {
-        finish_running(s, r, EM_FINISH_ERROR, cerr.msg);
+        sched_finish_running(s, r, EM_FINISH_ERROR, cerr.msg);
         return 1;
     }
     int stopped = em_req_emit_token(r, s->tok, id, lp, now);
     if (!stopped && r->con.ctx && r->con.done(r->con.ctx))
         stopped = 1;   /* the constraint is complete: nothing more may follow */
     if (stopped) {
-        finish_running(s, r, EM_FINISH_STOP, NULL);
+        sched_finish_running(s, r, EM_FINISH_STOP, NULL);
         return 1;
     }
     if ((r->max_tokens && r->n_gen >= r->max_tokens) || r->n_toks >= s->be.max_ctx) {
-        finish_running(s, r, EM_FINISH_LENGTH, NULL);
+        sched_finish_running(s, r, EM_FINISH_LENGTH, NULL);
         return 1;
     }
     return 0;
-}
-
-/* A speculating sequence's step: its last token and n drafted ones went
- * through the model together (rows li0 .. li0 + n). Each draft is checked
- * against the row before it (em_sampler_verify: the target's distribution
- * exactly); the accepted ones and the first correction — or, all accepted,
- * a token from the last row — are emitted, the rest rolled back (their
- * positions' K/V is overwritten later; whole blocks past them go back). */
-static void spec_advance(em_sched *s, em_request *r, uint32_t li0, double now, uint32_t *gen)
-{
-    uint32_t n = r->n_draft, base = r->n_done;
-    int32_t drafts[EM_SCHED_MAX_DRAFT];
-    memcpy(drafts, r->toks + base + 1, n * sizeof *drafts);
-    r->n_toks = base + 1;   /* the drafts leave; what is accepted comes back as emitted */
-    r->n_draft = 0;
-    r->n_done = base + 1;
-    em_kv_seq_commit(s->kv, r->slot, r->toks, r->n_done);
-    uint32_t acc = 0;
-    for (uint32_t j = 0; j <= n; j++) {
-        const float *row = s->on_device ? s->be.row(s->be.ctx, li0 + j)
-                                        : s->logits + (size_t)(li0 + j) * s->be.n_vocab;
-        int ok = 0;
-        int32_t id = j < n && r->spec_draft
-                         ? em_sampler_verify_dist(r->sampler, row, s->on_device, drafts[j],
-                                                  r->q + (size_t)j * s->be.n_vocab, &ok)
-                   : j < n ? em_sampler_verify(r->sampler, row, s->on_device, drafts[j], &ok)
-                   : s->on_device ? em_sampler_sample_steered(r->sampler, row, 0, NULL)
-                                  : em_sampler_sample_lp(r->sampler, row, NULL, 0, NULL);
-        (*gen)++;
-        r->n_done = base + 1 + j;   /* the K/V of the last token and the drafts taken so far */
-        acc += ok;
-        if (j == n || !ok) {   /* the last token of this step: counted before r may go */
-            s->spec_drafted += n;
-            s->spec_accepted += acc;
-        }
-        if (id < 0) {
-            finish_running(s, r, EM_FINISH_ERROR, "out of memory");
-            return;
-        }
-        if (emit_one(s, r, id, NULL, now))
-            return;   /* finished: r may be gone */
-        if (!ok)
-            break;
-    }
-    em_kv_seq_commit(s->kv, r->slot, r->toks, r->n_done);
-    em_kv_seq_truncate(s->kv, r->slot, r->n_done);
-    /* the next draft's length follows how this one went; a sequence whose
-     * drafts keep failing stops drafting */
-    r->spec_k = acc == n ? (r->spec_k < r->spec_max ? r->spec_k + 1 : r->spec_max) : acc + 1;
-    r->spec_drafted += n;
-    r->spec_accepted += acc;
-    if (r->spec_drafted >= 24 && r->spec_accepted * 4 < r->spec_drafted)
-        r->spec_max = 0;
 }
 
 /* After the step: advance every request in the batch, sample where it
@@ -702,7 +374,7 @@ static void advance(em_sched *s, uint32_t T, uint32_t L, double now)
         if (r->n_draft) {
             while (li < L && (uint32_t)s->b_rows[li] < i)
                 li++;
-            spec_advance(s, r, li, now, &gen);
+            sched_spec_advance(s, r, li, now, &gen);
             continue;
         }
         r->n_done += c;
@@ -717,7 +389,7 @@ static void advance(em_sched *s, uint32_t T, uint32_t L, double now)
         const float *lg = s->logits + (size_t)li * s->be.n_vocab;
         em_sample_lp lp, *lpp = r->logprobs ? &lp : NULL;
         if (r->con_fail) {
-            finish_running(s, r, EM_FINISH_ERROR, r->con_why);
+            sched_finish_running(s, r, EM_FINISH_ERROR, r->con_why);
             continue;
         }
         int32_t id;
@@ -734,11 +406,11 @@ static void advance(em_sched *s, uint32_t T, uint32_t L, double now)
             id = em_sampler_sample_lp(r->sampler, lg, allow, r->top_logprobs, lpp);
         }
         if (id < 0) {
-            finish_running(s, r, EM_FINISH_ERROR, "out of memory");
+            sched_finish_running(s, r, EM_FINISH_ERROR, "out of memory");
             continue;
         }
         gen++;
-        emit_one(s, r, id, lpp, now);
+        sched_emit_one(s, r, id, lpp, now);
     }
     pthread_mutex_lock(&s->mu);
     s->st.tokens_generated += gen;
@@ -752,7 +424,7 @@ static void advance(em_sched *s, uint32_t T, uint32_t L, double now)
 }
 
 /* Every waiting request finishes with f (and error). */
-static void finish_waiting(em_sched *s, em_finish f, const char *error)
+void sched_finish_waiting(em_sched *s, em_finish f, const char *error)
 {
     for (int c = 0; c < EM_CLASS_COUNT; c++) {
         for (;;) {
@@ -772,81 +444,13 @@ static void finish_waiting(em_sched *s, em_finish f, const char *error)
 }
 
 /* Fail every running request (device error): their blocks are freed. */
-static void fail_all(em_sched *s, const char *msg)
+void sched_fail_all(em_sched *s, const char *msg)
 {
     while (s->running)
-        finish_running(s, s->running, EM_FINISH_ERROR, msg);
+        sched_finish_running(s, s->running, EM_FINISH_ERROR, msg);
 }
 
 static void plan_and_run(em_sched *s);
-
-/* Have the backend rebuild the device, and forget the prefix cache, whose
- * blocks held what the old device computed: 0 when it did (serving again);
- * otherwise the device is down — every request fails at once with why,
- * /healthz says so — until the next try, EM_SCHED_RECOVER_S on (made by
- * the next step or the idle loop, whichever comes first). */
-static int rebuild_device(em_sched *s)
-{
-    em_err err = { 0 };
-    double t0 = em_sched_now();
-    if (s->be.recover(s->be.ctx, &err)) {
-        s->recover_after = em_sched_now() + EM_SCHED_RECOVER_S;
-        pthread_mutex_lock(&s->mu);
-        s->st.device_down = 1;
-        snprintf(s->st.device_error, sizeof s->st.device_error, "%s", err.msg[0] ? err.msg : "device error");
-        pthread_mutex_unlock(&s->mu);
-        em_log(EM_LOG_ERROR, NULL, "scheduler: the device could not be rebuilt: %s (trying again in %.0f s)",
-               err.msg, EM_SCHED_RECOVER_S);
-        return -1;
-    }
-    em_kv_drop_cached(s->kv);
-    if (s->draft_down) {
-        em_err derr = { 0 };
-        if (s->dbe.recover && s->dbe.recover(s->dbe.ctx, &derr) == 0) {
-            em_kv_drop_cached(s->dkv);
-            s->draft_down = 0;
-        } else {
-            if (!s->dbe.recover)
-                em_err_set(&derr, EM_EDEVICE, "it cannot be rebuilt");
-            draft_off(s, &derr);
-        }
-    }
-    pthread_mutex_lock(&s->mu);
-    s->st.device_resets++;
-    s->st.device_down = 0;
-    s->st.device_error[0] = 0;
-    pthread_mutex_unlock(&s->mu);
-    em_log(EM_LOG_WARN, NULL, "scheduler: the device is rebuilt and checked (%.0f ms): serving again",
-           (em_sched_now() - t0) * 1e3);
-    return 0;
-}
-
-/* A step failed on the device (counted) and its requests have the error:
- * rebuild it. */
-static void recover_device(em_sched *s, const em_err *why)
-{
-    /* a draft model on the same device is gone with it: no drafts until it
-     * is rebuilt too */
-    s->draft_down = s->has_draft;
-    if (!s->be.recover)
-        return;
-    em_log(EM_LOG_ERROR, NULL, "scheduler: the device failed (%s): the requests running got the error; "
-           "rebuilding the device", why->msg[0] ? why->msg : "device error");
-    rebuild_device(s);
-}
-
-/* While the device is down: every request, running or waiting, fails with
- * why it cannot run. */
-static void fail_down(em_sched *s)
-{
-    char msg[sizeof s->st.device_error + 128];
-    pthread_mutex_lock(&s->mu);
-    snprintf(msg, sizeof msg, "the device is down: it failed and could not be rebuilt (%s); ember tries again "
-             "every %.0f s", s->st.device_error, EM_SCHED_RECOVER_S);
-    pthread_mutex_unlock(&s->mu);
-    fail_all(s, msg);
-    finish_waiting(s, EM_FINISH_ERROR, msg);
-}
 
 /* One step, then the KV counters for em_sched_get_stats. */
 static void step_once(em_sched *s)
@@ -910,176 +514,208 @@ static uint32_t rows_within(const em_sched *s, double ms)
     return rows <= 0 ? 0 : rows >= (double)UINT32_MAX ? UINT32_MAX : (uint32_t)rows;
 }
 
-static void plan_and_run(em_sched *s)
+/* One step's plan as it fills: the token budget, the batch's rows and
+ * logit rows so far, the block copies it needs, and the class rules'
+ * state (see plan_limits). */
+typedef struct {
+    uint32_t budget, T, L, n_copies;
+    uint32_t bg_rows;    /* background prompt rows still allowed (UINT32_MAX: no bound) */
+    uint32_t dec_left;   /* decodes not yet placed (speculation leaves them room) */
+    int      ia_prompt;  /* an interactive prompt is in the step */
+    int      hold_bg_dec;/* background decodes sit this step out */
+} plan;
+
+/* Background prompt work is what makes a step long, and an interactive
+ * request arriving meanwhile waits for that step: background prompt rows
+ * stop while an interactive prompt is in the step, and otherwise fill a
+ * step only to about bg_step_ms (at least one block's worth, so they always
+ * progress). Background decodes run in every step but one that carries an
+ * interactive prompt where, by the measured cost per row (step_fit), they
+ * would make the step half as long again: on a compute-bound device an
+ * arriving chat's first token then costs its own prefill, not the batch's
+ * decodes too; on one where rows are nearly free they stay. Never two steps
+ * in a row, so background decoding keeps at least half its pace under any
+ * chat load. Called as the background class's turn begins. */
+static void plan_limits(em_sched *s, plan *p, uint32_t n_snap)
 {
-    double t0 = em_sched_now();
-    reap_cancelled(s);
-    /* st.device_down is written on this thread only: read here without mu */
-    if (s->st.device_down && (t0 < s->recover_after || rebuild_device(s))) {
-        fail_down(s);
-        return;
+    if (s->o.bg_step_ms > 0) {
+        uint32_t fit = rows_within(s, s->o.bg_step_ms);
+        p->bg_rows = p->ia_prompt ? 0 : fit > p->T + EM_KV_BLOCK ? fit - p->T : EM_KV_BLOCK;
     }
-    draft_phase(s);
-    uint32_t budget = s->o.step_tokens, T = 0, L = 0, n_copies = 0;
-
-    /* Interactive work first, then background: for each class its running
-     * decodes (every one keeps going), its running prompt chunks, then its
-     * admissions. Background rows are placed last, so an interactive request
-     * can still preempt any background sequence this step. A background
-     * request that has waited past the aging bound is admitted in the
-     * interactive phase. */
-    em_request *snap[1024];
-    uint32_t n_snap = 0;
-    for (em_request *r = s->running; r && n_snap < 1024; r = r->next)
-        snap[n_snap++] = r;
-    /* Background prompt work is what makes a step long, and an interactive
-     * request arriving meanwhile waits for that step: background prompt
-     * rows stop while an interactive prompt is in the step, and otherwise
-     * fill a step only to about bg_step_ms (at least one block's worth, so
-     * they always progress). Background decodes run in every step but one
-     * that carries an interactive prompt where, by the measured cost per
-     * row (step_fit), they would make the step half as long again: on a
-     * compute-bound device an arriving chat's first token then costs its
-     * own prefill, not the batch's decodes too; on one where rows are
-     * nearly free they stay. Never two steps in a row, so background
-     * decoding keeps at least half its pace under any chat load. */
-    int ia_prompt = 0, hold_bg_dec = 0;
-    uint32_t bg_rows = UINT32_MAX, dec_left = 0;   /* decodes not yet placed (speculation leaves them room) */
+    double a, b;
+    uint32_t n_dec = 0;
     for (uint32_t k = 0; k < n_snap; k++)
-        dec_left += snap[k]->state == R_RUNNING && snap[k]->n_toks - snap[k]->n_done == 1;
-    for (int cls = 0; cls < EM_CLASS_COUNT; cls++) {
-        if (cls == EM_CLASS_BACKGROUND && s->o.bg_step_ms > 0) {
-            uint32_t fit = rows_within(s, s->o.bg_step_ms);
-            bg_rows = ia_prompt ? 0 : fit > T + EM_KV_BLOCK ? fit - T : EM_KV_BLOCK;
-        }
-        if (cls == EM_CLASS_BACKGROUND) {
-            double a, b;
-            uint32_t n_dec = 0;
-            for (uint32_t k = 0; k < n_snap; k++)
-                n_dec += snap[k]->state == R_RUNNING && snap[k]->cls == EM_CLASS_BACKGROUND &&
-                         snap[k]->n_toks - snap[k]->n_done == 1;
-            hold_bg_dec = ia_prompt && !s->bg_dec_held && n_dec && step_fit(s, &a, &b) == 1 &&
-                          b * n_dec > 0.5 * ((a > 0 ? a : 0) + b * T);
-            s->bg_dec_held = hold_bg_dec;
-        }
-        for (int pass = 0; pass < 2; pass++) {
-            for (uint32_t k = 0; k < n_snap && T < budget; k++) {
-                em_request *r = snap[k];
-                if (r->state != R_RUNNING || (int)r->cls != cls)   /* preempted earlier in this step */
-                    continue;
-                uint32_t pending = r->n_toks - r->n_done;
-                if ((pass == 0) != (pending == 1) || in_batch(s, T, r) || (pass == 0 && hold_bg_dec))
-                    continue;
-                uint32_t c = pending < budget - T ? pending : budget - T;
-                if (pass == 1 && cls == EM_CLASS_BACKGROUND) {
-                    if (!bg_rows)
-                        continue;
-                    c = c < bg_rows ? c : bg_rows;
-                }
-                if (L == s->be.max_logits && r->n_done + c == r->n_toks)
-                    continue;
-                if (pass == 0 && r->spec_max && drafts(s, r, budget - T, L, dec_left))
-                    c += r->n_draft;
-                if (reserve(s, r, r->n_done, r->n_done + c, T, &n_copies)) {
-                    if (!r->n_draft)
-                        continue;   /* waits a step; may be preempted if this persists */
-                    r->n_toks -= r->n_draft;   /* no room for the drafts: decode as usual */
-                    r->n_draft = 0;
-                    c = 1;
-                    if (reserve(s, r, r->n_done, r->n_done + c, T, &n_copies))
-                        continue;
-                }
-                add_rows(s, r, c, &T, &L);
-                dec_left -= pass == 0 && dec_left;
-                if (pass == 1 && cls == EM_CLASS_INTERACTIVE)
-                    ia_prompt = 1;
-                if (pass == 1 && cls == EM_CLASS_BACKGROUND && bg_rows != UINT32_MAX)
-                    bg_rows -= c;
-            }
-        }
-        while (T < budget && L < s->be.max_logits) {
-            pthread_mutex_lock(&s->mu);
-            em_request *r = next_waiting(s, t0);
-            int aged = r && r->cls == EM_CLASS_BACKGROUND && aged_out(s, r, t0);
-            pthread_mutex_unlock(&s->mu);
-            if (!r)
-                break;
-            /* the interactive phase admits interactive and aged background
-             * requests; an interactive request still waiting in the
-             * background phase could not get room, nor may anything behind it */
-            if (cls == EM_CLASS_INTERACTIVE ? (r->cls != EM_CLASS_INTERACTIVE && !aged)
-                                            : r->cls == EM_CLASS_INTERACTIVE)
-                break;
-            uint32_t room = budget - T, T_before = T;
-            if (cls == EM_CLASS_BACKGROUND && bg_rows < room)
-                room = bg_rows;
-            if (!room || admit(s, r, room, &T, &L, &n_copies, t0))
-                break;
-            if (r->cls == EM_CLASS_INTERACTIVE)
-                ia_prompt = 1;
-            if (cls == EM_CLASS_BACKGROUND && bg_rows != UINT32_MAX)
-                bg_rows -= T - T_before;
-        }
-    }
-    if (T == 0) {
-        /* nothing could run: every running sequence waits for blocks held by
-         * the others — recompute the newest later so the rest can go on — or
-         * a request alone cannot get the blocks it needs: it fails. */
-        em_request *newest = NULL;
-        for (em_request *r = s->running; r; r = r->next)
-            if (!newest || r->cls > newest->cls || (r->cls == newest->cls && r->order > newest->order))
-                newest = r;
-        if (newest && s->running->next) {
-            preempt(s, newest);
-        } else if (newest) {
-            finish_running(s, newest, EM_FINISH_ERROR, "the request does not fit the KV cache");
-        } else {
-            pthread_mutex_lock(&s->mu);
-            em_request *r = next_waiting(s, t0);
-            if (r) {
-                list_remove(&s->waitq[r->cls], r);
-                s->n_waiting[r->cls]--;
-            }
-            pthread_mutex_unlock(&s->mu);
-            if (r) {
-                em_req_finish(r, s->tok, EM_FINISH_ERROR, "the request does not fit the KV cache",
-                              em_sched_now());
-                em_req_unref(r);
-            }
-        }
-        return;
-    }
+        n_dec += s->snap[k]->state == R_RUNNING && s->snap[k]->cls == EM_CLASS_BACKGROUND &&
+                 s->snap[k]->n_toks - s->snap[k]->n_done == 1;
+    p->hold_bg_dec = p->ia_prompt && !s->bg_dec_held && n_dec && step_fit(s, &a, &b) == 1 &&
+                     b * n_dec > 0.5 * ((a > 0 ? a : 0) + b * p->T);
+    s->bg_dec_held = p->hold_bg_dec;
+}
 
+/* The running requests of class cls into the batch: their decodes (with
+ * drafts, when they speculate), then their prompt chunks. */
+static void plan_running(em_sched *s, plan *p, int cls, uint32_t n_snap)
+{
+    for (int pass = 0; pass < 2; pass++) {
+        for (uint32_t k = 0; k < n_snap && p->T < p->budget; k++) {
+            em_request *r = s->snap[k];
+            if (r->state != R_RUNNING || (int)r->cls != cls)   /* preempted earlier in this step */
+                continue;
+            uint32_t pending = r->n_toks - r->n_done;
+            if ((pass == 0) != (pending == 1) || in_batch(s, p->T, r) || (pass == 0 && p->hold_bg_dec))
+                continue;
+            uint32_t c = pending < p->budget - p->T ? pending : p->budget - p->T;
+            if (pass == 1 && cls == EM_CLASS_BACKGROUND) {
+                if (!p->bg_rows)
+                    continue;
+                c = c < p->bg_rows ? c : p->bg_rows;
+            }
+            if (p->L == s->be.max_logits && r->n_done + c == r->n_toks)
+                continue;
+            if (pass == 0 && r->spec_max && sched_drafts(s, r, p->budget - p->T, p->L, p->dec_left))
+                c += r->n_draft;
+            if (reserve(s, r, r->n_done, r->n_done + c, p->T, &p->n_copies)) {
+                if (!r->n_draft)
+                    continue;   /* waits a step; may be preempted if this persists */
+                r->n_toks -= r->n_draft;   /* no room for the drafts: decode as usual */
+                r->n_draft = 0;
+                c = 1;
+                if (reserve(s, r, r->n_done, r->n_done + c, p->T, &p->n_copies))
+                    continue;
+            }
+            add_rows(s, r, c, &p->T, &p->L);
+            p->dec_left -= pass == 0 && p->dec_left;
+            if (pass == 1 && cls == EM_CLASS_INTERACTIVE)
+                p->ia_prompt = 1;
+            if (pass == 1 && cls == EM_CLASS_BACKGROUND && p->bg_rows != UINT32_MAX)
+                p->bg_rows -= c;
+        }
+    }
+}
+
+/* Admissions in class cls's turn: the interactive turn admits interactive
+ * and aged background requests; an interactive request still waiting in the
+ * background turn could not get room, nor may anything behind it. */
+static void plan_admissions(em_sched *s, plan *p, int cls, double t0)
+{
+    while (p->T < p->budget && p->L < s->be.max_logits) {
+        pthread_mutex_lock(&s->mu);
+        em_request *r = next_waiting(s, t0);
+        int aged = r && r->cls == EM_CLASS_BACKGROUND && aged_out(s, r, t0);
+        pthread_mutex_unlock(&s->mu);
+        if (!r)
+            break;
+        if (cls == EM_CLASS_INTERACTIVE ? (r->cls != EM_CLASS_INTERACTIVE && !aged)
+                                        : r->cls == EM_CLASS_INTERACTIVE)
+            break;
+        uint32_t room = p->budget - p->T, T_before = p->T;
+        if (cls == EM_CLASS_BACKGROUND && p->bg_rows < room)
+            room = p->bg_rows;
+        if (!room || admit(s, r, room, &p->T, &p->L, &p->n_copies, t0))
+            break;
+        if (r->cls == EM_CLASS_INTERACTIVE)
+            p->ia_prompt = 1;
+        if (cls == EM_CLASS_BACKGROUND && p->bg_rows != UINT32_MAX)
+            p->bg_rows -= p->T - T_before;
+    }
+}
+
+/* Nothing could run: every running sequence waits for blocks held by the
+ * others — recompute the newest later so the rest can go on — or a request
+ * alone cannot get the blocks it needs: it fails. */
+static void unstick(em_sched *s, double t0)
+{
+    em_request *newest = NULL;
+    for (em_request *r = s->running; r; r = r->next)
+        if (!newest || r->cls > newest->cls || (r->cls == newest->cls && r->order > newest->order))
+            newest = r;
+    if (newest && s->running->next) {
+        preempt(s, newest);
+    } else if (newest) {
+        sched_finish_running(s, newest, EM_FINISH_ERROR, "the request does not fit the KV cache");
+    } else {
+        pthread_mutex_lock(&s->mu);
+        em_request *r = next_waiting(s, t0);
+        if (r) {
+            list_remove(&s->waitq[r->cls], r);
+            s->n_waiting[r->cls]--;
+        }
+        pthread_mutex_unlock(&s->mu);
+        if (r) {
+            em_req_finish(r, s->tok, EM_FINISH_ERROR, "the request does not fit the KV cache", em_sched_now());
+            em_req_unref(r);
+        }
+    }
+}
+
+/* The planned batch on the device, then every request advanced; a device
+ * failure fails the step's requests (counted first: whoever sees their
+ * error sees the count moved; web/batch.c runs such lines again) and
+ * rebuilds the device. */
+static void run_step(em_sched *s, const plan *p, double t0)
+{
     em_err err = { 0 };
-    int rc = n_copies ? s->be.copy(s->be.ctx, s->copies, n_copies, &err) : 0;
+    int rc = p->n_copies ? s->be.copy(s->be.ctx, s->copies, p->n_copies, &err) : 0;
     if (!rc) {
-        em_sched_batch b = { T, s->b_tok, s->b_pos, s->b_seq, L, s->b_rows, s->b_tables, s->b_dec };
-        steer_rows(s, T, L);
+        em_sched_batch b = { p->T, s->b_tok, s->b_pos, s->b_seq, p->L, s->b_rows, s->b_tables, s->b_dec };
+        steer_rows(s, p->T, p->L);
         rc = s->on_device ? s->be.step_top(s->be.ctx, &b, s->steer, s->top, &err)
                           : s->be.step(s->be.ctx, &b, s->logits, &err);
     }
     double t1 = em_sched_now();
     if (rc) {
-        if (rc == EM_EDEVICE) {   /* counted before its requests hear of it: whoever sees their error
-                                   * sees the count moved (web/batch.c runs such lines again) */
+        if (rc == EM_EDEVICE) {
             pthread_mutex_lock(&s->mu);
             s->st.device_failures++;
             pthread_mutex_unlock(&s->mu);
         }
-        fail_all(s, err.msg[0] ? err.msg : em_err_str(rc));
+        sched_fail_all(s, err.msg[0] ? err.msg : em_err_str(rc));
         if (rc == EM_EDEVICE)
-            recover_device(s, &err);
+            sched_recover_device(s, &err);
         return;
     }
-    advance(s, T, L, t1);
+    advance(s, p->T, p->L, t1);
     pthread_mutex_lock(&s->mu);
     s->st.steps++;
     s->st.busy_s += t1 - t0;
     s->win_t[s->win_i % RATE_WINDOW] = t1;
     s->win_busy[s->win_i % RATE_WINDOW] = t1 - t0;
-    s->win_rows[s->win_i % RATE_WINDOW] = T;
+    s->win_rows[s->win_i % RATE_WINDOW] = p->T;
     s->win_i++;
     pthread_mutex_unlock(&s->mu);
+}
+
+/* One step. Interactive work first, then background: for each class its
+ * running decodes (every one keeps going), its running prompt chunks, then
+ * its admissions. Background rows are placed last, so an interactive request
+ * can still preempt any background sequence this step. A background request
+ * that has waited past the aging bound is admitted in the interactive turn. */
+static void plan_and_run(em_sched *s)
+{
+    double t0 = em_sched_now();
+    reap_cancelled(s);
+    /* st.device_down is written on this thread only: read here without mu */
+    if (s->st.device_down && (t0 < s->recover_after || sched_rebuild_device(s))) {
+        sched_fail_down(s);
+        return;
+    }
+    sched_draft_phase(s);
+    plan p = { .budget = s->o.step_tokens, .bg_rows = UINT32_MAX };
+    uint32_t n_snap = 0;   /* every running request holds a slot: at most max_seqs */
+    for (em_request *r = s->running; r && n_snap < s->be.max_seqs; r = r->next)
+        s->snap[n_snap++] = r;
+    for (uint32_t k = 0; k < n_snap; k++)
+        p.dec_left += s->snap[k]->state == R_RUNNING && s->snap[k]->n_toks - s->snap[k]->n_done == 1;
+    for (int cls = 0; cls < EM_CLASS_COUNT; cls++) {
+        if (cls == EM_CLASS_BACKGROUND)
+            plan_limits(s, &p, n_snap);
+        plan_running(s, &p, cls, n_snap);
+        plan_admissions(s, &p, cls, t0);
+    }
+    if (p.T == 0)
+        unstick(s, t0);
+    else
+        run_step(s, &p, t0);
 }
 
 static void beat(em_sched *s)
@@ -1097,7 +733,7 @@ static void *thread_main(void *arg)
         if (!work && s->st.device_down && em_sched_now() >= s->recover_after) {
             s->idle = 0;   /* the device comes back without a request having to fail first */
             pthread_mutex_unlock(&s->mu);
-            rebuild_device(s);
+            sched_rebuild_device(s);
             pthread_mutex_lock(&s->mu);
             continue;
         }
@@ -1117,8 +753,8 @@ static void *thread_main(void *arg)
     pthread_mutex_unlock(&s->mu);
     /* shutting down: everything still here is cancelled */
     while (s->running)
-        finish_running(s, s->running, EM_FINISH_CANCELLED, NULL);
-    finish_waiting(s, EM_FINISH_CANCELLED, NULL);
+        sched_finish_running(s, s->running, EM_FINISH_CANCELLED, NULL);
+    sched_finish_waiting(s, EM_FINISH_CANCELLED, NULL);
     em_kv_stats ks, dks = { 0 };
     em_kv_get_stats(s->kv, &ks);
     if (s->dkv)
@@ -1202,6 +838,7 @@ int em_sched_create(const em_sched_opts *o, const em_sched_backend *backend,
         s->b_req = malloc(T * sizeof *s->b_req);
         s->b_cnt = malloc(T * sizeof *s->b_cnt);
         s->b_tables = calloc(s->be.max_seqs, sizeof *s->b_tables);
+        s->snap = calloc(s->be.max_seqs, sizeof *s->snap);
         s->copies = malloc(s->max_copies * sizeof *s->copies);
         s->logits = malloc((size_t)s->be.max_logits * s->be.n_vocab * sizeof *s->logits);
         const char *host = getenv("EMBER_SAMPLE_HOST");   /* whole rows to the host: to compare, */
@@ -1224,7 +861,7 @@ int em_sched_create(const em_sched_opts *o, const em_sched_backend *backend,
             if (em_tokenizer_is_eog(tok, (int32_t)i))
                 s->eog[k++] = (int32_t)i;
         if (!s->b_tok || !s->b_pos || !s->b_seq || !s->b_rows || !s->b_dec || !s->b_req || !s->b_cnt ||
-            !s->b_tables || !s->copies || !s->logits || !s->allow || !s->eog)
+            !s->b_tables || !s->snap || !s->copies || !s->logits || !s->allow || !s->eog)
             rc = em_err_set(err, EM_ENOMEM, "scheduler: out of memory");
     }
     if (!rc && pthread_create(&s->th, NULL, thread_main, s) != 0)
@@ -1258,7 +895,7 @@ void em_sched_destroy(em_sched *s)
     free(s->d_tok); free(s->d_pos); free(s->d_seq); free(s->d_rows); free(s->d_dec); free(s->d_tables);
     free(s->d_copies); free(s->d_logits);
     free(s->b_tok); free(s->b_pos); free(s->b_seq); free(s->b_rows); free(s->b_dec); free(s->b_req);
-    free(s->b_cnt); free(s->b_tables); free(s->copies); free(s->logits);
+    free(s->b_cnt); free(s->b_tables); free(s->snap); free(s->copies); free(s->logits);
     free(s->allow); free(s->eog); free(s->steer); free(s->top); free(s->adj);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);

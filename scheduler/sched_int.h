@@ -73,6 +73,97 @@ struct em_request {
     em_req_metrics   m;
 };
 
+/* ---- the scheduler (sched.c; speculate.c and recover.c work on it) --------- */
+
+#define RATE_WINDOW 64   /* steps in the tokens/s window */
+
+struct em_sched {
+    em_sched_opts       o;
+    em_sched_backend    be;
+    const em_tokenizer *tok;
+    em_kv              *kv;
+
+    pthread_t           th;
+    int                 started;
+    pthread_mutex_t     mu;          /* waiting queues, counters, stats, stop */
+    pthread_cond_t      cv;          /* work arrived */
+    pthread_cond_t      idle_cv;     /* nothing queued or running */
+    int                 stop;
+    int                 idle;        /* the thread found nothing to do and waits */
+    atomic_llong        beat_us;     /* the thread's last sign of life, monotonic microseconds */
+    uint64_t            next_order;
+    em_request         *waitq[EM_CLASS_COUNT];   /* by submit order */
+    uint32_t            n_waiting[EM_CLASS_COUNT];
+    uint32_t            n_running[EM_CLASS_COUNT];
+    em_request         *running;     /* scheduler thread only; interactive first, then by order */
+
+    /* one step's batch (scheduler thread only) */
+    int32_t            *b_tok, *b_pos, *b_seq, *b_rows;
+    uint8_t            *b_dec;
+    const int32_t     **b_tables;
+    em_request        **b_req;       /* [max_tokens]: request of each row of the batch */
+    em_request        **snap;        /* [max_seqs]: the running list as a step plans it */
+    uint32_t           *b_cnt;       /* [max_tokens]: tokens of that request in the batch */
+    em_kv_copy         *copies;
+    uint32_t            max_copies;
+    float              *logits;
+    uint32_t           *allow;       /* [max_logits][(n_vocab + 31) / 32]: constrained rows' tokens */
+    em_sample_steer    *steer;       /* [max_logits]: each row's steering (step_top) */
+    em_sample_top      *top;         /* [max_logits]: what the device made of each row */
+    em_sample_adj      *adj;         /* [be.max_adj]: the rows' adjustments, one after another */
+    int                 on_device;   /* this step chooses from the device's summaries */
+    uint64_t            spec_drafted, spec_accepted;   /* speculation, all requests */
+
+    /* the draft model (em_sched_opts.draft; has_draft 0: none, or turned
+     * off after a failed draft step) and one draft step's batch */
+    em_sched_backend    dbe;
+    int                 has_draft;
+    int                 draft_down;  /* the device failed: no drafts until the draft is rebuilt */
+    em_kv              *dkv;
+    int32_t            *d_tok, *d_pos, *d_seq, *d_rows;
+    uint8_t            *d_dec;
+    const int32_t     **d_tables;
+    em_kv_copy         *d_copies;
+    uint32_t            d_max_copies;
+    float              *d_logits;
+    int32_t            *eog;         /* the vocabulary's end-of-generation ids */
+    uint32_t            n_eog;
+
+    em_sched_stats      st;
+    double              recover_after;   /* st.device_down: no new rebuild before this (monotonic s) */
+    double              win_t[RATE_WINDOW], win_busy[RATE_WINDOW];
+    uint32_t            win_tok[RATE_WINDOW], win_rows[RATE_WINDOW], win_i;
+    int                 bg_dec_held;   /* the last step held background decodes back (plan_and_run) */
+    double              t_created;   /* monotonic seconds: the rate window starts no earlier */
+};
+
+/* sched.c: r ends with f (error for EM_FINISH_ERROR); its slot and blocks go
+ * back. r's next token is id: emitted, or r ended (1: r may be gone). */
+void sched_finish_running(em_sched *s, em_request *r, em_finish f, const char *error);
+int  sched_emit_one(em_sched *s, em_request *r, int32_t id, const em_sample_lp *lp, double now);
+/* Every waiting request ends with f (and error); every running one fails. */
+void sched_finish_waiting(em_sched *s, em_finish f, const char *error);
+void sched_fail_all(em_sched *s, const char *msg);
+
+/* speculate.c. Drafts for a decoding sequence within the step's room
+ * (rows, logit rows) after dec_left decodes still to place: pushed onto
+ * its tokens (r->n_draft); 1 when it drafted. */
+int  sched_drafts(em_sched *s, em_request *r, uint32_t room, uint32_t L, uint32_t dec_left);
+/* Before the step is planned: the draft model catches up and proposes. */
+void sched_draft_phase(em_sched *s);
+/* After the step: a speculating sequence's drafts checked from logit row
+ * li0 on, the accepted emitted (gen counts them). */
+void sched_spec_advance(em_sched *s, em_request *r, uint32_t li0, double now, uint32_t *gen);
+/* The draft model failed (err says why): speculation with it is off. */
+void sched_draft_off(em_sched *s, const em_err *err);
+
+/* recover.c. Rebuild the device: 0 when serving again, else it is down. */
+int  sched_rebuild_device(em_sched *s);
+/* A step failed on the device (why): rebuild it. */
+void sched_recover_device(em_sched *s, const em_err *why);
+/* While the device is down: every request fails with why. */
+void sched_fail_down(em_sched *s);
+
 /* request.c */
 em_request *em_req_new(const em_req_params *p, uint32_t n_vocab, uint64_t order, em_err *err);
 void        em_req_unref(em_request *r);

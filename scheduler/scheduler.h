@@ -16,7 +16,7 @@
  * pass, samples, and hands tokens back through each request's event queue.
  *
  * The backend is an interface (em_sched_backend) so that the planner can be
- * tested without a GPU; em_sched_backend_gpu() wraps core/forward.c.
+ * tested without a GPU; em_sched_backend_gpu() wraps core/gpu/forward.c.
  *
  * Threads: em_sched_submit, em_request_* may be called from any thread. The
  * notify callback of a request runs on the scheduler thread and must only
@@ -27,9 +27,9 @@
 #include <stdint.h>
 
 #include "core/err.h"
-#include "core/kv.h"
-#include "core/sample.h"
-#include "core/tokenizer.h"
+#include "core/run/kv.h"
+#include "core/run/sample.h"
+#include "core/text/tokenizer.h"
 
 typedef enum { EM_CLASS_INTERACTIVE = 0, EM_CLASS_BACKGROUND = 1, EM_CLASS_COUNT } em_class;
 
@@ -61,7 +61,7 @@ typedef struct em_sched_backend {
     int  (*step)(void *ctx, const em_sched_batch *b, float *logits, em_err *err);
     /* Optional (NULL: step and whole rows): run one step choosing on the
      * device — each logit row i steered by steer[i] and summarised into
-     * top[i] (core/sample.h em_sampler_sample_top); row(ctx, i) gives the
+     * top[i] (core/run/sample.h em_sampler_sample_top); row(ctx, i) gives the
      * steered row i until the next step, for what the summary cannot
      * settle. max_adj: adjustments a step's rows may carry in all; a step
      * that needs more runs through step. */
@@ -103,7 +103,7 @@ void em_sched_backend_gpu_recovery(em_sched_backend *be, int (*rebuild)(void *ar
 #define EM_MAX_STOP 4
 
 /* A constraint on what a request may generate (a grammar, web/ builds it
- * from core/grammar.h): before each token the scheduler asks which tokens
+ * from core/grammar/grammar.h): before each token the scheduler asks which tokens
  * are allowed, after it says which was chosen. ctx NULL: none. The
  * scheduler owns ctx once em_sched_submit succeeded (destroy is called
  * when the request is freed); on a failed submit it is still the caller's.
@@ -229,7 +229,7 @@ typedef struct {
      * target's, the sequences that speculate with it catch it up on their
      * tokens and it proposes up to their draft length, one batched draft
      * step per token; the target verifies them by the rejection rule
-     * against the draft's distribution (core/sample.h
+     * against the draft's distribution (core/run/sample.h
      * em_sampler_verify_dist). Taken like the backend: em_sched_create owns
      * it from the call on, also when it fails; its n_vocab must equal the
      * backend's (EM_EINVAL). A draft step that fails turns drafting off

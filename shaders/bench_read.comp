@@ -10,7 +10,7 @@
 // on GPUs. Four independent accumulators keep four loads in flight per
 // lane. On llvmpipe a workgroup runs on one CPU thread, its subgroups one
 // after another, each striding over the slice: slices must be small enough
-// to stay in that core's cache, so core/vk_bench.c gives each group 256 KiB.
+// to stay in that core's cache, so core/vk/vk_bench.c gives each group 256 KiB.
 // sum(partial[out_base .. out_base + groups)) == sum of the words of src.
 #version 450
 #extension GL_KHR_shader_subgroup_basic : require

@@ -29,7 +29,7 @@ float i8_at(uint w0, uint w1, uint i)
 }
 
 // (scale, min) of Q4_K/Q5_K sub-blocks j and j+1 (j even) as (sc_j, m_j,
-// sc_j1, m_j1), from the three scale words as core/wpack.c repacks them: the
+// sc_j1, m_j1), from the three scale words as core/gpu/wpack.c repacks them: the
 // low 4 bits of the scales in the nibbles of s0, of the mins in s1, the top
 // 2 bits in s2 (scale k at bit 2k, min k at 16 + 2k). (The GGUF packing
 // needed byte selects per sub-block: 12% of a decode product's time.)
@@ -45,7 +45,7 @@ vec4 k4_scale_min(uint j, uint s0, uint s1, uint s2)
 // The RMS norm's factor 1 / sqrt(ms + eps) for the mean square ms, or NaN
 // when ms overflowed to infinity: the factor would be 0 and silently zero a
 // row of huge but finite activations, where NaN reaches the logits check
-// ("non-finite logit": broken weights). As core/ref.c em_ref_rmsnorm.
+// ("non-finite logit": broken weights). As core/run/ref.c em_ref_rmsnorm.
 float rms_scale(float ms, float eps)
 {
     // by its bits: without the float-controls execution mode an implementation

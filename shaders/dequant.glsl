@@ -1,4 +1,4 @@
-// dequant.glsl — element access to packed weights (see core/wpack.h):
+// dequant.glsl — element access to packed weights (see core/gpu/wpack.h):
 // dq4(g, nb, b, lane, j4) returns elements 4*j4 .. 4*j4+3 of block b of row
 // `lane` of group g (nb blocks per row). Needs qw[] and sc[] bound, R (rows
 // per group), C (blocks per chunk) and one TYPE_* define. Used where single
@@ -30,7 +30,7 @@ uint qword(uint rw, uint w)
 
 vec4 dq4(uint g, uint nb, uint b, uint lane, uint j4)
 {
-    // block b is in the chunk of c blocks from b0 (core/wpack.h): rw is word
+    // block b is in the chunk of c blocks from b0 (core/gpu/wpack.h): rw is word
     // 0 of row `lane`'s copy of it (Q4_0: of its row pair), si the half of
     // its scale, S = min(R, 8) rows (one 16-byte word of halves) at a time
     const uint b0 = b - b % C, c = min(C, nb - b0), S = min(R, 8u);
@@ -48,7 +48,7 @@ vec4 dq4(uint g, uint nb, uint b, uint lane, uint j4)
 #elif defined(TYPE_Q8_0)
     return half_at(si) * i8x4(qword(rw, j4));
 #elif defined(TYPE_Q4_0)
-    // rows in pairs (core/wpack.h): word j4 of the pair, this row's half
+    // rows in pairs (core/gpu/wpack.h): word j4 of the pair, this row's half
     uint q = qword(rw, j4) >> (16u * (lane & 1u));
     return half_at(si) * (vec4(q & 15u, (q >> 4) & 15u, (q >> 8) & 15u, (q >> 12) & 15u) - 8.0);
 #elif defined(TYPE_Q4_K) || defined(TYPE_Q5_K)

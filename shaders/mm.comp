@@ -2,7 +2,7 @@
 // for every weight type (one SPIR-V module per type via -DTYPE_*); decode
 // (T = 1), batched decode and prefill (T tokens, TN per pass) alike.
 //
-// Weights are packed in groups of RPW rows (core/wpack.h; rec0 in main:
+// Weights are packed in groups of RPW rows (core/gpu/wpack.h; rec0 in main:
 // in chunks of C blocks, row by row), and the f16 block scales of Q4_0,
 // Q8_0 and Q6_K in the same chunks, eight rows (one 16-byte texel of
 // halves) at a time (s0 in main). A workgroup is one
@@ -14,7 +14,7 @@
 // per-row partial sums are added across the lanes once at the end.
 // (On llvmpipe a lane is a SIMD lane and every load is per lane: this shape
 // keeps the loads few and wide. On GPUs the lanes read consecutive words.)
-// Q4_0 rows come in pairs that share their 32 bytes per block (core/wpack.h)
+// Q4_0 rows come in pairs that share their 32 bytes per block (core/gpu/wpack.h)
 // and are multiplied as integers against 8-bit activations (pair_dot).
 // The tests compare Q4_0 with a reference that quantizes its input the same
 // way (tests/gpu/test_kernels.c).
@@ -155,7 +155,7 @@ void unit_sums()
 }
 
 // The products of unit u (one block) of the row pair whose 32 bytes start at
-// word q0, with block scales d (core/wpack.h): (word >> 4i) & 0x000F000F is
+// word q0, with block scales d (core/gpu/wpack.h): (word >> 4i) & 0x000F000F is
 // element 4w+i of both rows in two 16-bit halves, one integer multiply per
 // element gives both rows' products, and 16 of them fit each half
 // (|sum| <= 16 * 15 * 127 < 2^15) before they are taken apart.
@@ -340,7 +340,7 @@ void main()
                 }
             }
             unit_sums();
-            // block b is in the chunk of c blocks from b0 (core/wpack.h): row
+            // block b is in the chunk of c blocks from b0 (core/gpu/wpack.h): row
             // r's copy of it starts at 16-byte word rec0 + r * rstep (for
             // Q4_0, r even, the row pair's two words), the scales of rows
             // r .. r+7 are texel s0 + (r / 8) * c

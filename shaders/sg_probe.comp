@@ -1,5 +1,5 @@
 // sg_probe.comp — what one workgroup of the subgroup size the driver reports
-// really runs as (core/vk_probe.c): every invocation writes the lanes active
+// really runs as (core/vk/vk_probe.c): every invocation writes the lanes active
 // in its subgroup, its lane index and gl_NumSubgroups. The
 // matrix kernels treat a workgroup of that size as one subgroup; a driver
 // that splits it (llvmpipe with LP_NATIVE_VECTOR_WIDTH=1024 reports 32 and

@@ -9,8 +9,8 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
-#include "storage/storage_int.h"
 #include "core/grow.h"
+#include "storage/storage_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>

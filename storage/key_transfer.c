@@ -5,8 +5,8 @@
  * accepts the same keys (docs/DEPLOY.md). A document is checked whole
  * before anything is written; keys are matched by hash, so an import is
  * idempotent; a name or prefix held by a different key is refused. */
-#include "storage/storage_int.h"
 #include "core/grow.h"
+#include "storage/storage_int.h"
 
 #include <jansson.h>
 #include <sodium.h>

@@ -4,8 +4,8 @@
  * admin keys (which may read every key's usage).
  * Only the hash and a short display prefix are stored; the key itself is
  * never written to the database and never appears in an error message. */
-#include "storage/storage_int.h"
 #include "core/grow.h"
+#include "storage/storage_int.h"
 
 #include <sodium.h>
 #include <stdlib.h>

@@ -5,8 +5,8 @@
  * cached-token share, p50/p99 TTFT, TPOT and queue time, GPU hours and cost (docs/storage.md,
  * "Cost"). Also the date and name parsers used by `ember usage`, GET
  * /api/usage and the web dashboard. */
-#include "storage/storage_int.h"
 #include "core/grow.h"
+#include "storage/storage_int.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -13,10 +13,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/chat_tmpl.h"
 #include "core/log.h"
-#include "core/model.h"
-#include "core/tokenizer.h"
+#include "core/model/model.h"
+#include "core/text/tokenizer.h"
+#include "core/tmpl/chat_tmpl.h"
 #include "web/web_int.h"
 
 struct em_gen {

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/selftest.h"
+#include "core/gpu/selftest.h"
 #include "web/web_int.h"
 
 /* The ledger's final statuses, in the order they are exposed. */
@@ -182,38 +182,6 @@ static void histogram(text *t, int which, const hist *per_cls)
 
 /* ---- boot: stages and the self-test ------------------------------------------------ */
 
-json_t *em_web_selftest_json(const em_selftest_report *rep)
-{
-    json_t *stages = json_array();
-    for (int i = 0; i < EM_SELFTEST_N; i++) {
-        const em_selftest_stage_result *s = &rep->stage[i];
-        json_t *o = json_pack("{s:s, s:s, s:b}", "name", s->name, "checks", s->kernels, "ran", s->ran);
-        if (!o)
-            continue;
-        if (s->ran) {
-            json_object_set_new(o, "rows", json_integer(s->rows));
-            json_object_set_new(o, "nmse", isfinite(s->nmse) ? json_real(s->nmse) : json_null());
-            json_object_set_new(o, "ok", json_boolean(s->ok));
-            json_object_set_new(o, "device_ms", json_real(round(s->device_ms * 10) / 10));
-        } else {
-            json_object_set_new(o, "skipped", json_string(s->skipped ? s->skipped : ""));
-        }
-        json_array_append_new(stages, o);
-    }
-    json_t *kernels = json_array();
-    for (uint32_t i = 0; i < rep->n_kernels; i++) {
-        const em_selftest_kernel_result *k = &rep->kernel[i];
-        json_array_append_new(kernels, json_pack("{s:s, s:o, s:b}", "name", k->name, "nmse",
-                                                 isfinite(k->nmse) ? json_real(k->nmse) : json_null(), "ok",
-                                                 k->ok));
-    }
-    return json_pack("{s:b, s:f, s:o, s:f, s:o, s:s, s:f, s:f, s:f, s:s*}", "ok", rep->ok, "limit_nmse",
-                     EM_SELFTEST_NMSE, "stages", stages, "kernel_limit_nmse", EM_SELFTEST_KERNEL_NMSE, "kernels",
-                     kernels, "other_kernels", rep->others, "kernels_ms", round(rep->kernels_ms * 10) / 10,
-                     "reference_ms", round(rep->ref_ms * 10) / 10, "total_ms", round(rep->total_ms * 10) / 10,
-                     "failure", rep->ok ? NULL : rep->failure);
-}
-
 /* {"stages": [{name, ms}], "selftest": report or null}; NULL without boot info. */
 static json_t *boot_json(const em_web_boot *b)
 {
@@ -224,7 +192,7 @@ static json_t *boot_json(const em_web_boot *b)
         json_array_append_new(stages, json_pack("{s:s, s:f}", "name", b->stage[i].name, "ms",
                                                 round(b->stage[i].ms * 10) / 10));
     return json_pack("{s:o, s:o}", "stages", stages, "selftest",
-                     b->selftest ? em_web_selftest_json(b->selftest) : json_null());
+                     b->selftest ? em_selftest_json(b->selftest) : json_null());
 }
 
 static void boot_metrics(text *t, const em_web_boot *b)

@@ -18,7 +18,7 @@
 #include <sodium.h>
 
 #include "core/log.h"
-#include "core/model.h"
+#include "core/model/model.h"
 #include "web/web_int.h"
 
 #define BACKLOG_MAX (256 * 1024)   /* a slow reader: stop pulling events past this */

@@ -16,10 +16,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/chat_tmpl.h"
 #include "core/grow.h"
 #include "core/log.h"
-#include "core/model.h"
+#include "core/model/model.h"
+#include "core/tmpl/chat_tmpl.h"
 #include "web/web_int.h"
 
 #define WRITE_CHUNK (16 * 1024)   /* bytes per lws_write */

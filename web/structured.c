@@ -16,8 +16,8 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "core/grammar.h"
-#include "core/json_schema.h"
+#include "core/grammar/grammar.h"
+#include "core/grammar/json_schema.h"
 #include "core/log.h"
 #include "web/web_int.h"
 

@@ -32,7 +32,7 @@ struct em_selftest_report;
 struct json_t;
 
 /* How the server's boot went: its stages in order with their durations,
- * and the known-answer self-test's report (core/selftest.h). /healthz and
+ * and the known-answer self-test's report (core/gpu/selftest.h). /healthz and
  * /metrics show them. */
 #define EM_WEB_BOOT_MAX 8
 typedef struct {
@@ -40,11 +40,6 @@ typedef struct {
     uint32_t n;
     const struct em_selftest_report *selftest;   /* NULL: none ran */
 } em_web_boot;
-
-/* A self-test report as JSON (a new reference; NULL when out of memory):
- * ok, limit_nmse, stages [{name, checks, ran, rows, nmse, ok, device_ms |
- * skipped}], reference_ms, total_ms, failure. */
-struct json_t *em_web_selftest_json(const struct em_selftest_report *rep);
 
 typedef struct {
     const char *host;               /* listen address; "0.0.0.0" / "::": every interface */

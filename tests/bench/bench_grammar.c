@@ -1,4 +1,4 @@
-/* bench_grammar.c — token mask timings (core/grammar.h) over real
+/* bench_grammar.c — token mask timings (core/grammar/grammar.h) over real
  * vocabularies: for a JSON grammar and a JSON Schema grammar, at states
  * along a document, the cold mask (a fresh matcher: nothing memoized), the
  * uncached mask again (transitions memoized), and the cached one (an
@@ -12,8 +12,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/grammar.h"
-#include "core/json_schema.h"
+#include "core/grammar/grammar.h"
+#include "core/grammar/json_schema.h"
 #include "tests/common/gvocab_tok.h"
 
 #define REPS 5

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "core/sample.h"
+#include "core/run/sample.h"
 
 static double now_us(void)
 {

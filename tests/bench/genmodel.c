@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/gguf.h"
-#include "core/quant.h"
+#include "core/model/gguf.h"
+#include "core/model/quant.h"
 
 static unsigned long long rng = 1;
 

@@ -17,8 +17,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "core/gguf.h"
-#include "core/tokenizer.h"
+#include "core/model/gguf.h"
+#include "core/text/tokenizer.h"
 #include "tests/common/testutil.h"
 
 static em_tokenizer *tok;

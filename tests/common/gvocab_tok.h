@@ -1,11 +1,11 @@
 /* gvocab_tok.h — a GGUF file's tokenizer and grammar vocabulary
- * (core/grammar.h em_gvocab_from_tokenizer) in one call, for the grammar
+ * (core/grammar/grammar.h em_gvocab_from_tokenizer) in one call, for the grammar
  * tests and benchmark. */
 #ifndef EM_GVOCAB_TOK_H
 #define EM_GVOCAB_TOK_H
 
-#include "core/grammar.h"
-#include "core/tokenizer.h"
+#include "core/grammar/grammar.h"
+#include "core/text/tokenizer.h"
 
 /* Open a GGUF vocabulary file and build its tokenizer and grammar
  * vocabulary (all three the caller's; close/destroy them). */

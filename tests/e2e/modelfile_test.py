@@ -2,7 +2,7 @@
 # modelfile_test.py — the model file changed on disk under a live `ember
 # serve` (a copy of stories260K), twice: truncated, and written over in
 # place with its size and times kept (another model copied over it with
-# cp -p: only the sampled checksum, core/gguf.c, tells). Serving goes on
+# cp -p: only the sampled checksum, core/model/gguf.c, tells). Serving goes on
 # from the weights on the device and the chat template copied at start
 # (nothing reads the mapping); when the device then fails
 # (EMBER_VK_FAULT=lost:40) the rebuild, which would upload the weights from

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-# selftest_test.py — the boot known-answer self-test (core/selftest.c):
+# selftest_test.py — the boot known-answer self-test (core/gpu/selftest.c):
 #  - `ember selftest` on the stories model: every stage ran and passed,
 #    NMSE against the CPU reference under the limit, table and JSON agree;
 #  - every matrix pipeline the stages built checked alone (one per weight

@@ -10,10 +10,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "core/chat_tmpl.h"
-#include "core/gguf.h"
-#include "core/model.h"
-#include "core/tokenizer.h"
+#include "core/model/gguf.h"
+#include "core/model/model.h"
+#include "core/text/tokenizer.h"
+#include "core/tmpl/chat_tmpl.h"
 #include "tests/fuzz/fuzz.h"
 
 static void touch_value(const em_gguf_value *v, unsigned *sum)

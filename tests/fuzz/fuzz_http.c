@@ -32,11 +32,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/forward.h"
+#include "core/gpu/forward.h"
 #include "core/log.h"
-#include "core/model.h"
-#include "core/tokenizer.h"
-#include "core/vk.h"
+#include "core/model/model.h"
+#include "core/text/tokenizer.h"
+#include "core/vk/vk.h"
 #include "scheduler/scheduler.h"
 #include "storage/storage.h"
 #include "tests/fuzz/fuzz.h"

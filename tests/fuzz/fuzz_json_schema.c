@@ -6,8 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "core/grammar.h"
-#include "core/json_schema.h"
+#include "core/grammar/grammar.h"
+#include "core/grammar/json_schema.h"
 #include "tests/fuzz/fuzz.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -2,14 +2,14 @@
  * parser and evaluator on any source (a GGUF's tokenizer.chat_template is
  * outside bytes), rendered with a conversation of every role, a tool list,
  * and add_generation_prompt, as `ember serve` renders one. The limits of
- * core/chat_tmpl.h (nesting, steps, output, memory) must turn every
+ * core/tmpl/chat_tmpl.h (nesting, steps, output, memory) must turn every
  * runaway into an error, never a crash or a hang. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
-#include "core/chat_tmpl.h"
+#include "core/tmpl/chat_tmpl.h"
 #include "tests/fuzz/fuzz.h"
 
 static json_t *messages, *tools;

@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/gguf.h"
-#include "core/tokenizer.h"
+#include "core/model/gguf.h"
+#include "core/text/tokenizer.h"
 #include "tests/fuzz/fuzz.h"
 
 static const char *const vocabs[] = { "llama-spm", "gpt-2", "starcoder", "deepseek-coder", "falcon" };

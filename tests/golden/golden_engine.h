@@ -6,8 +6,8 @@
 
 #include <stdint.h>
 
-#include "core/engine.h"
-#include "core/model.h"
+#include "core/gpu/engine.h"
+#include "core/model/model.h"
 #include "tests/common/testutil.h"
 
 /* Open the model at path (absolute) and an engine on backend_name with a

@@ -14,7 +14,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "core/sample.h"
+#include "core/run/sample.h"
 #include "tests/golden/golden_engine.h"
 
 int main(int argc, char **argv)

@@ -1,6 +1,6 @@
 /* test_perplexity.c — `ember perplexity` on tests/data/story.txt:
  *   - the perplexity (and its standard error) of the story models equals
- *     what this test computes itself with core/ref.c over the same windows
+ *     what this test computes itself with core/run/ref.c over the same windows
  *     (BOS first in each window of 128, the second half scored);
  *   - KL of a model against itself is exactly 0 with 100% top-token
  *     agreement;
@@ -13,9 +13,9 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "core/model.h"
-#include "core/ref.h"
-#include "core/tokenizer.h"
+#include "core/model/model.h"
+#include "core/run/ref.h"
+#include "core/text/tokenizer.h"
 #include "tests/common/testutil.h"
 
 enum { CTX = 128 };
@@ -65,7 +65,7 @@ static int ref_ppl(const char *path, double *ppl, double *se)
     double mean = sum / (double)count;
     *ppl = exp(mean);
     *se = *ppl * sqrt((sum2 / (double)count - mean * mean) / (double)(count - 1));
-    printf("%s: %llu positions scored by core/ref.c: perplexity %.6f ± %.6f\n", path,
+    printf("%s: %llu positions scored by core/run/ref.c: perplexity %.6f ± %.6f\n", path,
            (unsigned long long)count, *ppl, *se);
     rc = 0;
 done:
@@ -121,7 +121,7 @@ static void test_against_ref(void)
         /* cpu: the same numbers to the 4 printed decimals; vulkan: close */
         double tol = cpu ? 2e-4 + 1e-6 * want : 2e-3 * want;
         printf("ember perplexity (%s): %.4f ± %.4f\n", backend, got, got_se);
-        CHECKF(fabs(got - want) < tol, "%s: perplexity %.6f, core/ref.c says %.6f", model_path[i], got, want);
+        CHECKF(fabs(got - want) < tol, "%s: perplexity %.6f, core/run/ref.c says %.6f", model_path[i], got, want);
         CHECKF(fabs(got_se - want_se) < tol, "%s: standard error %.6f, expected %.6f", model_path[i], got_se, want_se);
         CHECK(out && strstr(out, "windows of 128, scoring the last 63 of each"));
         free(out);

@@ -8,7 +8,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "core/gguf.h"
+#include "core/model/gguf.h"
 #include "tests/common/testutil.h"
 
 static float *load_f32(const char *path, size_t *n)

@@ -18,7 +18,7 @@
  * usage: test_teacher MODEL BACKEND MIN_TOP_SHARE MARGIN MIN_PREFIX */
 #include <stdint.h>
 
-#include "core/sample.h"
+#include "core/run/sample.h"
 #include "tests/golden/golden_engine.h"
 
 /* the fewest distinct golden tokens a continuation must have to be checked */

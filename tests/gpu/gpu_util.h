@@ -5,7 +5,7 @@
 #ifndef EM_GPU_UTIL_H
 #define EM_GPU_UTIL_H
 
-#include "core/vk.h"
+#include "core/vk/vk.h"
 #include "tests/common/testutil.h"
 
 /* Open a device with opts (NULL: defaults). On no device: prints the reason

@@ -1,4 +1,4 @@
-/* test_attn.c — the paged attention kernels against core/ref.c attention:
+/* test_attn.c — the paged attention kernels against core/run/ref.c attention:
  * random K/V in a block pool, fragmented and shared block tables, context
  * lengths that are not multiples of the block size, GQA ratios 1, 2, 4 and 8,
  * head sizes 64 and 128 (and small ones); decode queries with and without
@@ -6,10 +6,11 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "core/forward.h"
-#include "core/kparams.h"
-#include "core/quant.h"
-#include "core/ref.h"
+#include "core/gpu/forward.h"
+#include "core/gpu/kparams.h"
+#include "core/gpu/variants.h"
+#include "core/model/quant.h"
+#include "core/run/ref.h"
 #include "shaders/em_kernels.h"
 #include "tests/gpu/gpu_util.h"
 

@@ -1,4 +1,4 @@
-/* test_fwd_plan.c — core/fwd_plan.c against the real thing: for each model
+/* test_fwd_plan.c — core/gpu/fwd_plan.c against the real thing: for each model
  * given (paths under $EMBER_SHARED, or absolute), em_fwd_create on the
  * device and its stats (packed weight bytes, activation + logits + step
  * bytes, KV pool bytes) equal to what em_fwd_plan_weights,
@@ -8,9 +8,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/forward.h"
-#include "core/kparams.h"
-#include "core/model.h"
+#include "core/gpu/forward.h"
+#include "core/gpu/fwd_plan.h"
+#include "core/gpu/kparams.h"
+#include "core/gpu/variants.h"
+#include "core/model/model.h"
 #include "tests/gpu/gpu_util.h"
 
 static void check_model(em_vk *vk, const char *path)

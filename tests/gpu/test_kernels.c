@@ -1,19 +1,20 @@
-/* test_kernels.c — the matrix and embedding kernels against core/ref.c for
+/* test_kernels.c — the matrix and embedding kernels against core/run/ref.c for
  * every weight type (the seven with kernels, and the ones converted to F16
  * at upload), over awkward shapes: one row, rows not a multiple of the
  * workgroup, K not a multiple of 32 (plain types), long rows, several token
  * counts, and every fused epilogue (norm, bias, residual add, SwiGLU,
  * gathered input rows), and the token-choosing kernel (topk.comp) over
- * vocabularies around its sizes. The cases themselves are core/kcheck.c's
+ * vocabularies around its sizes. The cases themselves are core/gpu/kcheck.c's
  * (the boot self-test runs them too): random blocks with sane scales. */
 #include <math.h>
 #include <stdint.h>
 
-#include "core/forward.h"
-#include "core/kcheck.h"
-#include "core/kparams.h"
-#include "core/quant.h"
-#include "core/wpack.h"
+#include "core/gpu/forward.h"
+#include "core/gpu/kcheck.h"
+#include "core/gpu/kparams.h"
+#include "core/gpu/variants.h"
+#include "core/gpu/wpack.h"
+#include "core/model/quant.h"
 #include "shaders/em_kernels.h"
 #include "tests/gpu/gpu_util.h"
 

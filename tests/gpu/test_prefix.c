@@ -9,10 +9,10 @@
  * usage: test_prefix MODEL (relative to the shared folder) */
 #include <stdint.h>
 
-#include "core/forward.h"
-#include "core/kparams.h"
-#include "core/kv.h"
-#include "core/model.h"
+#include "core/gpu/forward.h"
+#include "core/gpu/kparams.h"
+#include "core/model/model.h"
+#include "core/run/kv.h"
 #include "tests/gpu/gpu_util.h"
 
 static em_fwd *f;

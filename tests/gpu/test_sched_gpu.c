@@ -13,9 +13,9 @@
  * usage: test_sched_gpu MODEL (relative to the shared folder) */
 #include <stdint.h>
 
-#include "core/forward.h"
-#include "core/model.h"
-#include "core/tokenizer.h"
+#include "core/gpu/forward.h"
+#include "core/model/model.h"
+#include "core/text/tokenizer.h"
 #include "scheduler/scheduler.h"
 #include "tests/gpu/gpu_util.h"
 

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/vk.h"
-#include "core/vk_bench.h"
+#include "core/vk/vk.h"
+#include "core/vk/vk_bench.h"
 #include "tests/gpu/gpu_util.h"
 
 static void sum_check(em_vk *vk, uint64_t bytes)

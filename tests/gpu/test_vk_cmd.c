@@ -5,7 +5,7 @@
  * maxStorageBufferRange or off the offset alignment are refused. */
 #include <string.h>
 
-#include "core/vk.h"
+#include "core/vk/vk.h"
 #include "shaders/em_kernels.h"
 #include "tests/gpu/gpu_util.h"
 

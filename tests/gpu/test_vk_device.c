@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/vk.h"
+#include "core/vk/vk.h"
 #include "shaders/em_kernels.h"
 #include "tests/gpu/gpu_util.h"
 

@@ -1,5 +1,5 @@
 /* test_vk_fault.c — device failures travel up the stack as errors: with
- * EMBER_VK_FAULT (core/vk_int.h em_vk_fault) the N-th device memory
+ * EMBER_VK_FAULT (core/vk/vk_int.h em_vk_fault) the N-th device memory
  * allocation fails with VK_ERROR_OUT_OF_DEVICE_MEMORY, or the N-th wait for
  * a submission ends with VK_ERROR_DEVICE_LOST. For every N until a run gets
  * through, `ember run` and `ember logits` must exit 1 with one "ember:
@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/engine.h"
-#include "core/model.h"
+#include "core/gpu/engine.h"
+#include "core/model/model.h"
 #include "tests/gpu/gpu_util.h"
 
 enum { MAX_N = 64 };

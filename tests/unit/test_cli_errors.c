@@ -7,8 +7,8 @@
 #include <stdint.h>
 #include <unistd.h>
 
-#include "core/gguf.h"
-#include "core/quant.h"
+#include "core/model/gguf.h"
+#include "core/model/quant.h"
 #include "tests/common/testutil.h"
 
 static const char *bin;

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/gguf.h"
+#include "core/model/gguf.h"
 #include "tests/common/testutil.h"
 
 static const char *bin;

@@ -3,7 +3,7 @@
  * one clear error each and no crash (run under ASan too). */
 #include <stdint.h>
 
-#include "core/gguf.h"
+#include "core/model/gguf.h"
 #include "tests/common/testutil.h"
 
 /* ---- a byte builder that can write wrong values on purpose ---------------- */

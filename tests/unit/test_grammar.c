@@ -1,4 +1,4 @@
-/* test_grammar.c — GBNF grammars (core/grammar.h): parse errors name what
+/* test_grammar.c — GBNF grammars (core/grammar/grammar.h): parse errors name what
  * and where (line:col); the matcher accepts exactly the strings a grammar
  * describes (JSON, arithmetic, repetition bounds, Unicode classes, UTF-8
  * split across calls), refuses what exceeds its limits and is unchanged by
@@ -10,7 +10,7 @@
  * ASan/UBSan in the sanitized build). */
 #include <stdint.h>
 
-#include "core/grammar.h"
+#include "core/grammar/grammar.h"
 #include "tests/common/gvocab_tok.h"
 #include "tests/common/testutil.h"
 

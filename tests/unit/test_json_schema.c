@@ -1,5 +1,5 @@
 /* test_json_schema.c — JSON Schema and regular expressions to GBNF
- * (core/json_schema.h, em_regex_to_gbnf): each schema's grammar, compiled
+ * (core/grammar/json_schema.h, em_regex_to_gbnf): each schema's grammar, compiled
  * and run by the matcher, accepts valid documents and refuses invalid ones
  * (nested objects, optional and required properties in schema order,
  * additionalProperties, arrays with bounds, enums and const, integer ranges
@@ -9,8 +9,8 @@
 #include <jansson.h>
 #include <stdint.h>
 
-#include "core/grammar.h"
-#include "core/json_schema.h"
+#include "core/grammar/grammar.h"
+#include "core/grammar/json_schema.h"
 #include "tests/common/testutil.h"
 
 static em_grammar *from_gbnf(const char *src, size_t len, const char *what)

@@ -5,8 +5,7 @@
  * that the prefix cache never hands out a block holding other tokens. */
 #include <stdint.h>
 
-#include "core/kparams.h"
-#include "core/kv.h"
+#include "core/run/kv.h"
 #include "tests/common/testutil.h"
 
 #define B EM_KV_BLOCK

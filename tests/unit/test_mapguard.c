@@ -17,7 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "core/model.h"
+#include "core/model/model.h"
 #include "firmware/boot.h"
 #include "tests/common/testutil.h"
 

@@ -10,9 +10,9 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "core/gguf.h"
-#include "core/quant.h"
-#include "core/quantize.h"
+#include "core/model/gguf.h"
+#include "core/model/quant.h"
+#include "core/model/quantize.h"
 #include "tests/common/testutil.h"
 
 static unsigned long long seed = 7;

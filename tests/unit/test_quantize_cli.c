@@ -14,7 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/gguf.h"
+#include "core/model/gguf.h"
 #include "tests/common/testutil.h"
 
 extern char **environ;

@@ -1,4 +1,4 @@
-/* test_sample.c — the sampler (core/sample.c): greedy is the argmax, a
+/* test_sample.c — the sampler (core/run/sample.c): greedy is the argmax, a
  * seed reproduces its picks, filters keep only what they should (top-k,
  * top-p and min-p over logits of known probability mass: excluded ids never
  * drawn, kept ids in proportion), and
@@ -11,7 +11,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "core/sample.h"
+#include "core/run/sample.h"
 #include "tests/common/testutil.h"
 
 #define NV 64

@@ -20,10 +20,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/gguf.h"
-#include "core/kcheck.h"
-#include "core/kparams.h"
-#include "core/tokenizer.h"
+#include "core/gpu/kcheck.h"
+#include "core/gpu/topk.h"
+#include "core/model/gguf.h"
+#include "core/run/kv.h"
+#include "core/text/tokenizer.h"
 #include "scheduler/scheduler.h"
 #include "tests/common/testutil.h"
 
@@ -102,7 +103,7 @@ typedef struct {
     uint32_t mixed_steps;            /* steps with prompt rows of both kinds */
     uint32_t word_prompt_steps;      /* steps with word-id prompt rows */
     uint32_t word_prompt_dec_steps;  /* of those, steps with decode rows too */
-    /* choosing on the "device" (step_top): the rows, their summaries (core/kcheck.c's reference) */
+    /* choosing on the "device" (step_top): the rows, their summaries (core/gpu/kcheck.c's reference) */
     float   *rows;
     int32_t  ids[8][EM_SAMPLE_TOPK];
     void    *scratch;

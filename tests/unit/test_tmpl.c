@@ -14,8 +14,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/chat_tmpl.h"
-#include "core/gguf.h"
+#include "core/model/gguf.h"
+#include "core/tmpl/chat_tmpl.h"
 #include "tests/common/testutil.h"
 
 static struct tm fixed_now = { .tm_year = 125, .tm_mon = 2, .tm_mday = 14, .tm_hour = 9, .tm_min = 26,

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/chat_tmpl.h"
+#include "core/tmpl/chat_tmpl.h"
 #include "tests/common/testutil.h"
 
 static int cmp_names(const void *a, const void *b)

@@ -12,8 +12,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/gguf.h"
-#include "core/tokenizer.h"
+#include "core/model/gguf.h"
+#include "core/text/tokenizer.h"
 #include "tests/common/testutil.h"
 
 static const char *const SEP = "\n__ggml_vocab_test__\n";

@@ -1,0 +1,834 @@
+/* forward.c — the model on the GPU: weights repacked and uploaded once, one
+ * command buffer per step shape recorded once and replayed, and per step:
+ * embed -> per layer [QKV (norm fused) -> RoPE + KV write -> attention ->
+ * output projection (+residual) -> gate/up (norm and SwiGLU fused) -> down
+ * (+residual)] -> final norm + logits (fused). Shapes: E = n_embd, H/Hk =
+ * query/KV heads, D/Dv = head dims, F = n_ff, V = n_vocab, T = tokens. */
+#include "core/gpu/forward_int.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/gpu/fwd_plan.h"
+#include "core/gpu/kparams.h"
+#include "core/gpu/topk.h"
+#include "core/gpu/variants.h"
+#include "core/gpu/wpack.h"
+#include "core/model/gguf.h"
+#include "core/model/quant.h"
+#include "shaders/em_kernels.h"
+
+static const char *const prof_names[P_COUNT] = {
+    "embed", "qkv", "rope_kv", "attn", "wo", "gate_up", "swiglu", "down", "output",
+};
+
+static double now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
+}
+
+
+/* Bytes of one position of `n` K (or V) values of all KV heads. */
+#define kv_row_bytes em_fwd_kv_row_bytes
+
+/* ---- pipelines ------------------------------------------------------------ */
+
+/* The pipeline of kernel k with (tn, flags) spec constants, created on first use. */
+int fwd_get_pipe(em_fwd *f, uint32_t k, uint32_t tn, uint32_t flags, em_vk_pipe **out,
+                    em_err *err)
+{
+    for (uint32_t i = 0; i < f->n_pipes; i++) {
+        pipe_entry *p = &f->pipes[i];
+        if (p->kernel == k && p->tn == tn && p->flags == flags) {
+            *out = p->pipe;
+            return 0;
+        }
+    }
+    if (f->n_pipes == MAX_PIPES)
+        return em_err_set(err, EM_ENOMEM, "forward: too many pipeline variants");
+    uint32_t spec[4];
+    uint32_t n_spec = 0;
+    if (k >= EM_K_MM_F32 && k <= EM_K_MM_Q6_K) {
+        spec[0] = f->L; spec[1] = f->RPW; spec[2] = tn; spec[3] = flags;
+        n_spec = 4;
+    } else if (k >= EM_K_EMBED_F32 && k <= EM_K_EMBED_Q6_K) {
+        spec[0] = f->RPW;        /* rows per packed group */
+        spec[1] = f->embd.L.C;   /* blocks per chunk */
+        n_spec = 2;
+    } else if (k == EM_K_ATTN_DEC || k == EM_K_ATTN_DEC_Q8) {
+        spec[0] = f->dec_lanes;
+        spec[1] = f->hp->head_dim;
+        spec[2] = f->hp->head_dim_v;
+        n_spec = 3;
+    } else if (k == EM_K_ATTN_DEC_G || k == EM_K_ATTN_DEC_G_Q8) {
+        spec[0] = f->dec_lanes;
+        spec[1] = f->hp->head_dim;
+        spec[2] = f->hp->head_dim_v;
+        spec[3] = f->hp->n_head / f->hp->n_head_kv;
+        n_spec = 4;
+    } else if (k == EM_K_ATTN_PRE || k == EM_K_ATTN_PRE_Q8) {
+        spec[0] = f->hp->head_dim;
+        spec[1] = f->hp->head_dim_v;
+        n_spec = 2;
+    } else if (k == EM_K_ATTN_PRE_S || k == EM_K_ATTN_PRE_S_Q8) {
+        spec[0] = f->hp->head_dim;
+        spec[1] = f->hp->head_dim_v;
+        spec[2] = em_vk_info(f->vk)->subgroup_size;
+        spec[3] = f->pre_heads;
+        n_spec = 4;
+    } else if (k == EM_K_ROPE_KV || k == EM_K_ROPE_KV_Q8) {
+        spec[0] = f->hp->rope_type == EM_ROPE_NEOX;
+        spec[1] = f->hp->has_qk_norm;
+        n_spec = 2;
+    }
+    /* mm.comp's workgroup is one subgroup of L lanes (its sums cross the
+     * lanes by subgroupShuffleXor), and attn_pre.comp's SHUF variant shuffles
+     * across a subgroup of the device's size: on a device whose subgroup size
+     * varies (Intel, AMD RDNA) that size is required of the pipeline, not
+     * left to the compiler */
+    uint32_t req_sg = 0;
+    if (k >= EM_K_MM_F32 && k <= EM_K_MM_Q6_K)
+        req_sg = f->L;
+    else if (k == EM_K_ATTN_PRE_S || k == EM_K_ATTN_PRE_S_Q8)
+        req_sg = em_vk_info(f->vk)->subgroup_size;
+    pipe_entry *p = &f->pipes[f->n_pipes];
+    int rc = em_vk_pipe_create(f->vk, &em_kernels[k], spec, n_spec, req_sg, &p->pipe, err);
+    if (rc)
+        return rc;
+    p->kernel = k;
+    p->tn = tn;
+    p->flags = flags;
+    f->n_pipes++;
+    *out = p->pipe;
+    return 0;
+}
+
+/* After a dispatch: a timestamp labelled with its kernel (profiling only). */
+static void mark(em_fwd *f, em_vk_cmd *cmd, int kind)
+{
+    recorded *r = f->cur;
+    if (!f->o.profile || !r || r->n_ts + 1 >= MAX_TS)
+        return;
+    r->ts_kind[r->n_ts + 1] = (uint8_t)kind;
+    em_vk_cmd_timestamp(cmd, ++r->n_ts);
+}
+
+/* Record the dispatches of a site for T tokens. */
+static int site_record(em_fwd *f, em_vk_cmd *cmd, const site *s, uint32_t T, uint32_t x_stride,
+                       uint32_t y_stride, int kind, em_err *err)
+{
+    for (uint32_t p = 0; p < s->n_parts; p++) {
+        const pmat *pm = &s->part[p];
+        uint32_t tn = em_fwd_mm_tokens_per_pass(f->RPW, pm->L.type, T);
+        em_vk_pipe *pipe;
+        int rc = fwd_get_pipe(f, em_fwd_mm_kernel(pm->L.type), tn, s->flags, &pipe, err);
+        if (rc)
+            return rc;
+        for (uint32_t c = 0; c < pm->n_chunks; c++) {
+            const mat_chunk *ch = &pm->ch[c];
+            uint32_t gx = (ch->rows + f->RPW - 1) / f->RPW;
+            uint32_t gy = em_mm_grid_y(pm->L.K_pad, f->L, f->RPW, T, tn, gx);
+            if (gy == 0)
+                return em_err_set(err, EM_EUNSUPPORTED,
+                                  "forward: rows of %u elements exceed this device's loop budget",
+                                  pm->L.K_pad);
+            em_pc_mm pc = {
+                .K = pm->L.K_pad, .k_real = s->k_real, .N = ch->rows, .T = T,
+                .x_stride = x_stride, .y_stride = y_stride,
+                .y_off = s->y_off[p] + ((s->flags & EM_MM_SWIGLU) ? ch->row0 / 2 : ch->row0),
+                .row0 = ch->row0, .norm_off = s->norm_off, .bias_off = s->bias_off[p],
+                .gather_off = f->off_gather, .eps = f->hp->rms_eps,
+            };
+            em_vk_cmd_dispatch(cmd, pipe, ch->dset, &pc, gx, gy, 1);
+            mark(f, cmd, kind);
+        }
+    }
+    return 0;
+}
+
+/* ---- creation ----------------------------------------------------------- */
+
+static void choose_variant(em_fwd *f)
+{
+    const em_vk_dev_info *di = em_vk_info(f->vk);
+    /* one subgroup per workgroup; its lanes split each row, every lane
+     * reuses its slice of the input for RPW rows */
+    f->L = em_fwd_mm_lanes(di);
+    f->RPW = em_fwd_mm_rows(di, em_model_weight_bytes(f->m));
+    /* decode attention: on a CPU device one SIMD width of lanes (8 beat 16
+     * by ~8% at context 4096 on the 155M model); on GPUs 16, one per position
+     * of a KV block (attn_dec.comp's lanes walk a block's 16 positions: more
+     * would idle and only grow its shared memory, 64 lanes x 256 values past
+     * AMD's 64 KiB), 8 where the device's shared memory cannot hold 16 lanes'
+     * partial outputs (Vulkan guarantees only 16 KiB) */
+    f->dec_lanes = di->cpu_kernels || 16u * (f->hp->head_dim_v + 1u) * 4u > di->max_shared ? 8 : 16;
+    f->dec_grouped = em_fwd_dec_grouped(di, f->hp, f->dec_lanes);
+    if (f->dec_grouped)
+        f->k_dec = f->k_dec == EM_K_ATTN_DEC_Q8 ? EM_K_ATTN_DEC_G_Q8 : EM_K_ATTN_DEC_G;
+    /* prefill attention: on a CPU device each K/V row is read once per
+     * subgroup and shared with subgroupShuffle (attn_pre.comp, SHUF) */
+    uint32_t k_pre_s = f->k_pre == EM_K_ATTN_PRE_Q8 ? EM_K_ATTN_PRE_S_Q8 : EM_K_ATTN_PRE_S;
+    f->pre_heads = 1;
+    if (di->cpu_kernels && em_vk_kernel_supported(f->vk, &em_kernels[k_pre_s])) {
+        f->k_pre = k_pre_s;
+        f->pre_heads = em_fwd_pre_heads(f->hp);
+    }
+    char note[64] = "";
+    if (di->subgroup_reported && di->subgroup_reported != di->subgroup_size)
+        snprintf(note, sizeof note, " (the device reports %u-lane subgroups, runs %u)",
+                 di->subgroup_reported, di->subgroup_size);
+    snprintf(f->variant, sizeof f->variant, "mm %u lanes x %u rows per workgroup%s%s", f->L, f->RPW,
+             di->type == VK_PHYSICAL_DEVICE_TYPE_CPU && !di->cpu_kernels ? ", GPU kernels" : "", note);
+}
+
+int em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **out, em_err *err)
+{
+    *out = NULL;
+    const em_hparams *hp = em_model_hparams(m);
+    if (!o->max_tokens || !o->max_seqs || !o->max_ctx)
+        return em_err_set(err, EM_EINVAL, "forward: max tokens, sequences and context must be positive");
+    if (hp->head_dim > 256 || hp->head_dim_v > 256 || hp->head_dim % 8 || hp->head_dim_v % 8)
+        return em_err_set(err, EM_EUNSUPPORTED,
+                          "forward: head sizes %u/%u: the GPU kernels need multiples of 8 up to 256",
+                          hp->head_dim, hp->head_dim_v);
+    em_fwd *f = calloc(1, sizeof *f);
+    if (!f)
+        return em_err_set(err, EM_ENOMEM, "forward: out of memory");
+    f->vk = vk;
+    f->m = m;
+    f->hp = hp;
+    f->o = *o;
+    f->bt_stride = (o->max_ctx + EM_KV_BLOCK - 1) / EM_KV_BLOCK;
+    if (!f->o.n_blocks)
+        f->o.n_blocks = o->max_seqs * f->bt_stride;
+    if (o->kv_type == EM_KV_Q8_0) {
+        if (hp->head_dim % 32 || hp->head_dim_v % 32) {
+            free(f);
+            return em_err_set(err, EM_EUNSUPPORTED,
+                              "forward: a q8_0 KV cache needs head sizes that are multiples of 32 (this model: %u)",
+                              hp->head_dim);
+        }
+        uint64_t rows = (uint64_t)f->o.n_blocks * hp->n_head_kv * EM_KV_BLOCK;
+        f->kscale_off = (uint32_t)(rows * hp->head_dim / 2);     /* halves after the int8 rows */
+        f->vscale_off = (uint32_t)(rows * hp->head_dim_v / 2);
+        f->k_rope = EM_K_ROPE_KV_Q8;
+        f->k_dec = EM_K_ATTN_DEC_Q8;
+        f->k_pre = EM_K_ATTN_PRE_Q8;
+    } else if (o->kv_type == EM_KV_F16) {
+        f->k_rope = EM_K_ROPE_KV;
+        f->k_dec = EM_K_ATTN_DEC;
+        f->k_pre = EM_K_ATTN_PRE;
+    } else {
+        free(f);
+        return em_err_set(err, EM_EINVAL, "forward: unknown KV type %d", (int)o->kv_type);
+    }
+    if (!f->o.max_logits)
+        f->o.max_logits = o->max_seqs;
+    choose_variant(f);
+
+    uint32_t T = o->max_tokens, L = f->o.max_logits;
+    f->qkv_dim = hp->n_head * hp->head_dim + hp->n_head_kv * (hp->head_dim + hp->head_dim_v);
+    f->E_st = fwd_round_up(hp->n_embd, 32);
+    f->qkv_st = fwd_round_up(f->qkv_dim, 32);
+    f->att_st = fwd_round_up(hp->n_head * hp->head_dim_v, 32);
+    f->F_st = fwd_round_up(hp->n_ff, 32);
+    f->gu_st = fwd_round_up(2 * hp->n_ff, 32);
+    f->off_tok = 0;
+    f->off_pos = T;
+    f->off_seq = 2 * T;
+    f->off_gather = 3 * T;
+    f->off_dec = 3 * T + L;      /* (token, splits) pairs */
+    f->off_tiles = 5 * T + L;    /* (first token, count) pairs */
+    f->off_bt = 7 * T + L;
+    f->step_ints = f->off_bt + o->max_seqs * f->bt_stride;
+
+    int rc;
+    f->layers = calloc(hp->n_layer, sizeof *f->layers);
+    if (!f->layers) {
+        rc = em_err_set(err, EM_ENOMEM, "forward: out of memory");
+        goto fail;
+    }
+    /* activations (zero-filled: padding columns must read as zero), sized
+     * by the plan `ember vram` and em_fwd_kv_blocks count with */
+    em_fwd_mem plan;
+    em_fwd_plan_scratch(hp, T, o->max_seqs, o->max_ctx, L, &plan);
+    if (plan.x != (uint64_t)T * f->E_st * 4 || plan.qkv != (uint64_t)T * f->qkv_st * 4 ||
+        plan.att != (uint64_t)T * f->att_st * 4 || plan.hf != (uint64_t)T * f->F_st * 4 ||
+        plan.gu != (uint64_t)T * f->gu_st * 4 || plan.step != (uint64_t)f->step_ints * 4) {
+        rc = em_err_set(err, EM_ESTATE, "forward: the memory plan disagrees with the strides");
+        goto fail;
+    }
+    struct { em_vk_buf *b; uint64_t bytes; em_vk_mem_kind kind; } bufs[] = {
+        { &f->x, plan.x, EM_VK_MEM_DEVICE },
+        { &f->qkv, plan.qkv, EM_VK_MEM_DEVICE },
+        { &f->att, plan.att, EM_VK_MEM_DEVICE },
+        { &f->hf, plan.hf, EM_VK_MEM_DEVICE },
+        { &f->gu, plan.gu, EM_VK_MEM_DEVICE },
+        { &f->logits, plan.logits, EM_VK_MEM_READBACK },
+        { &f->steer, plan.steer, EM_VK_MEM_UPLOAD },
+        { &f->cand, plan.cand, EM_VK_MEM_READBACK },
+        { &f->step, plan.step, EM_VK_MEM_UPLOAD },
+        { &f->dummy, plan.dummy, EM_VK_MEM_DEVICE },
+        { &f->part, plan.part, EM_VK_MEM_DEVICE },
+    };
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        if ((rc = em_vk_alloc(vk, bufs[i].kind, bufs[i].bytes, bufs[i].b, err)))
+            goto fail;
+        f->st.act_bytes += bufs[i].bytes;
+    }
+    /* the vecs buffer must exist before descriptor sets are made: size it
+     * first (norms, biases, q/k norms, inverse frequencies) */
+    if ((rc = em_vk_alloc(vk, EM_VK_MEM_DEVICE, em_fwd_plan_vec_floats(m) * 4, &f->vecs, err)))
+        goto fail;
+
+    {
+        em_vk_pipe *rp, *tp;
+        em_vk_buf rb[3] = { f->step, f->part, f->att }, tb[3] = { f->logits, f->steer, f->cand };
+        if ((rc = fwd_get_pipe(f, EM_K_ATTN_REDUCE, 0, 0, &rp, err)) ||
+            (rc = em_vk_dset_create(vk, rp, rb, &f->reduce_ds, err)) ||
+            (rc = fwd_get_pipe(f, EM_K_TOPK, 0, 0, &tp, err)) ||
+            (rc = em_vk_dset_create(vk, tp, tb, &f->topk_ds, err)))
+            goto fail;
+        f->steer_adj_max = L * EM_FWD_STEER_ADJ;
+    }
+    em_vk_progress prog;
+    em_vk_progress_begin(&prog, "uploading weights", em_model_weight_bytes(m));
+    for (uint32_t il = 0; il < hp->n_layer; il++)
+        if ((rc = fwd_build_layer(f, il, &prog, err)))
+            goto fail_prog;
+
+    /* output: final norm fused, rows gathered from the step's logit list */
+    {
+        const em_gguf_tensor *te = em_model_tok_embd(m), *to = em_model_output(m);
+        row_src es = { { te }, 1, 0 };
+        uint64_t before = f->st.weight_bytes;
+        if ((rc = fwd_pmat_build(f, &es, &f->embd, &prog, err)))
+            goto fail_prog;
+        uint64_t embd_bytes = f->st.weight_bytes - before;
+        site *s = &f->out;
+        s->flags = EM_MM_NORM_IN | EM_MM_GATHER_IN;
+        s->k_real = hp->n_embd;
+        s->n_parts = 1;
+        if ((rc = fwd_vec_tensor(f, em_model_out_norm(m), &s->norm_off, err)))
+            goto fail_prog;
+        if (to == te) {
+            s->part[0] = f->embd;        /* tied: the same device memory */
+            s->part[0].n_chunks = f->embd.n_chunks;
+        } else {
+            row_src os = { { to }, 1, 0 };
+            if ((rc = fwd_pmat_build(f, &os, &s->part[0], &prog, err)))
+                goto fail_prog;
+        }
+        if ((rc = fwd_site_bind(f, s, &f->x, &f->logits, err)))
+            goto fail_prog;
+        /* a decode step reads one row of an embedding table that is not
+         * also the output matrix */
+        f->st.decode_bytes = f->st.weight_bytes - (to == te ? 0 : embd_bytes);
+        em_vk_pipe *ep;
+        const mat_chunk *ch = &f->embd.ch[0];
+        if (f->embd.n_chunks != 1) {
+            rc = em_err_set(err, EM_EUNSUPPORTED,
+                            "forward: the embedding table exceeds one storage-buffer binding");
+            goto fail_prog;
+        }
+        em_vk_buf eb[4] = { ch->qw, ch->sc, f->step, f->x };
+        if ((rc = fwd_get_pipe(f, em_fwd_embed_kernel(f->embd.L.type), 0, 0, &ep, err)) ||
+            (rc = em_vk_dset_create(vk, ep, eb, &f->embed_ds, err)))
+            goto fail_prog;
+    }
+    em_vk_progress_end(&prog);
+
+    /* inverse rope frequencies, computed in double */
+    {
+        uint32_t nf = hp->n_rot / 2;
+        if ((rc = fwd_vec_add(f, NULL, nf, &f->freq_off, err)))
+            goto fail;
+        const em_gguf_tensor *ff = em_model_rope_freqs(m);
+        for (uint32_t i = 0; i < nf; i++) {
+            double v = hp->rope_freq_scale * pow(hp->rope_base, -2.0 * i / hp->n_rot);
+            if (ff)
+                v /= ((const float *)ff->data)[i];
+            f->vecs_host[f->freq_off + i] = (float)v;
+        }
+    }
+    if ((uint64_t)f->n_vecs * 4 > f->vecs.size) {
+        rc = em_err_set(err, EM_ESTATE, "forward: vecs buffer sized wrong");
+        goto fail;
+    }
+    if ((rc = em_vk_upload(vk, &f->vecs, 0, f->vecs_host, (size_t)f->n_vecs * 4, NULL, err)))
+        goto fail;
+    {   /* zeros: activation padding columns are read as zeros, and so are KV
+         * positions never written */
+        em_vk_cmd *c = NULL;
+        if ((rc = em_vk_cmd_create(vk, 0, &c, err)) || (rc = em_vk_cmd_begin(c, err))) {
+            em_vk_cmd_destroy(c);
+            goto fail;
+        }
+        em_vk_buf *z[] = { &f->x, &f->qkv, &f->att, &f->hf, &f->gu, &f->dummy, &f->part };
+        for (size_t i = 0; i < sizeof z / sizeof z[0]; i++)
+            em_vk_cmd_fill(c, z[i], 0);
+        for (uint32_t il = 0; il < hp->n_layer; il++) {
+            em_vk_cmd_fill(c, &f->layers[il].kc, 0);
+            em_vk_cmd_fill(c, &f->layers[il].vc, 0);
+        }
+        rc = em_vk_cmd_end(c, err);
+        if (!rc)
+            rc = em_vk_cmd_submit_wait(c, err);
+        em_vk_cmd_destroy(c);
+        if (rc)
+            goto fail;
+    }
+    *out = f;
+    return 0;
+fail_prog:
+    em_vk_progress_end(&prog);
+fail:
+    em_fwd_destroy(f);
+    return rc;
+}
+
+void em_fwd_destroy(em_fwd *f)
+{
+    if (!f)
+        return;
+    for (uint32_t i = 0; i < MAX_RECORDED; i++)
+        em_vk_cmd_destroy(f->rec[i].cmd);
+    em_vk_cmd_destroy(f->copy_cmd);
+    for (uint32_t il = 0; f->layers && il < f->hp->n_layer; il++) {
+        layer *ly = &f->layers[il];
+        fwd_site_free(f, &ly->qkv);
+        fwd_site_free(f, &ly->wo);
+        fwd_site_free(f, &ly->gu);
+        fwd_site_free(f, &ly->down);
+        em_vk_free(f->vk, &ly->kc);
+        em_vk_free(f->vk, &ly->vc);
+    }
+    if (em_model_output(f->m) != em_model_tok_embd(f->m))
+        fwd_site_free(f, &f->out);
+    fwd_pmat_free(f, &f->embd);
+    em_vk_buf *b[] = { &f->x, &f->qkv, &f->att, &f->hf, &f->gu, &f->logits, &f->step, &f->vecs,
+                       &f->dummy, &f->part, &f->steer, &f->cand };
+    for (size_t i = 0; i < sizeof b / sizeof b[0]; i++)
+        em_vk_free(f->vk, b[i]);
+    free(f->layers);
+    free(f->vecs_host);
+    free(f);
+}
+
+/* ---- a step ------------------------------------------------------------------ */
+
+static int record(em_fwd *f, em_vk_cmd *cmd, const shape *sh, em_err *err)
+{
+    const uint32_t T = sh->T, L = sh->L;
+    const em_hparams *hp = f->hp;
+    int rc = em_vk_cmd_begin(cmd, err);
+    if (rc)
+        return rc;
+    if (f->cur) {
+        f->cur->n_ts = 0;
+        em_vk_cmd_timestamp(cmd, 0);
+    }
+    em_vk_pipe *p;
+    em_pc_embed pe = { hp->n_embd, T, f->E_st, f->off_tok };
+    if ((rc = fwd_get_pipe(f, em_fwd_embed_kernel(f->embd.L.type), 0, 0, &p, err)))
+        return rc;
+    em_vk_cmd_dispatch(cmd, p, f->embed_ds, &pe, (hp->n_embd / 4 + 63) / 64, T, 1);
+    mark(f, cmd, P_EMBED);
+    em_vk_cmd_barrier(cmd);
+
+    em_pc_rope pr = {
+        hp->n_head, hp->n_head_kv, hp->head_dim, hp->head_dim_v, hp->n_rot, f->qkv_st,
+        f->off_pos, f->off_seq, f->off_bt, f->bt_stride, f->freq_off, 0, 0, hp->rms_eps,
+        f->kscale_off, f->vscale_off,
+    };
+    const float scale = 1.0f / sqrtf((float)hp->head_dim);
+    em_pc_attn_dec pd = {
+        hp->n_head, hp->n_head_kv, hp->head_dim, hp->head_dim_v, f->qkv_st, f->att_st,
+        f->off_pos, f->off_seq, f->off_bt, f->bt_stride, f->off_dec, sh->nsplit, scale,
+        f->kscale_off, f->vscale_off,
+    };
+    em_pc_attn_pre pp = {
+        hp->n_head, hp->n_head_kv, hp->head_dim, hp->head_dim_v, f->qkv_st, f->att_st,
+        f->off_pos, f->off_seq, f->off_bt, f->bt_stride, f->off_tiles, scale,
+        f->kscale_off, f->vscale_off,
+    };
+    em_pc_attn_reduce pred = { hp->n_head, hp->head_dim_v, sh->nsplit, f->att_st, f->off_dec };
+    em_pc_swiglu ps = { hp->n_ff, T, f->gu_st, f->F_st };
+    for (uint32_t il = 0; il < hp->n_layer; il++) {
+        layer *ly = &f->layers[il];
+        if ((rc = site_record(f, cmd, &ly->qkv, T, f->E_st, f->qkv_st, P_QKV, err)))
+            return rc;
+        em_vk_cmd_barrier(cmd);
+        pr.qn_off = ly->qn_off;
+        pr.kn_off = ly->kn_off;
+        if ((rc = fwd_get_pipe(f, f->k_rope, 0, 0, &p, err)))
+            return rc;
+        em_vk_cmd_dispatch(cmd, p, ly->rope_ds, &pr, 1, T, 1);
+        mark(f, cmd, P_ROPE);
+        em_vk_cmd_barrier(cmd);
+        if (sh->n_dec) {
+            if ((rc = fwd_get_pipe(f, f->k_dec, 0, 0, &p, err)))
+                return rc;
+            em_vk_cmd_dispatch(cmd, p, ly->dec_ds, &pd, f->dec_grouped ? hp->n_head_kv : hp->n_head,
+                               sh->nsplit, sh->n_dec);
+            mark(f, cmd, P_ATTN);
+        }
+        if (sh->n_tiles) {
+            if ((rc = fwd_get_pipe(f, f->k_pre, 0, 0, &p, err)))
+                return rc;
+            em_vk_cmd_dispatch(cmd, p, ly->pre_ds, &pp, hp->n_head / f->pre_heads, sh->n_tiles, 1);
+            mark(f, cmd, P_ATTN);
+        }
+        if (sh->n_dec && sh->nsplit > 1) {
+            if ((rc = fwd_get_pipe(f, EM_K_ATTN_REDUCE, 0, 0, &p, err)))
+                return rc;
+            em_vk_cmd_barrier(cmd);
+            em_vk_cmd_dispatch(cmd, p, f->reduce_ds, &pred, hp->n_head, sh->n_dec, 1);
+            mark(f, cmd, P_ATTN);
+        }
+        em_vk_cmd_barrier(cmd);
+        if ((rc = site_record(f, cmd, &ly->wo, T, f->att_st, f->E_st, P_WO, err)))
+            return rc;
+        em_vk_cmd_barrier(cmd);
+        if (ly->gu_fused) {
+            if ((rc = site_record(f, cmd, &ly->gu, T, f->E_st, f->F_st, P_GU, err)))
+                return rc;
+        } else {
+            if ((rc = site_record(f, cmd, &ly->gu, T, f->E_st, f->gu_st, P_GU, err)) ||
+                (rc = fwd_get_pipe(f, EM_K_SWIGLU, 0, 0, &p, err)))
+                return rc;
+            em_vk_cmd_barrier(cmd);
+            em_vk_cmd_dispatch(cmd, p, ly->swiglu_ds, &ps, (hp->n_ff + 63) / 64, T, 1);
+            mark(f, cmd, P_SWIGLU);
+        }
+        em_vk_cmd_barrier(cmd);
+        if ((rc = site_record(f, cmd, &ly->down, T, f->F_st, f->E_st, P_DOWN, err)))
+            return rc;
+        em_vk_cmd_barrier(cmd);
+    }
+    if (L > 0 && (rc = site_record(f, cmd, &f->out, L, f->E_st, hp->n_vocab, P_OUT, err)))
+        return rc;
+    if (L > 0 && sh->top) {
+        em_pc_topk pt = { hp->n_vocab, EM_TOPK_STRIDE };
+        if ((rc = fwd_get_pipe(f, EM_K_TOPK, 0, 0, &p, err)))
+            return rc;
+        em_vk_cmd_barrier(cmd);
+        em_vk_cmd_dispatch(cmd, p, f->topk_ds, &pt, L, 1, 1);
+        mark(f, cmd, P_OUT);
+    }
+    f->st.dispatches = em_vk_cmd_dispatches(cmd);
+    f->st.barriers = em_vk_cmd_barriers(cmd);
+    return em_vk_cmd_end(cmd, err);
+}
+
+static int check_batch(const em_fwd *f, const em_fwd_batch *b, em_err *err)
+{
+    const em_hparams *hp = f->hp;
+    if (b->n_tokens == 0 || b->n_tokens > f->o.max_tokens)
+        return em_err_set(err, EM_ERANGE, "forward: %u tokens in a step (1..%u)", b->n_tokens,
+                          f->o.max_tokens);
+    if (b->n_logits > f->o.max_logits)
+        return em_err_set(err, EM_ERANGE, "forward: %u logit rows (at most %u)", b->n_logits,
+                          f->o.max_logits);
+    for (uint32_t i = 0; i < b->n_tokens; i++) {
+        if (b->tokens[i] < 0 || (uint32_t)b->tokens[i] >= hp->n_vocab)
+            return em_err_set(err, EM_ERANGE, "token id %d is out of range (vocabulary has %u tokens)",
+                              b->tokens[i], hp->n_vocab);
+        if (b->pos[i] < 0 || (uint32_t)b->pos[i] >= f->o.max_ctx)
+            return em_err_set(err, EM_ERANGE, "position %d is out of range (context %u)", b->pos[i],
+                              f->o.max_ctx);
+        if (b->seq[i] < 0 || (uint32_t)b->seq[i] >= f->o.max_seqs || !b->tables[b->seq[i]])
+            return em_err_set(err, EM_ERANGE, "sequence slot %d is out of range or has no table",
+                              b->seq[i]);
+        const int32_t *t = b->tables[b->seq[i]];
+        for (int32_t k = 0; k <= b->pos[i] / EM_KV_BLOCK; k++)
+            if (t[k] < 0 || (uint32_t)t[k] >= f->o.n_blocks)
+                return em_err_set(err, EM_ERANGE, "block %d of slot %d is out of range", t[k], b->seq[i]);
+    }
+    for (uint32_t i = 0; i < b->n_logits; i++)
+        if (b->logit_rows[i] < 0 || (uint32_t)b->logit_rows[i] >= b->n_tokens)
+            return em_err_set(err, EM_ERANGE, "logit row %d is out of range", b->logit_rows[i]);
+    return 0;
+}
+
+static int put_steer(em_fwd *f, const em_sample_steer *steer, uint32_t L, em_err *err)
+{
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < L; i++)
+        n += steer[i].n_adj;
+    if (n > f->steer_adj_max)
+        return em_err_set(err, EM_ERANGE, "forward: %llu logit adjustments in a step (at most %u)",
+                          (unsigned long long)n, f->steer_adj_max);
+    em_topk_pack(f->steer.map, steer, L, f->hp->n_vocab);
+    return 0;
+}
+
+static int step(em_fwd *f, const em_fwd_batch *b, const em_sample_steer *steer, em_sample_top *top, float *logits,
+                em_err *err);
+
+int em_fwd_step(em_fwd *f, const em_fwd_batch *b, float *logits, em_err *err)
+{
+    return step(f, b, NULL, NULL, logits, err);
+}
+
+int em_fwd_step_top(em_fwd *f, const em_fwd_batch *b, const em_sample_steer *steer, em_sample_top *top,
+                    em_err *err)
+{
+    return step(f, b, steer, top, NULL, err);
+}
+
+const float *em_fwd_logits_row(const em_fwd *f, uint32_t i)
+{
+    return (const float *)f->logits.map + (size_t)i * f->hp->n_vocab;
+}
+
+static int step(em_fwd *f, const em_fwd_batch *b, const em_sample_steer *steer, em_sample_top *top, float *logits,
+                em_err *err)
+{
+    int rc = check_batch(f, b, err);
+    if (rc)
+        return rc;
+    if (steer && b->n_logits && (rc = put_steer(f, steer, b->n_logits, err)))
+        return rc;
+    uint32_t T = b->n_tokens, L = b->n_logits;
+    int32_t *sp = f->step.map;
+    memcpy(sp + f->off_tok, b->tokens, T * sizeof *sp);
+    memcpy(sp + f->off_pos, b->pos, T * sizeof *sp);
+    memcpy(sp + f->off_seq, b->seq, T * sizeof *sp);
+    if (L)
+        memcpy(sp + f->off_gather, b->logit_rows, L * sizeof *sp);
+    /* block tables of the slots in this step, as far as their positions reach */
+    for (uint32_t i = 0; i < T; i++) {
+        int32_t s = b->seq[i];
+        uint32_t nblk = (uint32_t)b->pos[i] / EM_KV_BLOCK + 1;
+        memcpy(sp + f->off_bt + (uint32_t)s * f->bt_stride, b->tables[s], nblk * sizeof *sp);
+    }
+
+    /* attention work lists: decode queries one by one, each split by its
+     * own context length; runs of consecutive prompt positions of one
+     * sequence cut into tiles */
+    shape sh = { T, L, 0, 0, 1, steer != NULL };
+    uint32_t span = em_vk_info(f->vk)->cpu_kernels ? 1024 : 256;
+    for (uint32_t i = 0; i < T;) {
+        uint32_t j = i + 1;
+        int dec_i = b->decode ? b->decode[i] : 0;
+        if (!dec_i)
+            while (j < T && b->seq[j] == b->seq[i] && b->pos[j] == b->pos[j - 1] + 1 &&
+                   !(b->decode && b->decode[j]))
+                j++;
+        if (dec_i || (!b->decode && j - i == 1)) {
+            uint32_t ns = ((uint32_t)b->pos[i] + span) / span;   /* ceil((pos + 1) / span) */
+            if (ns > EM_ATTN_MAX_SPLIT)
+                ns = EM_ATTN_MAX_SPLIT;
+            sp[f->off_dec + 2 * sh.n_dec] = (int32_t)i;
+            sp[f->off_dec + 2 * sh.n_dec + 1] = (int32_t)ns;
+            sh.n_dec++;
+            if (ns > sh.nsplit)
+                sh.nsplit = ns;
+            j = i + 1;
+        } else {
+            for (uint32_t k = i; k < j; k += EM_ATTN_TILE) {
+                sp[f->off_tiles + 2 * sh.n_tiles] = (int32_t)k;
+                sp[f->off_tiles + 2 * sh.n_tiles + 1] = (int32_t)(j - k < EM_ATTN_TILE ? j - k : EM_ATTN_TILE);
+                sh.n_tiles++;
+            }
+        }
+        i = j;
+    }
+
+    /* the recorded command buffer for this shape, or record one */
+    recorded *r = NULL, *lru = &f->rec[0];
+    for (uint32_t i = 0; i < MAX_RECORDED; i++) {
+        if (f->rec[i].valid && memcmp(&f->rec[i].sh, &sh, sizeof sh) == 0) {
+            r = &f->rec[i];
+            break;
+        }
+        if (f->rec[i].last_used < lru->last_used)
+            lru = &f->rec[i];
+    }
+    f->st.last_record_us = 0;
+    if (!r) {
+        r = lru;
+        if (!r->cmd && (rc = em_vk_cmd_create(f->vk, f->o.profile ? MAX_TS : 0, &r->cmd, err)))
+            return rc;
+        double t0 = now_us();
+        r->valid = 0;
+        f->cur = f->o.profile && em_vk_cmd_has_timestamps(r->cmd) ? r : NULL;
+        rc = record(f, r->cmd, &sh, err);
+        f->cur = NULL;
+        if (rc)
+            return rc;
+        r->sh = sh;
+        r->valid = 1;
+        f->st.last_record_us = now_us() - t0;
+    }
+    r->last_used = ++f->clock;
+    double t0 = now_us();
+    if ((rc = em_vk_cmd_submit_wait(r->cmd, err)))
+        return rc;
+    f->st.last_submit_us = now_us() - t0;
+    if (f->o.profile && r->n_ts > 0) {
+        double ns[MAX_TS];
+        if (em_vk_cmd_timestamps(r->cmd, 0, r->n_ts + 1, ns, NULL) == 0) {
+            for (uint32_t i = 1; i <= r->n_ts; i++) {
+                f->prof_us[r->ts_kind[i]] += (ns[i] - ns[i - 1]) / 1e3;
+                f->prof_n[r->ts_kind[i]]++;
+            }
+        }
+    }
+    if (L && logits)
+        memcpy(logits, f->logits.map, (size_t)L * f->hp->n_vocab * sizeof *logits);
+    if (top && L)
+        em_topk_unpack(f->cand.map, L, top);
+    return 0;
+}
+
+int em_fwd_kv_type_parse(const char *s, uint32_t *out, em_err *err)
+{
+    if (strcmp(s, "f16") == 0)
+        *out = EM_KV_F16;
+    else if (strcmp(s, "q8_0") == 0)
+        *out = EM_KV_Q8_0;
+    else
+        return em_err_set(err, EM_EINVAL, "--kv-type: '%s' is not a KV type (f16, q8_0)", s);
+    return 0;
+}
+
+const char *em_fwd_kv_type_name(uint32_t kv_type)
+{
+    return kv_type == EM_KV_Q8_0 ? "q8_0" : "f16";
+}
+
+uint64_t em_fwd_kv_block_bytes(const em_model *m, uint32_t kv_type)
+{
+    return em_fwd_kv_block_bytes_hp(em_model_hparams(m), kv_type);
+}
+
+uint32_t em_fwd_kv_blocks(em_vk *vk, const em_model *m, uint32_t kv_type, uint64_t kv_mb,
+                          uint32_t max_seqs, uint32_t max_ctx, uint32_t max_tokens)
+{
+    const em_hparams *hp = em_model_hparams(m);
+    uint64_t per = em_fwd_kv_block_bytes(m, kv_type);
+    uint64_t cap = (uint64_t)max_seqs * ((max_ctx + EM_KV_BLOCK - 1) / EM_KV_BLOCK);
+    uint64_t bytes;
+    if (kv_mb) {
+        bytes = kv_mb << 20;
+    } else {
+        const em_vk_dev_info *di = em_vk_info(vk);
+        em_fwd_mem plan;
+        em_fwd_plan_scratch(hp, max_tokens, max_seqs, max_ctx, max_seqs, &plan);
+        if (em_fwd_plan_weights(m, em_fwd_mm_rows(di, em_model_weight_bytes(m)), em_fwd_mm_lanes(di),
+                                &plan, NULL)) {
+            plan.weights = em_model_weight_bytes(m);   /* em_fwd_create will refuse it */
+            plan.vecs = 0;
+        }
+        bytes = em_fwd_plan_kv_budget(di->device_local_bytes, &plan);
+    }
+    uint64_t n = bytes / per;
+    /* one layer's K (or V) must fit one storage-buffer binding */
+    uint64_t per_layer = kv_row_bytes(kv_type, (uint64_t)hp->n_head_kv *
+                                                   (hp->head_dim > hp->head_dim_v ? hp->head_dim : hp->head_dim_v)) *
+                         EM_KV_BLOCK;
+    uint64_t range_cap = em_vk_info(vk)->max_storage_range / per_layer;
+    if (n > range_cap)
+        n = range_cap;
+    if (n > cap)
+        n = cap;
+    return (uint32_t)n;
+}
+
+int em_fwd_copy_blocks(em_fwd *f, const int32_t *src, const int32_t *dst, uint32_t n, em_err *err)
+{
+    const em_hparams *hp = f->hp;
+    /* f16: the block's rows; q8_0: the block's int8 rows and, apart, its scales */
+    uint64_t kq = (uint64_t)hp->n_head_kv * hp->head_dim * EM_KV_BLOCK, vq = (uint64_t)hp->n_head_kv * hp->head_dim_v * EM_KV_BLOCK;
+    int q8 = f->o.kv_type == EM_KV_Q8_0;
+    uint64_t kb = q8 ? kq : kq * 2, vb = q8 ? vq : vq * 2;
+    uint64_t ks = kq / 32 * 2, vs = vq / 32 * 2;
+    for (uint32_t i = 0; i < n; i++)
+        if (src[i] < 0 || dst[i] < 0 || (uint32_t)src[i] >= f->o.n_blocks || (uint32_t)dst[i] >= f->o.n_blocks)
+            return em_err_set(err, EM_ERANGE, "forward: block copy %d -> %d out of range", src[i], dst[i]);
+    if (!f->copy_cmd) {
+        int rc = em_vk_cmd_create(f->vk, 0, &f->copy_cmd, err);
+        if (rc)
+            return rc;
+    }
+    int rc = em_vk_cmd_begin(f->copy_cmd, err);
+    if (rc)
+        return rc;
+    for (uint32_t il = 0; il < hp->n_layer; il++) {
+        const layer *ly = &f->layers[il];
+        for (uint32_t i = 0; i < n; i++) {
+            em_vk_cmd_copy(f->copy_cmd, &ly->kc, (uint64_t)src[i] * kb, &ly->kc, (uint64_t)dst[i] * kb, kb);
+            em_vk_cmd_copy(f->copy_cmd, &ly->vc, (uint64_t)src[i] * vb, &ly->vc, (uint64_t)dst[i] * vb, vb);
+            if (q8) {
+                uint64_t k0 = (uint64_t)f->kscale_off * 2, v0 = (uint64_t)f->vscale_off * 2;
+                em_vk_cmd_copy(f->copy_cmd, &ly->kc, k0 + (uint64_t)src[i] * ks, &ly->kc, k0 + (uint64_t)dst[i] * ks, ks);
+                em_vk_cmd_copy(f->copy_cmd, &ly->vc, v0 + (uint64_t)src[i] * vs, &ly->vc, v0 + (uint64_t)dst[i] * vs, vs);
+            }
+        }
+    }
+    if ((rc = em_vk_cmd_end(f->copy_cmd, err)))
+        return rc;
+    return em_vk_cmd_submit_wait(f->copy_cmd, err);
+}
+
+void em_fwd_get_stats(const em_fwd *f, em_fwd_stats *st)
+{
+    *st = f->st;
+    st->mm_lanes = f->L;
+    st->mm_rows = f->RPW;
+}
+
+uint32_t em_fwd_profile(em_fwd *f, em_fwd_prof *out, uint32_t max, int reset)
+{
+    uint32_t n = 0;
+    for (int k = 0; k < P_COUNT; k++) {
+        if (!f->prof_n[k])
+            continue;
+        if (n < max) {
+            out[n].kernel = prof_names[k];
+            out[n].us = f->prof_us[k];
+            out[n].count = f->prof_n[k];
+        }
+        n++;
+    }
+    if (reset) {
+        memset(f->prof_us, 0, sizeof f->prof_us);
+        memset(f->prof_n, 0, sizeof f->prof_n);
+    }
+    return n;
+}
+
+const char *em_fwd_variant(const em_fwd *f)
+{
+    return f->variant;
+}
+
+uint32_t em_fwd_pipes(const em_fwd *f, em_fwd_pipe_info *out, uint32_t max)
+{
+    for (uint32_t i = 0; i < f->n_pipes && i < max; i++)
+        out[i] = (em_fwd_pipe_info){ f->pipes[i].kernel, f->pipes[i].tn, f->pipes[i].flags, f->pipes[i].pipe };
+    return f->n_pipes;
+}
+
+em_vk *em_fwd_device(const em_fwd *f)
+{
+    return f->vk;
+}
+
+void em_fwd_mm_geometry(const em_fwd *f, uint32_t *lanes, uint32_t *rpw)
+{
+    *lanes = f->L;
+    *rpw = f->RPW;
+}
+
+const em_fwd_opts *em_fwd_get_opts(const em_fwd *f)
+{
+    return &f->o;
+}

@@ -1,0 +1,153 @@
+/* forward.h — one batched step of the model on the GPU.
+ *
+ * A step runs any mix of tokens from several sequences: prompt chunks
+ * (prefill) and single decode tokens alike. Each token has a position and a
+ * sequence slot; each slot has a block table naming the KV-cache blocks
+ * (EM_KV_BLOCK positions each) that hold its positions. The step embeds the
+ * tokens, runs every layer (the new K/V are written into the blocks, then
+ * attention reads the sequence's earlier positions through its table), and
+ * returns logits for the rows asked for. Which blocks a sequence owns is the
+ * caller's business (core/run/kv.c; one sequence in core/gpu/engine.c).
+ *
+ * Weights are repacked and uploaded once at creation (core/gpu/wpack.h,
+ * fwd_weights.c); memory is planned before anything is allocated
+ * (fwd_plan.h); the kernel variant per device is variants.h's choice;
+ * topk.h packs the steering of em_fwd_step_top.
+ * Command buffers are recorded once per step shape (tokens, logit rows) and
+ * replayed; per-step values travel in a host-visible step buffer. Only the
+ * thread that owns the em_fwd may call it. */
+#ifndef EM_FORWARD_H
+#define EM_FORWARD_H
+
+#include <stdint.h>
+
+#include "core/err.h"
+#include "core/model/model.h"
+#include "core/run/sample.h"
+#include "core/vk/vk.h"
+
+typedef struct {
+    uint32_t max_tokens;   /* tokens per step (prefill chunk + decodes) */
+    uint32_t max_seqs;     /* sequence slots */
+    uint32_t max_ctx;      /* positions per sequence */
+    uint32_t n_blocks;     /* KV pool blocks; 0: max_seqs * ceil(max_ctx / EM_KV_BLOCK) */
+    uint32_t max_logits;   /* logit rows per step; 0: max_seqs */
+    int      profile;      /* time every dispatch with GPU timestamps (em_fwd_profile) */
+    uint32_t kv_type;      /* em_kv_type: EM_KV_F16 (default) or EM_KV_Q8_0 */
+} em_fwd_opts;
+
+typedef struct em_fwd em_fwd;
+
+/* "f16" / "q8_0" -> EM_KV_F16 / EM_KV_Q8_0; EM_EINVAL otherwise. */
+int em_fwd_kv_type_parse(const char *s, uint32_t *out, em_err *err);
+const char *em_fwd_kv_type_name(uint32_t kv_type);
+
+/* Device bytes of one KV block (all layers' K and V) for model m;
+ * em_fwd_kv_block_bytes_hp the same from the shape alone:
+ * n_layer x EM_KV_BLOCK x (em_fwd_kv_row_bytes(Hk*D) + em_fwd_kv_row_bytes(Hk*Dv)). */
+uint64_t em_fwd_kv_block_bytes(const em_model *m, uint32_t kv_type);
+uint64_t em_fwd_kv_block_bytes_hp(const em_hparams *hp, uint32_t kv_type);
+/* Bytes of n K (or V) values of one position: 2 each in f16; in q8_0 34 per
+ * 32 (int8 values and an f16 scale per 32). */
+uint64_t em_fwd_kv_row_bytes(uint32_t kv_type, uint64_t n);
+
+/* A KV pool size in blocks for vk and m: kv_mb MiB when non-zero, else
+ * em_fwd_plan_kv_budget of the largest device-local heap (what the weights,
+ * vectors, scratch for max_tokens-token steps of max_seqs sequences,
+ * staging and the margin leave of 80% of it), capped at what one layer's
+ * K or V binding can address and at what max_seqs x max_ctx can use. */
+uint32_t em_fwd_kv_blocks(em_vk *vk, const em_model *m, uint32_t kv_type, uint64_t kv_mb,
+                          uint32_t max_seqs, uint32_t max_ctx, uint32_t max_tokens);
+
+/* Repack and upload m's weights to vk (both borrowed; must outlive the em_fwd),
+ * allocate activations and the KV pool. EM_ENOMEM when they do not fit. */
+int  em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **out, em_err *err);
+void em_fwd_destroy(em_fwd *f);   /* accepts NULL */
+
+typedef struct {
+    uint32_t       n_tokens;
+    const int32_t *tokens;         /* [n_tokens] token ids */
+    const int32_t *pos;            /* [n_tokens] positions */
+    const int32_t *seq;            /* [n_tokens] sequence slots */
+    uint32_t       n_logits;
+    const int32_t *logit_rows;     /* [n_logits] indices into the tokens */
+    const int32_t *const *tables;  /* [max_seqs]: block table of each slot used by the
+                                    * batch (ceil((max pos + 1) / EM_KV_BLOCK) entries) */
+    const uint8_t *decode;         /* [n_tokens] or NULL: 1 for generated tokens (decode
+                                    * attention), 0 for prompt tokens (prefill tiles).
+                                    * NULL: a token alone in its run of consecutive
+                                    * positions is a decode. Keeping the choice with the
+                                    * token makes its result independent of the batch. */
+} em_fwd_batch;
+
+/* Run one step; logits receives [n_logits][n_vocab] (may be NULL when
+ * n_logits is 0). All inputs are borrowed for the call. EM_ERANGE for ids,
+ * positions, slots or blocks out of range; EM_EDEVICE if the device fails. */
+int em_fwd_step(em_fwd *f, const em_fwd_batch *b, float *logits, em_err *err);
+/* The same step, but the logit rows stay on the device: row i is steered
+ * in place by steer[i] and summarised into top[i] (max, argmax, sums,
+ * the EM_SAMPLE_TOPK largest: em_sampler_sample_top), which is all that is
+ * read back. top[i]'s arrays, and the steered rows through
+ * em_fwd_logits_row (for what the candidates cannot settle), stay valid
+ * until the next step. The rows' adjustments together may number up to
+ * EM_FWD_STEER_ADJ per logit row of the em_fwd (max_logits): EM_ERANGE
+ * beyond (em_fwd_step and the host's steering then, for that step). */
+#define EM_FWD_STEER_ADJ 2048u
+int em_fwd_step_top(em_fwd *f, const em_fwd_batch *b, const em_sample_steer *steer, em_sample_top *top,
+                    em_err *err);
+/* Logit row i of the last step (steered, after em_fwd_step_top); borrowed. */
+const float *em_fwd_logits_row(const em_fwd *f, uint32_t i);
+
+/* Copy whole KV blocks (all layers' K and V), src[i] -> dst[i], before the
+ * next step (copy on write of shared blocks). Arrays borrowed. */
+int em_fwd_copy_blocks(em_fwd *f, const int32_t *src, const int32_t *dst, uint32_t n, em_err *err);
+
+typedef struct {
+    uint32_t dispatches;      /* in the last step's command buffer */
+    uint32_t barriers;
+    uint64_t weight_bytes;    /* device bytes of packed weights */
+    uint64_t decode_bytes;    /* of those, the bytes a decode step streams: all but an
+                               * embedding table that is not also the output matrix */
+    uint64_t kv_bytes;        /* device bytes of the KV pool */
+    uint64_t act_bytes;       /* activations + step + logits buffers */
+    double   last_record_us;  /* host time recording the last step (0 when replayed) */
+    double   last_submit_us;  /* host time from submit to fence */
+    uint32_t mm_lanes;        /* lanes (subgroup) of a matrix-kernel workgroup */
+    uint32_t mm_rows;         /* rows per matrix-kernel workgroup */
+} em_fwd_stats;
+
+void em_fwd_get_stats(const em_fwd *f, em_fwd_stats *st);
+/* Per-kernel GPU time accumulated over the steps run so far (profile on). */
+typedef struct {
+    const char *kernel;   /* "qkv", "attn", ... (static) */
+    double      us;       /* total microseconds */
+    uint32_t    count;    /* dispatches */
+} em_fwd_prof;
+
+/* Fills up to max entries, returns how many kernels there are (0 when
+ * profiling is off or the device has no timestamps). reset clears the sums. */
+uint32_t em_fwd_profile(em_fwd *f, em_fwd_prof *out, uint32_t max, int reset);
+
+/* "mm 8 lanes x 8 rows per workgroup" etc. */
+const char *em_fwd_variant(const em_fwd *f);
+/* The options f runs with (n_blocks and max_logits resolved); borrowed. */
+const em_fwd_opts *em_fwd_get_opts(const em_fwd *f);
+
+/* A pipeline f has built: the kernel (index in em_kernels[]), the matrix
+ * kernel's tn and flags spec constants (0 for other kernels), and the
+ * pipeline itself (borrowed: it lives as long as f). */
+typedef struct {
+    uint32_t    kernel, tn, flags;
+    em_vk_pipe *pipe;
+} em_fwd_pipe_info;
+
+/* The pipelines built so far (steps build them at first use), in the order
+ * they were built: fills up to max entries of out, returns how many there
+ * are. */
+uint32_t em_fwd_pipes(const em_fwd *f, em_fwd_pipe_info *out, uint32_t max);
+/* The device f runs on (borrowed), and the matrix kernel's lanes and rows
+ * per workgroup (its spec constants 0 and 1). */
+em_vk *em_fwd_device(const em_fwd *f);
+void   em_fwd_mm_geometry(const em_fwd *f, uint32_t *lanes, uint32_t *rpw);
+
+#endif

@@ -1,0 +1,84 @@
+/* model.h — a model: architecture hyperparameters and weight tensors read
+ * from a GGUF file. (The tokenizer is built separately from em_model_gguf().)
+ *
+ * em_model_open() opens and validates the file, reads `<arch>.*` metadata,
+ * finds every tensor the architecture needs and checks its shape and type.
+ * Weights stay in the mmap'd file; em_model owns the em_gguf and frees it in
+ * em_model_close(). Everything returned by the
+ * getters is borrowed from the model and valid until em_model_close(). */
+#ifndef EM_MODEL_H
+#define EM_MODEL_H
+
+#include <stdint.h>
+
+#include "core/err.h"
+#include "core/model/gguf.h"
+
+typedef enum { EM_ARCH_LLAMA, EM_ARCH_QWEN2, EM_ARCH_QWEN3 } em_arch;
+typedef enum { EM_ROPE_NORM, EM_ROPE_NEOX } em_rope_type;
+
+typedef struct {
+    em_arch      arch;
+    char         arch_name[16];
+    char         name[128];      /* general.name or the file name */
+    uint32_t     n_embd;         /* model width */
+    uint32_t     n_layer;
+    uint32_t     n_head;         /* query heads */
+    uint32_t     n_head_kv;      /* key/value heads (GQA when < n_head) */
+    uint32_t     head_dim;       /* per-head size of q and k */
+    uint32_t     head_dim_v;     /* per-head size of v */
+    uint32_t     n_ff;           /* FFN hidden width */
+    uint32_t     n_vocab;
+    uint32_t     n_ctx_train;
+    uint32_t     n_rot;          /* rotated dims per head (<= head_dim) */
+    em_rope_type rope_type;
+    float        rope_base;      /* theta */
+    float        rope_freq_scale;/* 1 / linear scaling factor */
+    float        rms_eps;
+    int          has_qkv_bias;   /* qwen2 */
+    int          has_qk_norm;    /* qwen3 */
+    int          tied_output;    /* no output.weight: logits use token_embd */
+} em_hparams;
+
+/* Weights of one transformer block. Shapes are ggml order [ne0 (row length), ne1 (rows)]. */
+typedef struct {
+    const em_gguf_tensor *attn_norm;  /* [n_embd] */
+    const em_gguf_tensor *wq;         /* [n_embd, n_head*head_dim] */
+    const em_gguf_tensor *wk;         /* [n_embd, n_head_kv*head_dim] */
+    const em_gguf_tensor *wv;         /* [n_embd, n_head_kv*head_dim_v] */
+    const em_gguf_tensor *bq, *bk, *bv; /* biases (qwen2) or NULL */
+    const em_gguf_tensor *q_norm;     /* [head_dim] (qwen3) or NULL */
+    const em_gguf_tensor *k_norm;     /* [head_dim] (qwen3) or NULL */
+    const em_gguf_tensor *wo;         /* [n_head*head_dim_v, n_embd] */
+    const em_gguf_tensor *ffn_norm;   /* [n_embd] */
+    const em_gguf_tensor *w_gate;     /* [n_embd, n_ff] */
+    const em_gguf_tensor *w_up;       /* [n_embd, n_ff] */
+    const em_gguf_tensor *w_down;     /* [n_ff, n_embd] */
+} em_layer_weights;
+
+typedef struct em_model em_model;
+
+/* Open, validate and describe a model. Errors (exit status 2 material):
+ * EM_ENOENT/EM_EFORMAT for the file, EM_EUNSUPPORTED for an architecture or
+ * tensor type ember cannot run, EM_EFORMAT for missing/misshapen tensors. */
+int  em_model_open(const char *path, em_model **out, em_err *err);
+void em_model_close(em_model *m);   /* accepts NULL */
+
+const em_hparams       *em_model_hparams(const em_model *m);
+const em_layer_weights *em_model_layer(const em_model *m, uint32_t il);
+const em_gguf_tensor   *em_model_tok_embd(const em_model *m);  /* [n_embd, n_vocab] */
+const em_gguf_tensor   *em_model_out_norm(const em_model *m);  /* [n_embd] */
+const em_gguf_tensor   *em_model_output(const em_model *m);    /* [n_embd, n_vocab]; token_embd when tied */
+/* Llama 3 rope frequency factors [n_rot/2] (rope_freqs.weight) or NULL. */
+const em_gguf_tensor   *em_model_rope_freqs(const em_model *m);
+const em_gguf          *em_model_gguf(const em_model *m);
+
+/* Total bytes of all weight tensors. */
+uint64_t em_model_weight_bytes(const em_model *m);
+/* Parameter count (elements of all weight tensors). */
+uint64_t em_model_n_params(const em_model *m);
+
+/* Dequantize row `row` of a 2-D tensor into dst[t->ne[0]]. */
+void em_tensor_row(const em_gguf_tensor *t, uint64_t row, float *dst);
+
+#endif
