@@ -66,23 +66,6 @@ static json_t *messages_json(const em_message *m, size_t n)
 
 /* ---- errors ----------------------------------------------------------------- */
 
-static int store_failed(web_conn *c, const em_err *err)
-{
-    em_web_error e = { 0 };
-    em_web_fail(&e, 503, "server_error", NULL, NULL, "the conversation store failed: %s", err->msg);
-    web_respond_error(c, &e);
-    return 0;
-}
-
-static int not_found(web_conn *c, int64_t id)
-{
-    em_web_error e = { 0 };
-    em_web_fail(&e, 404, "invalid_request_error", "not_found", NULL, "conversation %lld does not exist",
-                (long long)id);
-    web_respond_error(c, &e);
-    return 0;
-}
-
 static int refuse(web_conn *c, int status, const char *code, const char *param, const char *msg)
 {
     em_web_error e = { 0 };
@@ -91,24 +74,22 @@ static int refuse(web_conn *c, int status, const char *code, const char *param, 
     return 0;
 }
 
-/* A storage failure: 404 for a conversation that is not the key's, 400 for
- * what the request got wrong (param: the place err names, up to its ':'),
- * 403 with storing switched off, else 503. */
+static const web_store conv_store = {
+    "conversation", "conversation %s does not exist", NULL, 403, "storage_off",
+    "this server keeps no conversation text (--no-store-content)",
+};
+
+/* A storage failure (web_storage_fail): 404 for a conversation that is not
+ * the key's, 400 for what the request got wrong, 403 with storing switched
+ * off, else 503. */
 static int storage_error(web_conn *c, int rc, int64_t id, const char *param, const em_err *err)
 {
-    if (rc == EM_ENOENT)
-        return not_found(c, id);
-    if (rc == EM_EINVAL) {
-        char place[64] = "";
-        const char *colon = strchr(err->msg, ':');
-        size_t len = colon ? (size_t)(colon - err->msg) : 0;
-        if (len && len < sizeof place && !memchr(err->msg, ' ', len))   /* "conversations[1].title: ..." */
-            snprintf(place, sizeof place, "%.*s", (int)len, err->msg);
-        return refuse(c, 400, NULL, param ? param : place[0] ? place : NULL, err->msg);
-    }
-    if (rc == EM_ESTATE)
-        return refuse(c, 403, "storage_off", NULL, "this server keeps no conversation text (--no-store-content)");
-    return store_failed(c, err);
+    em_web_error e = { 0 };
+    char ids[32];
+    snprintf(ids, sizeof ids, "%lld", (long long)id);
+    web_storage_fail(&e, rc, err, &conv_store, ids, param);
+    web_respond_error(c, &e);
+    return 0;
 }
 
 /* The request body as a JSON object; NULL after answering 400. */

@@ -137,16 +137,16 @@ static int answer(web_conn *c, int status, const char *type, const char *code, c
     return 0;
 }
 
+static const web_store batch_store = { "batch", "No such Batch object: %.64s", "id", 409, NULL, NULL };
+
+/* A storage failure as the API says it (web_storage_fail): 404, 400, 409
+ * for a batch not in a state that allows it, else 503. */
 static int storage_error(web_conn *c, int rc, const char *id, const em_err *err)
 {
-    char msg[300];
-    if (rc == EM_ENOENT) {
-        snprintf(msg, sizeof msg, "No such Batch object: %.64s", id);
-        return answer(c, 404, "invalid_request_error", "not_found", "id", msg);
-    }
-    snprintf(msg, sizeof msg, "the batch store failed: %s", err->msg);
-    return answer(c, rc == EM_ESTATE ? 409 : 503, rc == EM_ESTATE ? "invalid_request_error" : "server_error", NULL,
-                  NULL, rc == EM_ESTATE ? err->msg : msg);
+    em_web_error e = { 0 };
+    web_storage_fail(&e, rc, err, &batch_store, id, NULL);
+    web_respond_error(c, &e);
+    return 0;
 }
 
 static int respond_batch(web_conn *c, const char *id)
@@ -564,6 +564,11 @@ static void fill(em_web *w, const em_batch_info *b)
         snprintf(auth.key_name, sizeof auth.key_name, "%s", ki.name);
         auth.no_cache = !ki.response_cache;   /* the key's cache setting holds for its batches */
     }
+    /* No per-key rate limit per line: a key's rate limit guards the
+     * interactive capacity against bursts, and a batch's lines are
+     * background work the server itself paces (at most max_fl in flight,
+     * the background class behind every interactive request); the batch
+     * was one request, counted when it was created. */
     int chat = strcmp(b->endpoint, "/v1/chat/completions") == 0;
     int down = 0;
     uint64_t failures = device_state(w, &down);
@@ -886,8 +891,9 @@ int web_batch_route(web_conn *c)
     const char *rest = p + PREFIX_LEN;
     int m = c->method;
     if (!*rest || strcmp(rest, "/") == 0) {
-        if (m == EM_M_POST)
-            return web_drain_refuse(c->w, &e) ? (web_respond_error(c, &e), 0) : create(c, &a);
+        if (m == EM_M_POST)   /* a batch is one request of its key's rate (its lines are not: see fill) */
+            return web_drain_refuse(c->w, &e) || web_rate_check(c->w, &a, &e) ? (web_respond_error(c, &e), 0)
+                                                                               : create(c, &a);
         return m == EM_M_GET ? list(c, &a) : answer(c, 405, "invalid_request_error", "method_not_allowed", NULL,
                                                     PREFIX " takes GET or POST");
     }

@@ -33,14 +33,15 @@ static int64_t scope(const em_web_auth *a)
     return a->admin ? EM_STORAGE_ANY_KEY : a->key_id;
 }
 
-/* A storage failure as the API says it: 404, 400, else 503 (the store). */
+static const web_store file_store = { "file", "No such File object: %s", "id", 0, NULL, NULL };
+
+/* A storage failure as the API says it (web_storage_fail): 404, 400, else 503. */
 static int storage_error(web_conn *c, int rc, const char *id, const em_err *err)
 {
-    if (rc == EM_ENOENT)
-        return answer(c, 404, "invalid_request_error", "not_found", "id", "No such File object: %s", id);
-    if (rc == EM_EINVAL)
-        return answer(c, 400, "invalid_request_error", NULL, NULL, "%s", err->msg);
-    return answer(c, 503, "server_error", NULL, NULL, "the file store failed: %s", err->msg);
+    em_web_error e = { 0 };
+    web_storage_fail(&e, rc, err, &file_store, id, NULL);
+    web_respond_error(c, &e);
+    return 0;
 }
 
 void web_respond_list(web_conn *c, json_t *data, const char *first, const char *last, int more)

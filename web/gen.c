@@ -38,6 +38,8 @@ struct em_gen {
     em_logit_bias    bias[EM_GEN_MAX_BIAS];   /* rp.sample.logit_bias: the later choices' too */
     json_t          *lp[EM_GEN_MAX_N];        /* logprob entries not yet taken (logprobs asked) */
     web_grammar     *grammar;                 /* structured output: each choice's constraint's grammar */
+    int              drain_stopped;           /* cancelled because the drain's time was up (em_gen_pump) */
+    em_buf           text[EM_GEN_MAX_N];      /* each choice's whole answer so far (em_gen_text) */
     uint64_t         seed;
     em_usage_record  rec;          /* the ledger row */
 };
@@ -112,27 +114,32 @@ static int refuse(em_gen *g, em_usage_status st, const em_web_error *e)
     return -1;
 }
 
-void em_gen_refused(em_web *w, const char *request_id, const em_web_auth *auth, const char *client_addr,
-                    em_class cls, const char *batch_id, const em_web_error *e)
+/* The only row of a request refused before it reached the scheduler:
+ * rejected for 401/403/429/503 (refused at the door: auth, rate, busy,
+ * draining), else failed (a bad request). A 401's key is none: the key it
+ * named was not accepted. Returns -1. */
+static int refused_row(em_web *w, const em_gen_params *p, const em_web_error *e)
 {
     em_usage_record r;
     em_usage_record_init(&r);
-    snprintf(r.request_id, sizeof r.request_id, "%s", request_id);
-    snprintf(r.batch_id, sizeof r.batch_id, "%s", batch_id ? batch_id : "");
-    snprintf(r.client_addr, sizeof r.client_addr, "%s", client_addr ? client_addr : "");
+    snprintf(r.request_id, sizeof r.request_id, "%s", p->request_id ? p->request_id : "");
+    snprintf(r.batch_id, sizeof r.batch_id, "%s", p->batch_id ? p->batch_id : "");
+    snprintf(r.client_addr, sizeof r.client_addr, "%s", p->client_addr ? p->client_addr : "");
     snprintf(r.model, sizeof r.model, "%s", w->model_id);
-    r.key_id = auth ? auth->key_id : 0;
-    r.cls = cls == EM_CLASS_BACKGROUND ? EM_USAGE_BACKGROUND : EM_USAGE_INTERACTIVE;
+    r.key_id = p->auth && e->status != 401 ? p->auth->key_id : 0;
+    r.cls = p->cls == EM_CLASS_BACKGROUND ? EM_USAGE_BACKGROUND : EM_USAGE_INTERACTIVE;
     r.received_ms = r.finished_ms = epoch_ms();
-    /* refused at the door (auth, rate, busy, draining) or a bad request */
     r.status = e->status == 401 || e->status == 403 || e->status == 429 || e->status == 503
                    ? EM_USAGE_REJECTED : EM_USAGE_FAILED;
     snprintf(r.error, sizeof r.error, "%d %s", e->status, e->message);
     ledger(w, &r);
+    return -1;
 }
 
 static void gen_free(em_gen *g)
 {
+    for (uint32_t i = 0; i < EM_GEN_MAX_N; i++)
+        em_buf_free(&g->text[i]);
     for (int i = 0; i < EM_MAX_STOP; i++)
         free(g->stop[i]);
     for (uint32_t i = 0; i < EM_GEN_MAX_N; i++)
@@ -199,9 +206,13 @@ static void too_long(em_web *w, const em_gen_params *p, size_t n_prompt, const c
 int em_gen_start(em_web *w, const em_gen_params *p, em_gen **out, em_web_error *e)
 {
     *out = NULL;
+    if (e->status)   /* the door refused it already (auth, rate, a bad body): its row, here */
+        return refused_row(w, p, e);
     em_gen *g = calloc(1, sizeof *g);
-    if (!g)
-        return em_web_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    if (!g) {
+        em_web_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        return refused_row(w, p, e);
+    }
     g->w = w;
     g->n = p->n ? p->n : 1;
     em_usage_record_init(&g->rec);
@@ -411,6 +422,10 @@ json_t *em_gen_take_logprobs(em_gen *g, uint32_t i)
 int em_gen_pump(em_gen *g, em_buf *delta)
 {
     int all = 1;
+    if (web_drain_stopping(g->w) && !g->drain_stopped) {   /* --drain-s is up: stop (em_gen_drain_error) */
+        g->drain_stopped = 1;
+        em_gen_cancel(g);
+    }
     for (uint32_t i = 0; i < g->n; i++) {
         em_event ev;
         if (i == 1)
@@ -418,6 +433,7 @@ int em_gen_pump(em_gen *g, em_buf *delta)
         while (!g->done[i] && g->req[i] && em_request_next(g->req[i], &ev, 0)) {
             if (ev.text_len) {
                 em_buf_add(&delta[i], ev.text, ev.text_len);
+                em_buf_add(&g->text[i], ev.text, ev.text_len);
                 if (em_log_content())
                     em_log(EM_LOG_DEBUG, g->rec.request_id, "output %u: %.*s", i, (int)ev.text_len, ev.text);
             }
@@ -439,6 +455,25 @@ int em_gen_pump(em_gen *g, em_buf *delta)
     return all;
 }
 
+const char *em_gen_text(const em_gen *g, uint32_t i, size_t *len)
+{
+    *len = g->text[i].n;
+    return g->text[i].s ? g->text[i].s : "";
+}
+
+int em_gen_drain_error(const em_gen *g, em_web_error *e)
+{
+    for (uint32_t i = 0; i < g->n; i++)
+        if (!g->done[i])
+            return 0;
+    if (!g->drain_stopped || g->error[0] || g->finish[0] != EM_FINISH_CANCELLED)
+        return 0;
+    uint32_t prompt, cached, comp;
+    em_gen_usage(g, &prompt, &cached, &comp);
+    web_drain_stopped(g->w, comp, e);
+    return 1;
+}
+
 uint32_t em_gen_n(const em_gen *g)
 {
     return g->n;
@@ -447,6 +482,11 @@ uint32_t em_gen_n(const em_gen *g)
 int em_gen_choice_done(const em_gen *g, uint32_t i)
 {
     return g->done[i];
+}
+
+em_finish em_gen_finish(const em_gen *g, uint32_t i)
+{
+    return g->finish[i];
 }
 
 const char *em_gen_finish_reason(const em_gen *g, uint32_t i)

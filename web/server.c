@@ -98,6 +98,26 @@ int em_web_fail(em_web_error *e, int status, const char *type, const char *code,
     return -1;
 }
 
+int web_storage_fail(em_web_error *e, int rc, const em_err *err, const web_store *st, const char *id,
+                     const char *param)
+{
+    if (rc == EM_ENOENT)
+        return em_web_fail(e, 404, "invalid_request_error", "not_found", st->id_param, st->not_found, id);
+    if (rc == EM_EINVAL) {   /* what the request got wrong: the place err names ("conversations[1].title: ...") */
+        char place[64] = "";
+        const char *colon = strchr(err->msg, ':');
+        size_t len = colon ? (size_t)(colon - err->msg) : 0;
+        if (!param && len && len < sizeof place && !memchr(err->msg, ' ', len))
+            snprintf(place, sizeof place, "%.*s", (int)len, err->msg);
+        return em_web_fail(e, 400, "invalid_request_error", NULL, param ? param : place[0] ? place : NULL, "%s",
+                           err->msg);
+    }
+    if (rc == EM_ESTATE && st->state_status)
+        return em_web_fail(e, st->state_status, "invalid_request_error", st->state_code, NULL, "%s",
+                           st->state_msg ? st->state_msg : err->msg);
+    return em_web_fail(e, 503, "server_error", NULL, NULL, "the %s store failed: %s", st->name, err->msg);
+}
+
 json_t *em_web_error_json(const em_web_error *e)
 {
     return json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", e->message, "type",

@@ -47,6 +47,23 @@ int em_web_fail(em_web_error *e, int status, const char *type, const char *code,
 /* {"error": {"message", "type", "param", "code"}} (new reference). */
 json_t *em_web_error_json(const em_web_error *e);
 
+/* How a store's failures read (the one mapping from storage codes to
+ * HTTP, for conversations, files and batches alike). */
+typedef struct {
+    const char *name;         /* "conversation": "the conversation store failed: ..." (503) */
+    const char *not_found;    /* EM_ENOENT: 404 not_found, this format of one %s (the id) */
+    const char *id_param;     /* the param a 404 names (NULL: none) */
+    int         state_status; /* EM_ESTATE: this status (0: a 503 like any other failure) */
+    const char *state_code;   /* ... with this code (NULL: none) */
+    const char *state_msg;    /* ... and this message (NULL: the store's) */
+} web_store;
+/* A storage failure rc (err: its message; borrowed) into e, returning -1:
+ * EM_ENOENT 404 (st's message with id), EM_EINVAL 400 (param, else the
+ * place err's message names before its ':'), EM_ESTATE as st says, else
+ * 503 "the <name> store failed". */
+int web_storage_fail(em_web_error *e, int rc, const em_err *err, const web_store *st, const char *id,
+                     const char *param);
+
 /* ---- auth ---------------------------------------------------------------- */
 
 typedef struct {
@@ -153,9 +170,10 @@ void     web_batch_metrics(em_web *w, em_buf *b);
 /* Check a /v1/chat/completions (chat) or /v1/completions body req
  * (borrowed) of auth and start it (batch_id non-NULL: a line of that batch,
  * in the background class, named in its ledger row, and it may not
- * stream); 0 with *out the
- * caller's (web_openai_free), or -1 with e filled and the ledger row
- * written. id names the request (ledger, response). */
+ * stream); 0 with *out the caller's (web_openai_free), or -1 with e filled
+ * and the ledger row written (em_gen_start's). e already filled on entry:
+ * the door refused it (req may be NULL): only its row is written. id names
+ * the request (ledger, response). */
 int     web_openai_start(em_web *w, json_t *req, int chat, const em_web_auth *auth, const char *addr, const char *id,
                          const char *batch_id, struct api_req **out, em_web_error *e);
 /* Take what the generation produced into the whole answer: 1 once done. */
@@ -164,8 +182,19 @@ int     web_openai_collect(struct api_req *a);
  * object (*status 200) or the error's (*status its HTTP status). New reference. */
 json_t *web_openai_whole(em_web *w, struct api_req *a, int *status);
 void    web_openai_cancel(struct api_req *a);
+/* ---- cache.c: the response cache ------------------------------------------------ */
+
 /* The response cache's model fingerprint, and its rows of other models dropped. */
 void    web_cache_open(em_web *w);
+/* A deterministic request req (borrowed) of chat or completions: its key
+ * into key (EM_STORAGE_CACHE_KEY bytes); 1 with *cached (malloc'd: the
+ * whole answer as stored), *finish_reason (static) and *ms (the lookup's
+ * time) when the cache has it; 0 on a miss (store the answer under key
+ * once whole); -1 without a cache. Counts hits and misses. */
+int     web_cache_lookup(em_web *w, const json_t *req, int chat, unsigned char *key, char **cached,
+                         const char **finish_reason, double *ms);
+/* A whole answer (borrowed) under key; rid names the request in a warning. */
+void    web_cache_store(em_web *w, const unsigned char *key, const json_t *whole, const char *rid);
 void    web_openai_free(struct api_req *a);   /* accepts NULL */
 
 /* ---- multipart/form-data (multipart.c) ---------------------------------- */
@@ -374,15 +403,15 @@ typedef struct {
     const char   *param_name;      /* "messages" or "prompt", for errors */
 } em_gen_params;
 
-/* Render, tokenize, check the context, submit every choice. On failure
- * returns -1 with e filled and has written the ledger row (failed or
- * rejected). *out is the caller's: em_gen_destroy. */
+/* The one start of every generation request, whatever its door: render,
+ * tokenize, check the context, submit every choice; 0 with *out the
+ * caller's (em_gen_destroy). A door calls it exactly once per request, also
+ * for one it refused itself (e already filled: auth, rate limit, a bad
+ * body; p then needs only request_id, auth, client_addr, cls, batch_id):
+ * on every failure it returns -1 with e filled and has written the
+ * request's one ledger row (rejected for 401/403/429/503, else failed; a
+ * 401's row names no key). */
 int  em_gen_start(em_web *w, const em_gen_params *p, em_gen **out, em_web_error *e);
-
-/* The ledger row of a generation request refused before em_gen_start
- * (bad body, auth, rate limit): rejected for 401/403/429/503, else failed. */
-void em_gen_refused(em_web *w, const char *request_id, const em_web_auth *auth, const char *client_addr,
-                    em_class cls, const char *batch_id, const em_web_error *e);
 /* The ledger row of a request answered from the response cache: completed,
  * response_cached, no tokens, server_ms (the lookup) as its TTFT. */
 void em_gen_cached(em_web *w, const char *request_id, const em_web_auth *auth, const char *client_addr, em_class cls,
@@ -390,8 +419,16 @@ void em_gen_cached(em_web *w, const char *request_id, const em_web_auth *auth, c
 
 /* Move what the scheduler produced into the choices' text: appends each
  * choice's new text to delta[i] (caller's buffers, n of them). Returns 1
- * once every choice is done. */
+ * once every choice is done. Once the drain's time is up (--drain-s) it
+ * cancels the request: see em_gen_drain_error. */
 int  em_gen_pump(em_gen *g, em_buf *delta);
+/* Choice i's whole answer so far (all em_gen_pump took; g's, valid until the
+ * next pump) and its length. */
+const char *em_gen_text(const em_gen *g, uint32_t i, size_t *len);
+/* 1 with e filled (503 server_shutting_down, Retry-After 1) when the
+ * request is done because the drain stopped it: its client is told so
+ * instead of getting a cut-off answer as if whole; else 0. */
+int  em_gen_drain_error(const em_gen *g, em_web_error *e);
 
 /* The log-probability entries of choice i's tokens taken by em_gen_pump
  * since the last call, as a new JSON array (the caller's reference) of
@@ -409,7 +446,8 @@ uint32_t    em_gen_queue_position(const em_gen *g);
 
 uint32_t    em_gen_n(const em_gen *g);
 int         em_gen_choice_done(const em_gen *g, uint32_t i);
-const char *em_gen_finish_reason(const em_gen *g, uint32_t i);   /* "stop", "length", ... */
+em_finish   em_gen_finish(const em_gen *g, uint32_t i);         /* compare these, not the names */
+const char *em_gen_finish_reason(const em_gen *g, uint32_t i);   /* "stop", "length", ... (for the wire) */
 const char *em_gen_error(const em_gen *g);                      /* NULL unless a choice failed */
 void        em_gen_usage(const em_gen *g, uint32_t *prompt, uint32_t *cached, uint32_t *completion);
 /* Queue ms, TTFT ms and tokens/s of the first choice (after done). */
@@ -423,6 +461,22 @@ void em_gen_destroy(em_gen *g);
 /* Route c's request (method, path, body) if it is one of /v1/...; returns 0
  * when it took it, 1 when the path is not its. */
 int  web_openai_route(web_conn *c);
+/* ---- params.c: the parameters of every front door ------------------------------ */
+
+/* The doors a parameter may come through (params.c's one table). */
+enum { WEB_DOOR_COMPLETIONS = 1, WEB_DOOR_CHAT = 2, WEB_DOOR_WS = 4 };
+/* The names in obj (a request body, or a WebSocket chat's params; borrowed)
+ * for a door: one that exists there but is not built is refused by name
+ * unless its value changes nothing (tools: [], echo: false, best_of: 1,
+ * ...); over HTTP other unknown names are ignored (OpenAI's clients send
+ * fields of their own), over the WebSocket refused. 0, or -1 with e filled
+ * (400 unsupported_parameter, param naming it). */
+int  web_params_check(const json_t *obj, unsigned door, em_web_error *e);
+/* obj's field name, when present and not null: a number in [lo, hi], an
+ * integer in [lo, hi], a boolean, into *out; 0, or -1 with e filled (400). */
+int  web_want_number(json_t *obj, const char *name, double lo, double hi, double *out, em_web_error *e);
+int  web_want_int(json_t *obj, const char *name, long long lo, long long hi, long long *out, em_web_error *e);
+int  web_want_bool(json_t *obj, const char *name, int *out, em_web_error *e);
 /* The generation parameters both front doors take, named as in the OpenAI
  * API: temperature, top_p, top_k, min_p, seed, max_tokens, stop,
  * presence_penalty, frequency_penalty, repetition_penalty, logit_bias,

@@ -45,13 +45,11 @@ typedef struct {
     char        request_id[64];        /* the ledger's */
     em_gen     *gen;
     em_buf      delta;                 /* text not framed yet */
-    em_buf      answer;                /* the whole answer, stored at the end */
     uint32_t    position;              /* the queue position last sent */
     int64_t     key_id;                /* the conversation's owner */
     int64_t     conv_id;               /* 0: a new conversation, created when stored */
     int64_t     parent_id;             /* where to_store goes: a message id, EM_STORAGE_ROOT or _LEAF */
     json_t     *to_store;              /* {role, content} to store before the answer (a chain) */
-    int         drain_stopped;         /* cancelled because the drain's time was up */
 } ws_req;
 
 typedef struct ws_chat {
@@ -200,7 +198,6 @@ static void req_free(ws_req *r)
     json_decref(r->id);
     json_decref(r->to_store);
     em_buf_free(&r->delta);
-    em_buf_free(&r->answer);
     free(r);
 }
 
@@ -258,12 +255,14 @@ static void make_title(const json_t *msgs, char *out, size_t cap)
  * answer, a failure, which is logged); *user_id and *answer_id get the ids
  * of the user message sent (the last one stored before the answer, when it
  * is a user's) and of the answer, 0 when not stored. */
-static int64_t store_exchange(ws_chat *c, ws_req *r, uint32_t completion_tokens, const char *finish,
+static int64_t store_exchange(ws_chat *c, ws_req *r, uint32_t completion_tokens, em_finish finish,
                               int64_t *user_id, int64_t *answer_id)
 {
     em_storage *st = c->w->o.storage;
     *user_id = *answer_id = 0;
-    if (!st || !r->to_store || !r->answer.n)
+    size_t answer_len;
+    const char *answer = em_gen_text(r->gen, 0, &answer_len);
+    if (!st || !r->to_store || !answer_len)
         return 0;
     em_err err = { 0 };
     int64_t conv = r->conv_id;
@@ -286,9 +285,9 @@ static int64_t store_exchange(ws_chat *c, ws_req *r, uint32_t completion_tokens,
         msgs[i].role = json_string_value(json_object_get(m, "role"));
         msgs[i].content = json_string_value(json_object_get(m, "content"));
     }
-    int kept = !strcmp(finish, "stop") || !strcmp(finish, "length") || !strcmp(finish, "cancelled");
-    msgs[n - 1] = (em_message_new){ .role = "assistant", .content = r->answer.s, .tokens = completion_tokens,
-                                    .finish_reason = kept ? finish : NULL };
+    int kept = finish == EM_FINISH_STOP || finish == EM_FINISH_LENGTH || finish == EM_FINISH_CANCELLED;
+    msgs[n - 1] = (em_message_new){ .role = "assistant", .content = answer, .tokens = completion_tokens,
+                                    .finish_reason = kept ? em_finish_name(finish) : NULL };
     rc = em_storage_message_append(st, r->key_id, conv, r->parent_id, msgs, n, ids, &err);
 done:
     if (!rc) {
@@ -325,13 +324,12 @@ static void req_done(ws_chat *c, ws_req *r)
     em_gen_usage(r->gen, &prompt, &cached, &comp);
     double queue_ms, ttft_ms, tok_s;
     em_gen_timings(r->gen, &queue_ms, &ttft_ms, &tok_s);
-    const char *finish = em_gen_finish_reason(r->gen, 0);
+    em_finish finish = em_gen_finish(r->gen, 0);
     int64_t user_id, answer_id;
     int64_t conv = store_exchange(c, r, comp, finish, &user_id, &answer_id);
-    if (r->drain_stopped && strcmp(finish, "cancelled") == 0) {
+    em_web_error e = { 0 };
+    if (em_gen_drain_error(r->gen, &e)) {
         /* the drain's time was up: kept as a stopped answer, and the client told why */
-        em_web_error e = { 0 };
-        web_drain_stopped(c->w, comp, &e);
         if (conv)
             snprintf(e.message + strlen(e.message), sizeof e.message - strlen(e.message),
                      "; what was generated is kept in conversation %lld", (long long)conv);
@@ -342,22 +340,18 @@ static void req_done(ws_chat *c, ws_req *r)
                           "id", r->id, "conversation_id", conv ? json_integer(conv) : json_null(),
                           "user_message_id", user_id ? json_integer(user_id) : json_null(), "message_id",
                           answer_id ? json_integer(answer_id) : json_null(), "finish_reason",
-                          finish, "usage", "prompt_tokens", (json_int_t)prompt,
+                          em_finish_name(finish), "usage", "prompt_tokens", (json_int_t)prompt,
                           "completion_tokens", (json_int_t)comp, "cached_tokens", (json_int_t)cached, "timings",
                           "queue_ms", rounded_or_null(queue_ms, 1), "ttft_ms", rounded_or_null(ttft_ms, comp > 0),
                           "tokens_per_s", rounded_or_null(tok_s, comp > 1));
     ws_send(c, j);
 }
 
-/* Take r's new text: onto delta (not framed yet) and the whole answer.
- * 1 once it is done. */
+/* Take r's new text onto delta (not framed yet; the whole answer is
+ * gen.c's). 1 once it is done. */
 static int req_pull(ws_req *r)
 {
-    size_t had = r->delta.n;
-    int all = em_gen_pump(r->gen, &r->delta);
-    if (r->delta.n > had)
-        em_buf_add(&r->answer, r->delta.s + had, r->delta.n - had);
-    return all;
+    return em_gen_pump(r->gen, &r->delta);
 }
 
 /* Move every request's new events into frames: a position that changed,
@@ -366,10 +360,6 @@ static void ws_pump(ws_chat *c)
 {
     for (uint32_t i = 0; i < c->n_req;) {
         ws_req *r = c->req[i];
-        if (web_drain_stopping(c->w) && !r->drain_stopped) {   /* --drain-s is up: stop, say so at done */
-            r->drain_stopped = 1;
-            em_gen_cancel(r->gen);
-        }
         int all = req_pull(r);
         uint32_t pos = all ? 0 : em_gen_queue_position(r->gen);
         if (!all && pos != r->position) {
@@ -635,10 +625,6 @@ done:
 
 static const char *const chat_fields[] = { "type", "id", "conversation_id", "parent_id", "regenerate",
                                            "messages", "message", "params" };
-static const char *const chat_params[] = { "max_tokens", "temperature", "top_p", "top_k", "min_p",
-                                           "seed", "stop", "priority", "ignore_eos", "presence_penalty",
-                                           "frequency_penalty", "repetition_penalty", "logit_bias",
-                                           "response_format", "grammar", "regex", "speculative" };
 
 static int known(const char *k, const char *const *names, size_t n)
 {
@@ -654,7 +640,7 @@ static void ws_chat_start(ws_chat *c, json_t *m, const json_t *id)
     em_web_error e = { 0 };
     ws_req *r = NULL;
     json_t *msgs = NULL, *params = json_object_get(m, "params"), *empty = json_object();
-    int started = 0;   /* em_gen_start writes the ledger row itself */
+    em_gen *none = NULL;
     char rid[64];
     web_new_id(w, "chatws-", rid, sizeof rid);
     em_gen_params gp = { .n = 1, .max_tokens = -1, .auth = &c->auth, .client_addr = c->addr, .request_id = rid,
@@ -699,13 +685,8 @@ static void ws_chat_start(ws_chat *c, json_t *m, const json_t *id)
     }
     if (!json_is_object(params))
         params = empty;
-    json_object_foreach(params, k, v) {
-        if (!known(k, chat_params, sizeof chat_params / sizeof chat_params[0])) {
-            em_web_fail(&e, 400, "invalid_request_error", "unsupported_parameter", k,
-                        "'%s' is not a parameter of ember.chat.v1", k);
-            goto done;
-        }
-    }
+    if (web_params_check(params, WEB_DOOR_WS, &e))   /* params.c: the one table of parameters */
+        goto done;
     if (web_gen_params(params, &c->auth, &gp, &e))
         goto done;
     gp.structure = params;   /* response_format, grammar, regex */
@@ -720,9 +701,10 @@ static void ws_chat_start(ws_chat *c, json_t *m, const json_t *id)
     gp.messages = msgs;
     r->id = json_deep_copy(id);
     snprintf(r->request_id, sizeof r->request_id, "%s", rid);
-    started = 1;
-    if (em_gen_start(w, &gp, &r->gen, &e))
-        goto done;
+    if (em_gen_start(w, &gp, &r->gen, &e)) {
+        ws_error_web(c, id, &e);   /* (its ledger row is written) */
+        goto out;
+    }
     c->req[c->n_req++] = r;
     c->live.wsi = c->wsi;
     web_live_link(w, &c->live);
@@ -732,11 +714,11 @@ static void ws_chat_start(ws_chat *c, json_t *m, const json_t *id)
     em_log(EM_LOG_DEBUG, rid, "%s WebSocket chat", c->addr);
     r = NULL;
 done:
-    if (e.status) {   /* refused: a ledger row, as over HTTP, and the error */
-        if (!started)
-            em_gen_refused(w, rid, e.status == 401 ? NULL : &c->auth, c->addr, gp.cls, NULL, &e);
+    if (e.status) {   /* refused: the ledger row (em_gen_start's, as over HTTP) and the error */
+        em_gen_start(w, &gp, &none, &e);
         ws_error_web(c, id, &e);
     }
+out:
     req_free(r);
     json_decref(msgs);
     json_decref(empty);
@@ -835,7 +817,7 @@ static void store_cut_off(ws_chat *c, ws_req *r)
     uint32_t prompt, cached, comp;
     em_gen_usage(r->gen, &prompt, &cached, &comp);
     int64_t user_id, answer_id;
-    store_exchange(c, r, comp, all ? em_gen_finish_reason(r->gen, 0) : "cancelled", &user_id, &answer_id);
+    store_exchange(c, r, comp, all ? em_gen_finish(r->gen, 0) : EM_FINISH_CANCELLED, &user_id, &answer_id);
 }
 
 static void ws_free(ws_chat *c)

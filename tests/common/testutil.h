@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/err.h"   /* em_err_str, for CHECK_RC */
+
 extern int test_failures;
 extern int test_checks;
 
@@ -28,6 +30,29 @@ extern int test_checks;
             fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond);  \
             fprintf(stderr, __VA_ARGS__);                                             \
             fputc('\n', stderr);                                                      \
+        }                                                                             \
+    } while (0)
+
+/* expr must return want (an EM_E* code; core/err.h names it). */
+#define CHECK_RC(expr, want)                                                          \
+    do {                                                                              \
+        test_checks++;                                                                \
+        int rc_ = (expr);                                                             \
+        if (rc_ != (want)) {                                                          \
+            test_failures++;                                                          \
+            fprintf(stderr, "%s:%d: %s returned %d (%s), wanted %d\n", __FILE__,      \
+                    __LINE__, #expr, rc_, em_err_str(rc_), (want));                   \
+        }                                                                             \
+    } while (0)
+
+/* Fatal: the rest of the function would make no sense (it returns 1). */
+#define REQUIRE(cond)                                                                 \
+    do {                                                                              \
+        test_checks++;                                                                \
+        if (!(cond)) {                                                                \
+            test_failures++;                                                          \
+            fprintf(stderr, "%s:%d: REQUIRE failed: %s\n", __FILE__, __LINE__, #cond); \
+            return 1;                                                                 \
         }                                                                             \
     } while (0)
 

@@ -25,7 +25,7 @@ import sys
 
 sys.path.insert(0, __file__.rsplit('/', 1)[0])
 from serve_util import Server, shared_model  # noqa: E402
-from ws_util import T, bearer, chat, chat_msg, check_stream, collect, connect, get_json, http_chat, recv, send, \
+from ws_util import T, bearer, chat, chat_msg, check_stream, collect, connect, http_chat, recv, send, \
     text_of  # noqa: E402
 
 model = shared_model('stories260K.gguf')

@@ -14,34 +14,23 @@
 #    nor adds to it; another key shares the loopback's answers;
 #  - /metrics counts hits, misses, stores, entries and bytes;
 #  - restarted with another model, the old model's answers are gone.
-import json
-import re
 import sqlite3
 import sys
 import time
 
 sys.path.insert(0, __file__.rsplit('/', 1)[0])
-from serve_util import Server, shared_model  # noqa: E402
+from serve_util import Server, shared_model, sse_events  # noqa: E402
 
 srv = Server(shared_model('stories260K.gguf'), '--response-cache-mb', '1',
              keys=[('plain', ()), ('nocache', ('--no-response-cache',))])
 try:
-    def comp(expect=200, **body):
-        st, _, r = srv.post('/v1/completions', body)
-        assert st == expect, (st, r)
-        return r
-
-    def metrics():
-        text = srv.request('GET', '/metrics')[2].decode()
-        return {k: int(v) for k, v in re.findall(r'^(ember_response_cache_\w+) (\d+)$', text, re.M)}
-
     q = {'prompt': 'Once upon a time', 'max_tokens': 16, 'temperature': 0}
-    a = comp(**q)
-    b = comp(**q)
+    a = srv.complete(**q)
+    b = srv.complete(**q)
     assert b['choices'] == a['choices'] and b['id'] != a['id'], (a, b)
     ua, ub = dict(a['usage']), dict(b['usage'])
     assert ub.pop('cached_response') is True and ub == ua, (ua, ub)
-    m = metrics()
+    m = srv.metrics()
     assert (m['ember_response_cache_hits_total'], m['ember_response_cache_misses_total'],
             m['ember_response_cache_stores_total'], m['ember_response_cache_entries']) == (1, 1, 1, 1), m
     assert m['ember_response_cache_bytes'] > 100, m
@@ -49,53 +38,52 @@ try:
     # streamed from the cache, and a body that differs only in stream/user is the same key
     st, _, raw = srv.request('POST', '/v1/completions', dict(q, stream=True, user='someone'))
     text = raw.decode()
-    parts = [json.loads(ln[6:]) for ln in text.split('\n') if ln.startswith('data: {')]
-    assert st == 200 and text.rstrip().endswith('data: [DONE]'), text
+    ev = sse_events(text)
+    parts = ev[:-1]
+    assert st == 200 and ev[-1] == '[DONE]', text
     assert ''.join(p['choices'][0]['text'] for p in parts) == a['choices'][0]['text'], parts
     assert parts[-1]['choices'][0]['finish_reason'] == a['choices'][0]['finish_reason'], parts
-    assert metrics()['ember_response_cache_hits_total'] == 2
+    assert srv.metrics()['ember_response_cache_hits_total'] == 2
 
     # what shapes the answer misses; cache:false computes afresh; a bad value is refused
-    c = comp(**dict(q, max_tokens=15))
-    assert 'cached_response' not in c['usage'] and metrics()['ember_response_cache_misses_total'] == 2
-    d = comp(**dict(q, cache=False))
+    c = srv.complete(**dict(q, max_tokens=15))
+    assert 'cached_response' not in c['usage'] and srv.metrics()['ember_response_cache_misses_total'] == 2
+    d = srv.complete(**dict(q, cache=False))
     assert 'cached_response' not in d['usage'] and d['choices'] == a['choices']
-    assert metrics()['ember_response_cache_hits_total'] == 2
-    e = comp(400, **dict(q, cache='yes'))['error']
+    assert srv.metrics()['ember_response_cache_hits_total'] == 2
+    e = srv.complete(400, **dict(q, cache='yes'))['error']
     assert e['param'] == 'cache', e
 
     # sampled: with a seed it is deterministic, so cached; without, never
-    s1 = comp(prompt='The dog', max_tokens=12, temperature=1.0, seed=42)
-    s2 = comp(prompt='The dog', max_tokens=12, temperature=1.0, seed=42)
+    s1 = srv.complete(prompt='The dog', max_tokens=12, temperature=1.0, seed=42)
+    s2 = srv.complete(prompt='The dog', max_tokens=12, temperature=1.0, seed=42)
     assert s2['choices'] == s1['choices'] and s2['usage'].get('cached_response') is True, (s1, s2)
-    before = metrics()
-    comp(prompt='The dog', max_tokens=12, temperature=1.0)
-    comp(prompt='The dog', max_tokens=12, temperature=1.0)
-    after = metrics()
+    before = srv.metrics()
+    srv.complete(prompt='The dog', max_tokens=12, temperature=1.0)
+    srv.complete(prompt='The dog', max_tokens=12, temperature=1.0)
+    after = srv.metrics()
     assert after['ember_response_cache_hits_total'] == before['ember_response_cache_hits_total'] and \
         after['ember_response_cache_misses_total'] == before['ember_response_cache_misses_total'], (before, after)
 
     # a streamed miss is stored as the whole answer it streamed
     sq = {'prompt': 'The little bird', 'max_tokens': 10, 'temperature': 0}
-    before = metrics()
+    before = srv.metrics()
     st, _, raw = srv.request('POST', '/v1/completions', dict(sq, stream=True))
-    parts = [json.loads(ln[6:]) for ln in raw.decode().split('\n') if ln.startswith('data: {')]
+    parts = sse_events(raw)[:-1]
     streamed = ''.join(p['choices'][0]['text'] for p in parts if p['choices'])
-    after = metrics()
+    after = srv.metrics()
     assert st == 200 and after['ember_response_cache_stores_total'] == before['ember_response_cache_stores_total'] + 1
-    h = comp(**sq)
+    h = srv.complete(**sq)
     assert h['usage'].get('cached_response') is True and h['choices'][0]['text'] == streamed, (h, streamed)
     assert h['choices'][0]['finish_reason'] == parts[-1]['choices'][0]['finish_reason'], (h, parts[-1])
 
     # per key: "nocache" neither reads nor adds; "plain" gets the answer the loopback left
     def keyed(key, body):
-        st, _, r = srv.post('/v1/completions', body, headers={'Authorization': 'Bearer ' + srv.keys[key]})
-        assert st == 200, (st, r)
-        return r
-    before = metrics()
+        return srv.complete(headers={'Authorization': 'Bearer ' + srv.keys[key]}, **body)
+    before = srv.metrics()
     n1 = keyed('nocache', q)
     n2 = keyed('nocache', dict(q, prompt='A new prompt'))
-    after = metrics()
+    after = srv.metrics()
     assert 'cached_response' not in n1['usage'] and n1['choices'] == a['choices'], n1
     assert 'cached_response' not in n2['usage'], n2
     assert all(after[k] == before[k] for k in ('ember_response_cache_hits_total', 'ember_response_cache_misses_total',
@@ -122,11 +110,9 @@ assert rc == 0, err
 # another model on the same database: the old answers are dropped
 srv2 = Server(shared_model('TinyStories-656K-F32.gguf'), '--response-cache-mb', '1', db=srv.db)
 try:
-    m = {k: int(v) for k, v in re.findall(r'^(ember_response_cache_\w+) (\d+)$',
-                                          srv2.request('GET', '/metrics')[2].decode(), re.M)}
-    assert m['ember_response_cache_entries'] == 0, m
-    st, _, r = srv2.post('/v1/completions', q)
-    assert st == 200 and 'cached_response' not in r['usage'], r
+    assert srv2.metric('ember_response_cache_entries') == 0
+    r = srv2.complete(**q)
+    assert 'cached_response' not in r['usage'], r
 finally:
     rc, err = srv2.stop()
 assert rc == 0, err

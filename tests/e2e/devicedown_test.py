@@ -12,7 +12,6 @@
 #    the same greedy text as before the fault;
 #  - no KV block is held, the ledger has one row per request with the status
 #    its client saw, and the server drains and exits 0.
-import json
 import os
 import sys
 import time
@@ -23,20 +22,6 @@ from serve_util import Server, shared_model  # noqa: E402
 BODY = {'prompt': 'Once upon a time', 'max_tokens': 10, 'temperature': 0}
 env = dict(os.environ, EMBER_VK_FAULT='lost:40,alloc:1@2')
 srv = Server(shared_model('stories260K.gguf'), '--ctx', '256', '--parallel', '4', env=env)
-
-
-def metrics():
-    out = {}
-    for line in srv.request('GET', '/metrics')[2].decode().splitlines():
-        if line and not line.startswith('#'):
-            name, _, v = line.rpartition(' ')
-            out[name] = float(v)
-    return out
-
-
-def healthz():
-    st, h, body = srv.request('GET', '/healthz')
-    return st, h, json.loads(body)
 
 
 try:
@@ -59,7 +44,7 @@ try:
     # the rebuild fails to allocate: down, and saying why (bounded: it follows the loss at once)
     down = None
     for _ in range(200):
-        st, h, j = healthz()
+        st, h, j = srv.healthz()
         if j['status'] == 'device_down':
             down = (st, h, j)
             break
@@ -68,7 +53,7 @@ try:
     st, h, j = down
     assert st == 503 and h.get('retry-after') == '5', (st, h)
     assert 'VK_ERROR_OUT_OF_DEVICE_MEMORY' in j['device_error'], j
-    m = metrics()
+    m = srv.metrics()
     down_seen_in_metrics = m['ember_device_up'] == 0
     # a request meanwhile fails at once with the reason — unless the 5 s
     # went by first (a stalled host), and then the device is back and it
@@ -83,18 +68,18 @@ try:
         failed_down = 1
     else:
         assert st == 200 and body['choices'][0]['text'] == text, (st, body)
-        assert metrics()['ember_device_resets_total'] >= 1
+        assert srv.metrics()['ember_device_resets_total'] >= 1
     # back by itself: no request has to fail first
     back = None
     for _ in range(600):
-        st, h, j = healthz()
+        st, h, j = srv.healthz()
         if j['status'] == 'ok':
             back = j
             break
         assert j['status'] == 'device_down', j
         time.sleep(0.05)
     assert back and st == 200, j
-    m = metrics()
+    m = srv.metrics()
     assert m['ember_device_up'] == 1 and m['ember_device_resets_total'] >= 1, m
     assert m['ember_device_failures_total'] >= 1, m
     # served again (the rebuilt device may lose itself at its own 40th wait: then once more)

@@ -17,7 +17,6 @@
 #    a draft model refuses "draft_model" by name, and a draft model of
 #    another vocabulary is refused at start with exit status 2.
 import collections
-import json
 import re
 import os
 import subprocess
@@ -25,7 +24,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, __file__.rsplit('/', 1)[0])
-from serve_util import EMBER, Server, shared_model, spec_counters, two_sample_chi2  # noqa: E402
+from serve_util import EMBER, Server, shared_model, spec_counters, sse_events, two_sample_chi2  # noqa: E402
 
 REPEAT = 'one two three four, one two three four, one two three four, one two three four, one two'
 STORY = 'Once upon a time, there was a little girl named Lily. She loved to play outside.'
@@ -62,39 +61,34 @@ assert bad.returncode == 2 and 'cannot draft for' in bad.stderr and 'tokens' in 
 
 srv = Server(TARGET, '--draft-model', DRAFT, '--parallel', '4')
 try:
-    def comp(expect=200, **body):
-        st, _, r = srv.post('/v1/completions', body)
-        assert st == expect, (st, r)
-        return r
-
     def counters():
         return spec_counters(srv)
 
     d0, a0 = counters()
     for prompt in (STORY, REPEAT):
-        off = comp(prompt=prompt, max_tokens=80, temperature=0, speculative='off')['choices'][0]['text']
-        on = comp(prompt=prompt, max_tokens=80, temperature=0, speculative='draft_model')['choices'][0]['text']
+        off = srv.complete(prompt=prompt, max_tokens=80, temperature=0, speculative='off')['choices'][0]['text']
+        on = srv.complete(prompt=prompt, max_tokens=80, temperature=0, speculative='draft_model')['choices'][0]['text']
         assert on == off, (prompt, on, off)
-        dflt = comp(prompt=prompt, max_tokens=80, temperature=0)['choices'][0]['text']   # the server's default
+        dflt = srv.complete(prompt=prompt, max_tokens=80, temperature=0)['choices'][0]['text']   # the server's default
         assert dflt == off, (prompt, dflt, off)
-        big = comp(prompt=prompt, max_tokens=80, temperature=0,
+        big = srv.complete(prompt=prompt, max_tokens=80, temperature=0,
                    speculative={'method': 'draft_model', 'max_draft': 8})['choices'][0]['text']
         assert big == off, (prompt, big, off)
         st, _, raw = srv.request('POST', '/v1/completions', {'prompt': prompt, 'max_tokens': 80, 'temperature': 0,
                                                              'speculative': 'draft_model', 'stream': True})
-        parts = [json.loads(ln[6:]) for ln in raw.decode().split('\n') if ln.startswith('data: {')]
-        assert ''.join(p['choices'][0]['text'] for p in parts if p['choices']) == off
+        ev = sse_events(raw)
+        assert ev[-1] == '[DONE]' and ''.join(p['choices'][0]['text'] for p in ev[:-1] if p['choices']) == off
     d1, a1 = counters()
     assert d1 > d0 and a1 > a0 and a1 - a0 <= d1 - d0, (d0, a0, d1, a1)
     greedy_rate = (a1 - a0) / (d1 - d0)
 
-    lp = comp(prompt=STORY, max_tokens=5, temperature=0, logprobs=2)['choices'][0]
+    lp = srv.complete(prompt=STORY, max_tokens=5, temperature=0, logprobs=2)['choices'][0]
     assert lp['logprobs']['tokens'] and ''.join(lp['logprobs']['tokens']) == lp['text'], lp
 
     def triples(spec):   # independent samples: the two arms draw with different seeds
         c = collections.Counter()
         for seed in range(400):
-            r = comp(prompt=STORY, max_tokens=3, temperature=1.0, seed=seed + (0 if spec else 100000),
+            r = srv.complete(prompt=STORY, max_tokens=3, temperature=1.0, seed=seed + (0 if spec else 100000),
                      ignore_eos=True, speculative='draft_model' if spec else 'off')
             c[r['choices'][0]['text']] += 1
         return c

@@ -14,7 +14,6 @@
 # promises hold: answered throughout, degraded with the reason, every row
 # written once the limit is lifted. (SIGXFSZ, which would end a process
 # reaching the limit, is ignored by ember serve.)
-import json
 import os
 import resource
 import sqlite3
@@ -27,41 +26,30 @@ from serve_util import Server, shared_model  # noqa: E402
 srv = Server(shared_model('stories260K.gguf'))
 
 
-def healthz():
-    return json.loads(srv.request('GET', '/healthz')[2])
-
-
-def metric(name):
-    for line in srv.request('GET', '/metrics')[2].decode().splitlines():
-        if line.startswith(name + ' ') or line.startswith(name + '{'):
-            return float(line.rsplit(' ', 1)[1])
-    return None
-
-
 def caught_up(n):
     """Wait (bounded) until the writer caught up: n rows, one per request, all completed, health back."""
     rows = []
     for _ in range(300):
         rows = srv.ledger('SELECT request_id, status FROM requests')
-        h = healthz()
+        h = srv.healthz()[2]
         if len(rows) >= n and not (isinstance(h.get('storage'), dict) and h['storage'].get('status') == 'degraded'):
             break
         time.sleep(0.1)
     assert len(rows) == n and len({r['request_id'] for r in rows}) == n, (len(rows), n)
     assert all(r['status'] == 'completed' for r in rows), rows
-    assert metric('ember_ledger_degraded') == 0
+    assert srv.metric('ember_ledger_degraded') == 0
 
 
 def ask(i):
-    st, _, r = srv.post('/v1/completions', {'prompt': 'Once upon a time %d' % i, 'max_tokens': 4, 'temperature': 0})
-    assert st == 200 and r['usage']['completion_tokens'] == 4, (st, r)
+    r = srv.complete(prompt='Once upon a time %d' % i, max_tokens=4, temperature=0)
+    assert r['usage']['completion_tokens'] == 4, r
 
 
 try:
     for i in range(3):
         ask(i)
     assert len(srv.ledger_settled(3)) == 3
-    assert healthz()['storage'] is None or healthz()['storage'].get('status') != 'degraded'
+    assert srv.healthz()[2]['storage'] is None or srv.healthz()[2]['storage'].get('status') != 'degraded'
     # another process takes the write lock and keeps it
     locker = sqlite3.connect(srv.db, timeout=30, isolation_level=None)
     locker.execute('BEGIN EXCLUSIVE')
@@ -71,13 +59,13 @@ try:
     for _ in range(60):   # bounded: requests keep coming until the writer gives up waiting and says so
         ask(n)
         n += 1
-        h = healthz()
+        h = srv.healthz()[2]
         if isinstance(h.get('storage'), dict) and h['storage'].get('status') == 'degraded':
             degraded = h['storage']
             break
         time.sleep(0.25)
     assert degraded and degraded['reason'], degraded
-    assert metric('ember_ledger_degraded') == 1
+    assert srv.metric('ember_ledger_degraded') == 1
     for _ in range(3):   # still answering everyone while degraded
         ask(n)
         n += 1
@@ -87,8 +75,7 @@ try:
     locker.close()
     # caught up: every request one row, health back
     caught_up(n)
-    assert metric('ember_kv_blocks{state="used"}') in (0, None) or \
-        'ember_kv_blocks{state="used"} 0' in srv.request('GET', '/metrics')[2].decode()
+    assert srv.metric('ember_kv_blocks', state='used') == 0
 
     # the disk full: no file of the server may grow past LIMIT bytes from
     # now on. The log (serve.err) stays below it; the database and its WAL
@@ -102,14 +89,14 @@ try:
     for _ in range(100):   # bounded: each request's row is a write that cannot land
         ask(n)
         n += 1
-        h = healthz()
+        h = srv.healthz()[2]
         if isinstance(h.get('storage'), dict) and h['storage'].get('status') == 'degraded':
             degraded = h['storage']
             break
         time.sleep(0.1)
     assert degraded and degraded['reason'], (degraded, n - before)
     fsize_to_degraded = n - before
-    assert metric('ember_ledger_degraded') == 1
+    assert srv.metric('ember_ledger_degraded') == 1
     for _ in range(3):
         ask(n)
         n += 1

@@ -19,7 +19,6 @@
 #    and the server answers /healthz and a completion.
 import base64
 import json
-import os
 import socket
 import sys
 import time

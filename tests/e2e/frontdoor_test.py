@@ -21,7 +21,6 @@
 #    "out of memory"); one of 300 strings works.
 import asyncio
 import json
-import socket
 import subprocess
 import sys
 import time

@@ -33,7 +33,7 @@ import tempfile
 import time
 
 sys.path.insert(0, __file__.rsplit('/', 1)[0])
-from serve_util import Server, shared_model  # noqa: E402
+from serve_util import Server, shared_model, sse_events  # noqa: E402
 
 # ---- a strict parser of the text format 0.0.4 -------------------------------------
 
@@ -299,8 +299,9 @@ try:
                                                          'stream': True, 'stream_options': {'include_usage': True}},
                              headers=A)
     assert st == 200, raw
-    chunks = [json.loads(e[6:]) for e in raw.decode().split('\n\n') if e.startswith('data: {')]
-    u2 = chunks[-1]['usage']
+    chunks = sse_events(raw)
+    assert chunks[-1] == '[DONE]', chunks[-2:]
+    u2 = chunks[-2]['usage']
     assert u2['completion_tokens'] == 8 and u2['prompt_tokens_details']['cached_tokens'] >= 32, u2
     count('interactive', u2)
     st, h, r3 = srv.post('/v1/completions', {'prompt': 'The dog', 'max_tokens': 4}, headers=B)

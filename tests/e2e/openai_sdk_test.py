@@ -8,7 +8,6 @@
 # bad request, an unknown model and a missing key; `cached_tokens` counts a
 # repeated conversation's prefix. SKIP without the SDK (scripts/venv.sh) or
 # the model.
-import os
 import subprocess
 import sys
 

@@ -14,7 +14,6 @@
 # are still answered, /healthz says degraded ("malformed"), and when the
 # server stops (exit 0) the rows it could not write are in its log, one
 # line per request with its tokens — the billing record is not lost.
-import json
 import os
 import shutil
 import subprocess
@@ -36,25 +35,14 @@ def chattr(flag):
     return subprocess.run([CHATTR, flag] + FILES, capture_output=True, text=True)
 
 
-def healthz():
-    return json.loads(srv.request('GET', '/healthz')[2])
-
-
 def degraded_storage():
-    h = healthz()
+    h = srv.healthz()[2]
     return h['storage'] if isinstance(h.get('storage'), dict) and h['storage'].get('status') == 'degraded' else None
 
 
-def metric(name):
-    for line in srv.request('GET', '/metrics')[2].decode().splitlines():
-        if line.startswith(name + ' '):
-            return float(line.rsplit(' ', 1)[1])
-    return None
-
-
 def ask(i):
-    st, _, r = srv.post('/v1/completions', {'prompt': 'Once upon a time %d' % i, 'max_tokens': 4, 'temperature': 0})
-    assert st == 200 and r['usage']['completion_tokens'] == 4, (st, r)
+    r = srv.complete(prompt='Once upon a time %d' % i, max_tokens=4, temperature=0)
+    assert r['usage']['completion_tokens'] == 4, r
 
 
 immutable = False
@@ -80,7 +68,7 @@ try:
         time.sleep(0.1)
     assert degraded and degraded['reason'], (degraded, n)
     to_degraded = n - 3
-    assert metric('ember_ledger_degraded') == 1
+    assert srv.metric('ember_ledger_degraded') == 1
     for _ in range(3):   # still answering everyone while degraded
         ask(n)
         n += 1
@@ -96,7 +84,7 @@ try:
         time.sleep(0.1)
     assert len(rows) == n and len({r['request_id'] for r in rows}) == n, (len(rows), n)
     assert all(r['status'] == 'completed' for r in rows), rows
-    assert degraded_storage() is None and metric('ember_ledger_degraded') == 0
+    assert degraded_storage() is None and srv.metric('ember_ledger_degraded') == 0
 
     # corrupted: everything committed into the main file, then its pages past the first two overwritten
     assert srv.ledger('PRAGMA wal_checkpoint(TRUNCATE)')

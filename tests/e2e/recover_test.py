@@ -15,7 +15,7 @@ import sys
 import threading
 
 sys.path.insert(0, __file__.rsplit('/', 1)[0])
-from serve_util import Server, shared_model  # noqa: E402
+from serve_util import Server, shared_model, sse_events  # noqa: E402
 
 model = shared_model('stories260K.gguf')
 os.environ['EMBER_VK_FAULT'] = 'lost:40'
@@ -25,22 +25,14 @@ finally:
     del os.environ['EMBER_VK_FAULT']
 
 
-def metric(name):
-    st, _, body = srv.request('GET', '/metrics')
-    for line in body.decode().splitlines():
-        if line.startswith(name + ' '):
-            return float(line.split()[1])
-    raise AssertionError('no %s' % name)
-
-
 def stream(out, i):
     """A streamed completion: ('ok', text) with [DONE] after a finish, or ('error', message)."""
     st, h, body = srv.request('POST', '/v1/completions', raw=json.dumps({
         'prompt': 'Once upon a time', 'max_tokens': 10, 'stream': True, 'temperature': 0}).encode(),
         headers={'Content-Type': 'application/json'})
-    events = [x[6:] for x in body.decode().split('\n') if x.startswith('data: ')]
+    events = sse_events(body) if st == 200 else []
     assert st == 200 and events and events[-1] == '[DONE]', (st, body[-300:])
-    objs = [json.loads(e) for e in events[:-1]]
+    objs = events[:-1]
     errs = [o['error'] for o in objs if 'error' in o]
     if errs:
         out[i] = ('error', errs[0]['message'])
@@ -79,7 +71,7 @@ try:
                 seen_ok_after = True
                 break
     assert seen_err and seen_ok_after, (seen_err, seen_ok_after)
-    fails, resets = metric('ember_device_failures_total'), metric('ember_device_resets_total')
+    fails, resets = srv.metric('ember_device_failures_total'), srv.metric('ember_device_resets_total')
     assert resets >= 1 and fails >= resets and fails <= resets + 1, (fails, resets)
     st, _, body = srv.request('GET', '/healthz')
     assert st == 200 and json.loads(body)['status'] == 'ok', body

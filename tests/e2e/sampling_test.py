@@ -23,7 +23,7 @@ import sys
 import threading
 
 sys.path.insert(0, __file__.rsplit('/', 1)[0])
-from serve_util import EMBER, Server, chat_model, shared_model  # noqa: E402
+from serve_util import skip, EMBER, Server, chat_model, shared_model  # noqa: E402
 
 stories = shared_model('stories260K.gguf')
 SAME = [dict(max_tokens=40, temperature=0, logprobs=5),
@@ -36,10 +36,7 @@ SAME = [dict(max_tokens=40, temperature=0, logprobs=5),
 
 
 def comp_on(server, **body):
-    body.setdefault('prompt', 'Once upon a time')
-    st, _, r = server.post('/v1/completions', body)
-    assert st == 200, (st, r)
-    return r
+    return server.complete(**dict({'prompt': 'Once upon a time'}, **body))
 
 
 srv = Server(stories, '--parallel', '4')
@@ -156,8 +153,8 @@ assert rc == 0, err
 try:
     import openai
 except ImportError:
-    print('chat logprobs skipped: the openai SDK is not installed (scripts/venv.sh)')
-    sys.exit(0)
+    skip('the rest (through the official openai SDK) needs the SDK: scripts/venv.sh puts it in .venv; '
+         'what ran before it passed')
 model = chat_model()
 srv = Server(model, keys=[('sdk', ())])
 try:

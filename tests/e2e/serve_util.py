@@ -1,9 +1,11 @@
-# serve_util.py — what the e2e tests share: start a real `ember serve` on
+# serve_util.py — what the e2e tests share (the one toolkit: a test does
+# not keep its own copy of any of this): start a real `ember serve` on
 # 127.0.0.1 (a free port, a fresh SQLite file in a temporary folder), wait
 # until it prints the URL it listens on (bounded), make keys with
 # `ember keys add`, talk plain HTTP (http.client, so every byte of an error
-# path can be checked), drop a stream midway, read the ledger, and stop the
-# server cleanly.
+# path can be checked), completions (`complete`), `/healthz`, `/metrics`
+# (`metric`: a missing series raises), SSE bodies (`sse_events`), drop a
+# stream midway, read the ledger, and stop the server cleanly.
 import http.client
 import json
 import os
@@ -49,6 +51,33 @@ def recv_all(s):
         if not more:
             return out
         out += more
+
+
+def sse_events(raw):
+    """The data of each Server-Sent Event in a streamed body (bytes or str, chunked framing already
+    undone): parsed JSON objects, and the string '[DONE]' for the end; comments (': ping') skipped.
+    A line that is neither raises."""
+    text = raw.decode() if isinstance(raw, bytes) else raw
+    out = []
+    for block in text.split('\n\n'):
+        for line in block.split('\n'):
+            if not line or line.startswith(':'):
+                continue
+            assert line.startswith('data: '), ('not an SSE data line', line[:200])
+            data = line[len('data: '):]
+            out.append(data if data == '[DONE]' else json.loads(data))
+    return out
+
+
+def parse_metrics(text):
+    """Prometheus text: {series: value}, a series being the name with its labels as written
+    ('ember_requests_total{class="interactive"}'); comments skipped."""
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith('#'):
+            series, _, v = line.rpartition(' ')
+            out[series] = float(v)
+    return out
 
 
 def jsonl(rows):
@@ -122,6 +151,44 @@ class Server:
     def post(self, path, body, **kw):
         st, h, out = self.request('POST', path, body, **kw)
         return st, h, json.loads(out) if out and h.get('content-type', '').startswith('application/json') else out
+
+    def complete(self, expect=200, path='/v1/completions', headers=None, **body):
+        """POST body to a completions endpoint; the status must be expect; the parsed answer."""
+        st, _, r = self.post(path, body, headers=headers)
+        assert st == expect, (st, r)
+        return r
+
+    def healthz(self):
+        """(status, headers, parsed body) of GET /healthz."""
+        st, h, body = self.request('GET', '/healthz')
+        return st, h, json.loads(body)
+
+    def metrics(self, headers=None):
+        """Every series of GET /metrics (see parse_metrics)."""
+        st, _, body = self.request('GET', '/metrics', headers=headers)
+        assert st == 200, (st, body[:300])
+        return parse_metrics(body.decode())
+
+    def metric(self, name, headers=None, **labels):
+        """One series' value: name with exactly these labels (none: the unlabelled series). A missing
+        series raises: a renamed metric fails the test instead of reading as 0."""
+        m = self.metrics(headers)
+        series = name + ('{%s}' % ','.join('%s="%s"' % kv for kv in sorted(labels.items())) if labels else '')
+        if series in m:
+            return m[series]
+        for k, v in m.items():   # the labels in another order than sorted
+            if k.startswith(name + '{') and labels and dict(
+                    kv.split('=', 1) for kv in k[len(name) + 1:-1].split(',')) == {
+                    a: '"%s"' % b for a, b in labels.items()}:
+                return v
+        raise AssertionError('no series %s in /metrics' % series)
+
+    def metric_sum(self, name, headers=None):
+        """The sum of every series of name (all its labels); a name with no series raises."""
+        m = self.metrics(headers)
+        vals = [v for k, v in m.items() if k == name or k.startswith(name + '{')]
+        assert vals, 'no series %s in /metrics' % name
+        return sum(vals)
 
     def drop_stream(self, body, key=None, events=3):
         """POST body to /v1/completions over a raw socket, read `events` SSE events, then drop the

@@ -23,20 +23,15 @@ STORY = 'Once upon a time, there was a little girl named Lily. She loved to play
 
 srv = Server(shared_model('stories260K.gguf'), '--parallel', '4')
 try:
-    def comp(expect=200, **body):
-        st, _, r = srv.post('/v1/completions', body)
-        assert st == expect, (st, r)
-        return r
-
     def counters():
         return spec_counters(srv)
 
     d0, a0 = counters()
     for prompt in (REPEAT, STORY):
-        off = comp(prompt=prompt, max_tokens=60, temperature=0, speculative='off')['choices'][0]['text']
-        on = comp(prompt=prompt, max_tokens=60, temperature=0, speculative='prompt_lookup')['choices'][0]['text']
+        off = srv.complete(prompt=prompt, max_tokens=60, temperature=0, speculative='off')['choices'][0]['text']
+        on = srv.complete(prompt=prompt, max_tokens=60, temperature=0, speculative='prompt_lookup')['choices'][0]['text']
         assert on == off, (prompt, on, off)
-        big = comp(prompt=prompt, max_tokens=60, temperature=0,
+        big = srv.complete(prompt=prompt, max_tokens=60, temperature=0,
                    speculative={'method': 'prompt_lookup', 'max_draft': 8})['choices'][0]['text']
         assert big == off, (prompt, big, off)
         st, _, raw = srv.request('POST', '/v1/completions', {'prompt': prompt, 'max_tokens': 60, 'temperature': 0,
@@ -51,7 +46,7 @@ try:
     def pairs(spec):   # independent samples: the two arms draw with different seeds
         c = collections.Counter()
         for seed in range(500):
-            r = comp(prompt=REPEAT, max_tokens=3, temperature=1.0, seed=seed + (0 if spec else 100000),
+            r = srv.complete(prompt=REPEAT, max_tokens=3, temperature=1.0, seed=seed + (0 if spec else 100000),
                      logprobs=None, ignore_eos=True, speculative='prompt_lookup' if spec else 'off')
             toks = r['choices'][0]['text']
             c[toks] += 1
@@ -63,11 +58,11 @@ try:
     chi, crit, df = two_sample_chi2(with_spec, without)
     assert df >= 3 and chi < crit, ('distributions differ', chi, crit, df)
 
-    e = comp(400, prompt='x', speculative='draft_model')['error']   # this server has no draft model
+    e = srv.complete(400, prompt='x', speculative='draft_model')['error']   # this server has no draft model
     assert '--draft-model' in e['message'], e
-    e = comp(400, prompt='x', speculative='guess')['error']
+    e = srv.complete(400, prompt='x', speculative='guess')['error']
     assert e['param'] == 'speculative', e
-    e = comp(400, prompt='x', speculative={'method': 'prompt_lookup', 'max_draft': 9})['error']
+    e = srv.complete(400, prompt='x', speculative={'method': 'prompt_lookup', 'max_draft': 9})['error']
     assert e['param'] == 'max_draft', e
     print('speculative: greedy identical, %.0f%% of %d greedy drafts accepted; sampled: %d of %d drafts accepted, '
           'chi-square %.1f < %.1f (df %d, alpha 0.001)' %

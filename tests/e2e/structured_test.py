@@ -24,7 +24,7 @@ import tempfile
 import jsonschema
 
 sys.path.insert(0, __file__.rsplit('/', 1)[0])
-from serve_util import EMBER, Server, chat_model, shared_model  # noqa: E402
+from serve_util import skip, EMBER, Server, chat_model, shared_model  # noqa: E402
 
 SCHEMAS = {
     'person': {'type': 'object', 'properties': {
@@ -57,10 +57,7 @@ stories = shared_model('stories260K.gguf')
 srv = Server(stories, '--parallel', '4')
 try:
     def comp(expect=200, **body):
-        body.setdefault('prompt', 'Once upon a time')
-        st, _, r = srv.post('/v1/completions', body)
-        assert st == expect, (st, r)
-        return r
+        return srv.complete(expect, **dict({'prompt': 'Once upon a time'}, **body))
 
     def schema_format(name):
         return {'type': 'json_schema', 'json_schema': {'name': name, 'schema': SCHEMAS[name], 'strict': True}}
@@ -153,8 +150,8 @@ assert p.returncode == 2 and bf in p.stderr and 'grammar:2:' in p.stderr and p.s
 try:
     import openai
 except ImportError:
-    print('chat: skipped: the openai SDK is not installed (scripts/venv.sh)')
-    sys.exit(0)
+    skip('the rest (through the official openai SDK) needs the SDK: scripts/venv.sh puts it in .venv; '
+         'what ran before it passed')
 srv = Server(chat_model(), keys=[('sdk', ())])
 try:
     client = openai.OpenAI(base_url=srv.base + '/v1', api_key=srv.keys['sdk'], max_retries=0, timeout=600)

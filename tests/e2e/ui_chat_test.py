@@ -22,14 +22,13 @@
 # reconnects while the server is down).
 # Branches, rename, search, export/import: ui_branch_test.py.
 import asyncio
-import json
 import os
 import signal
 import sys
 import tempfile
 
 sys.path.insert(0, __file__.rsplit('/', 1)[0])
-from serve_util import Server, chat_model, shared_model, add_key, EMBER  # noqa: E402
+from serve_util import Server, chat_model, shared_model, EMBER  # noqa: E402
 from browser_util import Browser, By, Keys, until_text_grows  # noqa: E402
 import ws_util  # noqa: E402
 from ui_util import (send_message, wait_answer, answers, get_conv,  # noqa: E402

@@ -134,17 +134,6 @@ def stream(key, prompt, tokens):
     return s
 
 
-def metrics():
-    st, h, body = srv.request('GET', '/metrics', headers=H['root'])
-    assert st == 200, body
-    m = {}
-    for line in body.decode().splitlines():
-        if line and line[0] != '#':
-            name, v = line.rsplit(' ', 1)
-            m[name] = float(v)
-    return m
-
-
 LIVE = {'live-run-i': 'ember_requests_running{class="interactive"}',
         'live-run-b': 'ember_requests_running{class="background"}',
         'live-queue-i': 'ember_requests_queued{class="interactive"}',
@@ -327,7 +316,7 @@ try:
     # ---- the live panel: /metrics when idle, and while two streams run on one slot --------------------------------
     p0 = polls()
     b.wait(lambda d: polls() > p0 + 1, 'two polls of /metrics', timeout=60)
-    shown, m = live(), metrics()
+    shown, m = live(), srv.metrics(H['root'])
     assert shown == {k: m[v] for k, v in LIVE.items()}, (shown, m)
     assert shown['live-kv-used'] == 0 and shown['live-kv-cached'] > 0, shown
     assert data_v('#live-tps') is not None and data_v('#live-busy') is not None
@@ -339,7 +328,7 @@ try:
         return s['live-run-i'] == 1 and s['live-queue-i'] == 1 and s['live-kv-used'] > 0
 
     b.wait(busy_panel, 'the live panel to show 1 running and 1 queued', timeout=120)
-    m = metrics()
+    m = srv.metrics(H['root'])
     assert m[LIVE['live-run-i']] == 1 and m[LIVE['live-queue-i']] == 1, m
     b.wait(lambda d: data_v('#live-tps') and data_v('#live-tps') > 0, 'tokens/s above 0', timeout=60)
     desk_busy = full_page('dashboard-desktop-busy', 1280)

@@ -34,16 +34,6 @@ def get(srv, path, headers, **q):
     return st, (json.loads(body) if h.get('content-type', '').startswith('application/json') else body)
 
 
-def metric(srv, headers, name):
-    st, h, body = srv.request('GET', '/metrics', headers=headers)
-    assert st == 200, body
-    total = 0.0
-    for line in body.decode().splitlines():
-        if line.startswith(name + ' ') or line.startswith(name + '{'):
-            total += float(line.rsplit(' ', 1)[1])
-    return total
-
-
 def close(a, b, rel=1e-6, abs_=1e-6):
     return abs(a - b) <= max(abs_, rel * max(abs(a), abs(b)))
 
@@ -82,12 +72,12 @@ try:
     completion = sum(r['completion_tokens'] for r in rows)
     prompt_computed = sum(r['prompt_tokens'] - r['cached_tokens'] for r in rows)
 
-    busy_before = metric(srv, R, 'ember_busy_seconds_total')
-    gen_metric = metric(srv, R, 'ember_generation_tokens_total')
+    busy_before = srv.metric_sum(headers=R, name='ember_busy_seconds_total')
+    gen_metric = srv.metric_sum(headers=R, name='ember_generation_tokens_total')
     t_q0 = time.time()
     st, u = get(srv, '/api/utilization', A, gpu_cost_per_hour='2')
     t_query = time.time()
-    busy_after = metric(srv, R, 'ember_busy_seconds_total')
+    busy_after = srv.metric_sum(headers=R, name='ember_busy_seconds_total')
     assert st == 200, u
     assert u['bucket'] == 'hour' and u['gpu_cost_per_hour'] == 2.0 and u['since_ms'] is None, u
     tot = u['total']

@@ -1,7 +1,8 @@
-/* storage_test.h — helpers shared by the storage unit tests: CHECK macros,
- * a temporary directory that is removed afterwards, opening a storage,
- * bounded polling of the storage health, and direct SQLite access to inspect
- * a database. */
+/* storage_test.h — helpers shared by the storage unit tests, on the common
+ * harness (tests/common/testutil.h: CHECK, CHECK_RC, REQUIRE,
+ * test_summary): a temporary directory that is removed afterwards, opening
+ * a storage, bounded polling of the storage health, and direct SQLite
+ * access to inspect a database. */
 #ifndef EM_STORAGE_TEST_H
 #define EM_STORAGE_TEST_H
 
@@ -18,35 +19,7 @@
 #include <unistd.h>
 
 #include "storage/storage_int.h"
-
-static int t_failures;
-
-#define CHECK(cond)                                                                     \
-    do {                                                                                \
-        if (!(cond)) {                                                                  \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);    \
-            t_failures++;                                                               \
-        }                                                                               \
-    } while (0)
-
-#define CHECK_RC(expr, want)                                                            \
-    do {                                                                                \
-        int rc_ = (expr);                                                               \
-        if (rc_ != (want)) {                                                            \
-            fprintf(stderr, "%s:%d: %s returned %d (%s), wanted %d\n", __FILE__, __LINE__, \
-                    #expr, rc_, em_err_str(rc_), (want));                               \
-            t_failures++;                                                               \
-        }                                                                               \
-    } while (0)
-
-/* Fatal: the rest of the test would make no sense. */
-#define REQUIRE(cond)                                                                   \
-    do {                                                                                \
-        if (!(cond)) {                                                                  \
-            fprintf(stderr, "%s:%d: REQUIRE failed: %s\n", __FILE__, __LINE__, #cond);  \
-            return 1;                                                                   \
-        }                                                                               \
-    } while (0)
+#include "tests/common/testutil.h"   /* CHECK, CHECK_RC, REQUIRE, test_summary */
 
 static char t_dir[256];
 

@@ -316,10 +316,27 @@ static int pump(job *j, int timeout_ms)
     return j->done;
 }
 
+/* Drain j until DONE: bounded (10 minutes: a hang, not a speed limit);
+ * 1 when it came. */
+static int pump_done(job *j)
+{
+    for (int i = 0; i < 600 && !j->done; i++)
+        pump(j, 1000);
+    CHECKF(j->done, "no DONE within 600 s (%u tokens so far)", j->n_got);
+    return j->done;
+}
+
+/* Wait (bounded as pump_done) until j has n tokens or is done. */
+static void pump_tokens(job *j, uint32_t n)
+{
+    for (int i = 0; i < 600000 && !pump(j, 0) && j->n_got < n; i++)
+        usleep(1000);
+    CHECKF(j->done || j->n_got >= n, "fewer than %u tokens within 600 s (%u)", n, j->n_got);
+}
+
 static void finish_job(job *j)
 {
-    while (!pump(j, 1000))
-        ;
+    pump_done(j);
     em_request_release(j->r);
     j->r = NULL;
 }
@@ -456,8 +473,7 @@ static void test_preemption(em_tokenizer *tok)
     b2.max_tokens = 40;
     CHECK(submit(s, &b1, EM_CLASS_BACKGROUND, NULL) == 0);
     CHECK(submit(s, &b2, EM_CLASS_BACKGROUND, NULL) == 0);
-    while (!pump(&b2, 0) && b2.n_got < 3)    /* both are decoding */
-        usleep(1000);
+    pump_tokens(&b2, 3);    /* both are decoding */
     fill_prompt(&ia, 120, 13, 0);
     ia.max_tokens = 10;
     CHECK(submit(s, &ia, EM_CLASS_INTERACTIVE, NULL) == 0);
@@ -491,8 +507,7 @@ static void test_slot_preemption(em_tokenizer *tok)
     b2.max_tokens = 200;
     CHECK(submit(s, &b1, EM_CLASS_BACKGROUND, NULL) == 0);
     CHECK(submit(s, &b2, EM_CLASS_BACKGROUND, NULL) == 0);
-    while (!pump(&b2, 0) && b2.n_got < 3)
-        usleep(1000);
+    pump_tokens(&b2, 3);
     fill_prompt(&ia, 20, 23, 0);
     ia.max_tokens = 5;
     CHECK(submit(s, &ia, EM_CLASS_INTERACTIVE, NULL) == 0);
@@ -529,8 +544,7 @@ static void test_cancel_and_limits(em_tokenizer *tok)
     }
     a.max_tokens = 0;                     /* until the context */
     CHECK(submit(s, &a, EM_CLASS_INTERACTIVE, NULL) == 0);
-    while (!pump(&a, 0) && a.n_got < 2)
-        usleep(1000);
+    pump_tokens(&a, 2);
     em_sched_stats st;
     em_sched_get_stats(s, &st);
     CHECK(st.kv.used > 0);
@@ -622,8 +636,7 @@ static void test_queue_position(em_tokenizer *tok)
     gate(f, 0);
     job *all[] = { &first, &ia[0], &ia[1], &ia[2], &bg };
     for (int i = 0; i < 5; i++) {
-        while (!pump(all[i], 1000))
-            ;
+        pump_done(all[i]);
         CHECK(em_sched_queue_position(s, all[i]->r) == 0);
         finish_job(all[i]);
     }

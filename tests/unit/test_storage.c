@@ -178,7 +178,7 @@ static int test_migrations(void)
         if (strcmp(want, got) != 0) {
             fprintf(stderr, "schema after migrating from v%d differs:\n%s\n--- fresh:\n%s\n", v,
                     got, want);
-            t_failures++;
+            test_failures++;
         }
     }
     return 0;
@@ -1047,10 +1047,10 @@ int main(void)
         { "parse", test_parse },
     };
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
-        int before = t_failures;
+        int before = test_failures;
         if (tests[i].fn())
-            t_failures++;
-        printf("%s %s\n", t_failures == before ? "ok  " : "FAIL", tests[i].name);
+            test_failures++;
+        printf("%s %s\n", test_failures == before ? "ok  " : "FAIL", tests[i].name);
     }
-    return t_failures ? 1 : 0;
+    return test_summary("storage");
 }

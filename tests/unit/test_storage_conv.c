@@ -440,15 +440,15 @@ int main(void)
         { "import", test_import },
     };
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
-        int before = t_failures;
+        int before = test_failures;
         if (tests[i].fn(path, a.id, b.id))
-            t_failures++;
-        printf("%s %s\n", t_failures == before ? "ok  " : "FAIL", tests[i].name);
+            test_failures++;
+        printf("%s %s\n", test_failures == before ? "ok  " : "FAIL", tests[i].name);
     }
     /* key 0 (no key) is a key of its own */
-    int before = t_failures;
+    int before = test_failures;
     if (test_branches(path, 0, a.id))
-        t_failures++;
-    printf("%s branches (no key)\n", t_failures == before ? "ok  " : "FAIL");
-    return t_failures ? 1 : 0;
+        test_failures++;
+    printf("%s branches (no key)\n", test_failures == before ? "ok  " : "FAIL");
+    return test_summary("storage-conv");
 }

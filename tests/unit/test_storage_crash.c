@@ -216,7 +216,7 @@ static int test_kill_loop(void)
         REQUIRE(waitpid(pid, &status, 0) == pid);
         if (!(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)) {
             fprintf(stderr, "iteration %u: child ended by itself (status %d)\n", it, status);
-            t_failures++;
+            test_failures++;
         }
         size_t n = len / sizeof(uint64_t);
         kills_before_report += n == 0;
@@ -388,11 +388,11 @@ int main(void)
         { "kill_migration", test_kill_migration },
     };
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
-        int before = t_failures;
+        int before = test_failures;
         if (tests[i].fn())
-            t_failures++;
-        printf("%s %s\n", t_failures == before ? "ok  " : "FAIL", tests[i].name);
+            test_failures++;
+        printf("%s %s\n", test_failures == before ? "ok  " : "FAIL", tests[i].name);
         fflush(stdout);
     }
-    return t_failures ? 1 : 0;
+    return test_summary("storage-crash");
 }

@@ -187,7 +187,7 @@ static int readonly_child(const char *dir)
              0);
     em_storage_close(st);
     CHECK(t_integrity_ok(path));
-    return t_failures;
+    return test_failures;
 }
 
 static int readonly_skipped;   /* the whole test then reports SKIP, not a pass */
@@ -334,15 +334,15 @@ int main(void)
         { "corrupt_while_running", test_corrupt_while_running },
     };
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
-        int before = t_failures;
+        int before = test_failures;
         if (tests[i].fn())
-            t_failures++;
-        printf("%s %s\n", t_failures == before ? "ok  " : "FAIL", tests[i].name);
+            test_failures++;
+        printf("%s %s\n", test_failures == before ? "ok  " : "FAIL", tests[i].name);
         fflush(stdout);
     }
-    if (!t_failures && readonly_skipped) {
+    if (!test_failures && readonly_skipped) {
         printf("SKIP: the read-only case could not run (root without setuid); the rest passed\n");
         return 77;
     }
-    return t_failures ? 1 : 0;
+    return test_summary("storage-faults");
 }

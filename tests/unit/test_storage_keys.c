@@ -421,10 +421,10 @@ int main(void)
         { "hostile", test_hostile },
     };
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
-        int before = t_failures;
+        int before = test_failures;
         if (tests[i].fn())
-            t_failures++;
-        printf("%s %s\n", t_failures == before ? "ok  " : "FAIL", tests[i].name);
+            test_failures++;
+        printf("%s %s\n", test_failures == before ? "ok  " : "FAIL", tests[i].name);
     }
-    return t_failures ? 1 : 0;
+    return test_summary("storage-keys");
 }
