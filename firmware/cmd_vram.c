@@ -57,7 +57,7 @@ static uint64_t pool_blocks(const plan *p, uint32_t ctx, em_fwd_mem *mem, int *r
 {
     *mem = p->mem;
     if (p->scratch_known) {
-        em_fwd_plan_scratch(&p->hp, p->step_tokens, p->parallel, ctx, p->parallel, mem);
+        em_fwd_plan_scratch(&p->hp, p->step_tokens, p->parallel, ctx, p->parallel, p->range, mem);
     } else {   /* staging and margin only */
         mem->staging = EM_FWD_STAGING_BYTES;
         mem->margin = EM_FWD_MARGIN_BYTES;

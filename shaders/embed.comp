@@ -1,6 +1,8 @@
 // embed.comp — embedding lookup: x[t][k] = token_embd[tok[t]][k] for every
 // weight type, reading the row-interleaved layout through dequant.glsl.
-// One invocation per 4 elements; grid (ceil(E/4 / 64), T).
+// One invocation per 4 elements; grid (ceil(E/4 / 64), T). A table larger
+// than one binding is bound in chunks of rows [row0, row0 + rows), one
+// dispatch each: a token whose row another chunk holds is left alone.
 #version 450
 
 #include "common.glsl"
@@ -19,6 +21,8 @@ layout(push_constant) uniform Push {
     uint T;          // tokens
     uint x_stride;   // floats between rows of x
     uint tok_off;    // int offset of the token ids in step
+    uint row0;       // the first row of the table this chunk holds (a multiple of R)
+    uint rows;       // rows it holds
 } pc;
 
 #include "dequant.glsl"
@@ -29,6 +33,9 @@ void main()
     if (j4 >= pc.E / 4u || t >= pc.T)
         return;
     uint row = uint(step[pc.tok_off + t]);
+    if (row < pc.row0 || row - pc.row0 >= pc.rows)
+        return;   // another chunk's row
+    row -= pc.row0;
     uint nb = (pc.E + BS - 1u) / BS;
     x4[t * (pc.x_stride / 4u) + j4] = dq4(row / R, nb, (j4 * 4u) / BS, row % R, (j4 * 4u % BS) / 4u);
 }

@@ -22,6 +22,7 @@ struct em_engine {
     int32_t        *table;      /* [n_ctx / EM_KV_BLOCK]: block i holds positions 16i.. */
     int32_t        *scratch;    /* pos/seq/rows for a step */
     uint32_t        chunk;      /* tokens per GPU step */
+    uint32_t        max_logits; /* logit rows per GPU step (a large vocabulary's rows fill a binding sooner) */
     uint32_t        n_fed;      /* positions holding valid KV */
     char            desc[256];
 };
@@ -63,6 +64,7 @@ static int create_gpu(em_engine *e, const em_engine_opts *opts, em_err *err)
         e->table[i] = (int32_t)i;
     if ((rc = em_fwd_create(e->vk, e->m, &fo, &e->fwd, err)))
         return rc;
+    e->max_logits = em_fwd_get_opts(e->fwd)->max_logits;
     const em_vk_dev_info *di = em_vk_info(e->vk);
     snprintf(e->desc, sizeof e->desc, "vulkan: %s (%s), %s", di->name, di->type_name,
              em_fwd_variant(e->fwd));
@@ -133,8 +135,9 @@ int em_engine_eval(em_engine *e, const int32_t *tokens, uint32_t n, uint32_t pos
     /* GPU: chunks of up to e->chunk tokens, one step each */
     int32_t *ps = e->scratch, *ss = ps + e->chunk, *rows = ss + e->chunk;
     const int32_t *tables[1] = { e->table };
-    for (uint32_t i = 0; i < n; i += e->chunk) {
-        uint32_t k = n - i < e->chunk ? n - i : e->chunk;
+    uint32_t step_max = logits && all_logits && e->max_logits < e->chunk ? e->max_logits : e->chunk;
+    for (uint32_t i = 0; i < n; i += step_max) {
+        uint32_t k = n - i < step_max ? n - i : step_max;
         int last = i + k == n;
         uint32_t nl = !logits ? 0 : all_logits ? k : (last ? 1 : 0);
         for (uint32_t j = 0; j < k; j++) {

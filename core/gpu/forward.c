@@ -229,6 +229,16 @@ int em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **o
     }
     if (!f->o.max_logits)
         f->o.max_logits = o->max_seqs;
+    /* the logits buffer is one binding (the output matrix writes it, topk
+     * reads it): at most as many rows of n_vocab floats as one holds */
+    uint64_t binding = em_vk_info(vk)->max_storage_range;
+    f->o.max_logits = em_fwd_plan_logit_rows(hp, f->o.max_logits, binding);
+    if (!f->o.max_logits) {
+        free(f);
+        return em_err_set(err, EM_EUNSUPPORTED, "forward: one row of logits (%u tokens) or its sampling "
+                          "state exceeds the device's binding range (%llu bytes)", hp->n_vocab,
+                          (unsigned long long)binding);
+    }
     choose_variant(f);
 
     uint32_t T = o->max_tokens, L = f->o.max_logits;
@@ -256,7 +266,7 @@ int em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **o
     /* activations (zero-filled: padding columns must read as zero), sized
      * by the plan `ember vram` and em_fwd_kv_blocks count with */
     em_fwd_mem plan;
-    em_fwd_plan_scratch(hp, T, o->max_seqs, o->max_ctx, L, &plan);
+    em_fwd_plan_scratch(hp, T, o->max_seqs, o->max_ctx, L, binding, &plan);
     if (plan.x != (uint64_t)T * f->E_st * 4 || plan.qkv != (uint64_t)T * f->qkv_st * 4 ||
         plan.att != (uint64_t)T * f->att_st * 4 || plan.hf != (uint64_t)T * f->F_st * 4 ||
         plan.gu != (uint64_t)T * f->gu_st * 4 || plan.step != (uint64_t)f->step_ints * 4) {
@@ -281,6 +291,10 @@ int em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **o
             goto fail;
         f->st.act_bytes += bufs[i].bytes;
     }
+    /* split-K partials for every query of a step at up to max_split splits
+     * each, within one binding: a constant of the engine, so that a token's
+     * splits follow its context length alone, never the batch it is in */
+    f->max_split = em_fwd_plan_max_split(hp, T, binding);
     /* the vecs buffer must exist before descriptor sets are made: size it
      * first (norms, biases, q/k norms, inverse frequencies) */
     if ((rc = em_vk_alloc(vk, EM_VK_MEM_DEVICE, em_fwd_plan_vec_floats(m) * 4, &f->vecs, err)))
@@ -329,17 +343,17 @@ int em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **o
         /* a decode step reads one row of an embedding table that is not
          * also the output matrix */
         f->st.decode_bytes = f->st.weight_bytes - (to == te ? 0 : embd_bytes);
+        /* the lookup binds each chunk of the table (a large vocabulary's
+         * table passes one binding: 152k x 896 at Q8_0 is 145 MB) */
         em_vk_pipe *ep;
-        const mat_chunk *ch = &f->embd.ch[0];
-        if (f->embd.n_chunks != 1) {
-            rc = em_err_set(err, EM_EUNSUPPORTED,
-                            "forward: the embedding table exceeds one storage-buffer binding");
+        if ((rc = fwd_get_pipe(f, em_fwd_embed_kernel(f->embd.L.type), 0, 0, &ep, err)))
             goto fail_prog;
+        for (uint32_t c = 0; c < f->embd.n_chunks; c++) {
+            const mat_chunk *ch = &f->embd.ch[c];
+            em_vk_buf eb[4] = { ch->qw, ch->sc, f->step, f->x };
+            if ((rc = em_vk_dset_create(vk, ep, eb, &f->embed_ds[c], err)))
+                goto fail_prog;
         }
-        em_vk_buf eb[4] = { ch->qw, ch->sc, f->step, f->x };
-        if ((rc = fwd_get_pipe(f, em_fwd_embed_kernel(f->embd.L.type), 0, 0, &ep, err)) ||
-            (rc = em_vk_dset_create(vk, ep, eb, &f->embed_ds, err)))
-            goto fail_prog;
     }
     em_vk_progress_end(&prog);
 
@@ -411,6 +425,8 @@ void em_fwd_destroy(em_fwd *f)
     if (em_model_output(f->m) != em_model_tok_embd(f->m))
         fwd_site_free(f, &f->out);
     fwd_pmat_free(f, &f->embd);
+    for (uint32_t c = 0; c < MAX_CHUNKS; c++)
+        em_vk_dset_destroy(f->vk, f->embed_ds[c]);
     em_vk_buf *b[] = { &f->x, &f->qkv, &f->att, &f->hf, &f->gu, &f->logits, &f->step, &f->vecs,
                        &f->dummy, &f->part, &f->steer, &f->cand };
     for (size_t i = 0; i < sizeof b / sizeof b[0]; i++)
@@ -434,10 +450,12 @@ static int record(em_fwd *f, em_vk_cmd *cmd, const shape *sh, em_err *err)
         em_vk_cmd_timestamp(cmd, 0);
     }
     em_vk_pipe *p;
-    em_pc_embed pe = { hp->n_embd, T, f->E_st, f->off_tok };
     if ((rc = fwd_get_pipe(f, em_fwd_embed_kernel(f->embd.L.type), 0, 0, &p, err)))
         return rc;
-    em_vk_cmd_dispatch(cmd, p, f->embed_ds, &pe, (hp->n_embd / 4 + 63) / 64, T, 1);
+    for (uint32_t c = 0; c < f->embd.n_chunks; c++) {   /* each chunk writes the tokens of its rows */
+        em_pc_embed pe = { hp->n_embd, T, f->E_st, f->off_tok, f->embd.ch[c].row0, f->embd.ch[c].rows };
+        em_vk_cmd_dispatch(cmd, p, f->embed_ds[c], &pe, (hp->n_embd / 4 + 63) / 64, T, 1);
+    }
     mark(f, cmd, P_EMBED);
     em_vk_cmd_barrier(cmd);
 
@@ -623,8 +641,8 @@ static int step(em_fwd *f, const em_fwd_batch *b, const em_sample_steer *steer, 
                 j++;
         if (dec_i || (!b->decode && j - i == 1)) {
             uint32_t ns = ((uint32_t)b->pos[i] + span) / span;   /* ceil((pos + 1) / span) */
-            if (ns > EM_ATTN_MAX_SPLIT)
-                ns = EM_ATTN_MAX_SPLIT;
+            if (ns > f->max_split)
+                ns = f->max_split;
             sp[f->off_dec + 2 * sh.n_dec] = (int32_t)i;
             sp[f->off_dec + 2 * sh.n_dec + 1] = (int32_t)ns;
             sh.n_dec++;
@@ -640,7 +658,6 @@ static int step(em_fwd *f, const em_fwd_batch *b, const em_sample_steer *steer, 
         }
         i = j;
     }
-
     /* the recorded command buffer for this shape, or record one */
     recorded *r = NULL, *lru = &f->rec[0];
     for (uint32_t i = 0; i < MAX_RECORDED; i++) {
@@ -721,7 +738,7 @@ uint32_t em_fwd_kv_blocks(em_vk *vk, const em_model *m, uint32_t kv_type, uint64
     } else {
         const em_vk_dev_info *di = em_vk_info(vk);
         em_fwd_mem plan;
-        em_fwd_plan_scratch(hp, max_tokens, max_seqs, max_ctx, max_seqs, &plan);
+        em_fwd_plan_scratch(hp, max_tokens, max_seqs, max_ctx, max_seqs, di->max_storage_range, &plan);
         if (em_fwd_plan_weights(m, em_fwd_mm_rows(di, em_model_weight_bytes(m)), em_fwd_mm_lanes(di),
                                 &plan, NULL)) {
             plan.weights = em_model_weight_bytes(m);   /* em_fwd_create will refuse it */

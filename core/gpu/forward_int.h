@@ -92,7 +92,8 @@ struct em_fwd {
     uint32_t pre_heads;            /* query heads per prefill attention workgroup */
     uint32_t k_rope, k_dec, k_pre; /* kernels for the KV element type */
     uint32_t kscale_off, vscale_off; /* Q8_0 KV: half index of the scales in a layer's K / V */
-    em_vk_buf part;                /* split-K partials [max_tokens][H][MAX_SPLIT][Dv + 2] */
+    em_vk_buf part;                /* split-K partials [query][H][nsplit][Dv + 2] */
+    uint32_t  max_split;           /* splits per decode query (part holds T of them) */
     em_vk_dset *reduce_ds;
 
     em_vk_buf x, qkv, att, hf, gu, logits, step, vecs, dummy;
@@ -102,7 +103,7 @@ struct em_fwd {
     layer    *layers;
     site      out;
     pmat      embd;                /* token_embd (shared with out when tied) */
-    em_vk_dset *embed_ds;
+    em_vk_dset *embed_ds[MAX_CHUNKS];   /* the embedding lookup, one per chunk of embd */
     uint32_t  out_norm_off, freq_off;
 
     pipe_entry pipes[MAX_PIPES];

@@ -103,10 +103,38 @@ int em_fwd_plan_weights(const em_model *m, uint32_t rows, uint32_t lanes, em_fwd
 
 static uint64_t round32(uint32_t v) { return round_up64(v, 32); }
 
-void em_fwd_plan_scratch(const em_hparams *hp, uint32_t max_tokens, uint32_t max_seqs,
-                         uint32_t max_ctx, uint32_t max_logits, em_fwd_mem *mem)
+uint32_t em_fwd_plan_logit_rows(const em_hparams *hp, uint32_t want, uint64_t max_binding)
 {
-    uint64_t T = max_tokens, L = max_logits ? max_logits : max_seqs;
+    /* per row: its logits, its steering (mask and adjustments: the larger
+     * below ~50k tokens) and its candidates, each buffer one binding */
+    uint64_t row = (uint64_t)hp->n_vocab * 4, steer = em_topk_steer_words(1, EM_FWD_STEER_ADJ, hp->n_vocab) * 4;
+    if (row < steer)
+        row = steer;
+    if (row < EM_TOPK_STRIDE * 4)
+        row = EM_TOPK_STRIDE * 4;
+    uint64_t fit = max_binding ? max_binding / row : want;
+    return want < fit ? want : (uint32_t)fit;
+}
+
+uint64_t em_fwd_plan_part_unit(const em_hparams *hp)
+{
+    return (uint64_t)hp->n_head * ((uint64_t)hp->head_dim_v + 2) * 4;   /* per head: M, L, Dv outputs */
+}
+
+uint32_t em_fwd_plan_max_split(const em_hparams *hp, uint32_t max_tokens, uint64_t max_binding)
+{
+    uint64_t fit = max_binding ? max_binding / (em_fwd_plan_part_unit(hp) * (max_tokens ? max_tokens : 1))
+                               : EM_ATTN_MAX_SPLIT;
+    return fit >= EM_ATTN_MAX_SPLIT ? EM_ATTN_MAX_SPLIT : fit > 1 ? (uint32_t)fit : 1;
+}
+
+void em_fwd_plan_scratch(const em_hparams *hp, uint32_t max_tokens, uint32_t max_seqs,
+                         uint32_t max_ctx, uint32_t max_logits, uint64_t max_binding, em_fwd_mem *mem)
+{
+    uint64_t T = max_tokens;
+    uint64_t L = em_fwd_plan_logit_rows(hp, max_logits ? max_logits : max_seqs, max_binding);
+    if (!L)
+        L = 1;   /* (em_fwd_create refuses such a model) */
     uint64_t qkv_dim = (uint64_t)hp->n_head * hp->head_dim +
                        (uint64_t)hp->n_head_kv * (hp->head_dim + hp->head_dim_v);
     mem->x = T * round32(hp->n_embd) * 4;                      /* [T][E] residual stream */
@@ -114,7 +142,10 @@ void em_fwd_plan_scratch(const em_hparams *hp, uint32_t max_tokens, uint32_t max
     mem->att = T * round32(hp->n_head * hp->head_dim_v) * 4;   /* [T][H*Dv] attention out */
     mem->hf = T * round32(hp->n_ff) * 4;                       /* [T][F] SwiGLU out */
     mem->gu = T * round32(2 * hp->n_ff) * 4;                   /* [T][2F] gate/up */
-    mem->part = T * hp->n_head * EM_ATTN_MAX_SPLIT * ((uint64_t)hp->head_dim_v + 2) * 4;
+    /* split-K partials [query][split] of every head, at the splits per
+     * query one binding allows (one split writes no partials) */
+    uint32_t splits = em_fwd_plan_max_split(hp, max_tokens, max_binding);
+    mem->part = (splits > 1 ? T * splits : 1) * em_fwd_plan_part_unit(hp);
     mem->dummy = 256;
     mem->logits = L * hp->n_vocab * 4;                          /* [L][V] readback */
     /* per row: 4 header words, a mask, adjustments of 3 words; the summary */

@@ -39,11 +39,24 @@ int em_fwd_plan_weights(const em_model *m, uint32_t rows, uint32_t lanes, em_fwd
                         em_err *err);
 /* Floats of m's vectors buffer (norms, biases, q/k norms, rope frequencies). */
 uint64_t em_fwd_plan_vec_floats(const em_model *m);
+/* Logit rows a step can hold when one binding holds max_binding bytes (0:
+ * no limit): want, or fewer for a large vocabulary (the logits, steering
+ * and candidate buffers are one binding each); 0 when not even one row
+ * fits. */
+uint32_t em_fwd_plan_logit_rows(const em_hparams *hp, uint32_t want, uint64_t max_binding);
+/* Bytes of one decode query's split-K partials per split (all heads). */
+uint64_t em_fwd_plan_part_unit(const em_hparams *hp);
+/* Splits per decode query (1..EM_ATTN_MAX_SPLIT) when max_tokens queries'
+ * partials share one binding of max_binding bytes (0: no limit). A constant
+ * of the engine: a token's splits follow its context length alone. */
+uint32_t em_fwd_plan_max_split(const em_hparams *hp, uint32_t max_tokens, uint64_t max_binding);
 /* The scratch buffers for steps of max_tokens tokens, max_seqs slots of
- * max_ctx positions and max_logits logit rows (0: max_seqs), and the
- * staging and margin figures; only hp's shape is read. */
+ * max_ctx positions and max_logits logit rows (0: max_seqs), on a device
+ * whose bindings hold max_binding bytes (0: no limit; the logit rows and
+ * the split-K partials are cut to one binding), and the staging and margin
+ * figures; only hp's shape is read. */
 void em_fwd_plan_scratch(const em_hparams *hp, uint32_t max_tokens, uint32_t max_seqs,
-                         uint32_t max_ctx, uint32_t max_logits, em_fwd_mem *mem);
+                         uint32_t max_ctx, uint32_t max_logits, uint64_t max_binding, em_fwd_mem *mem);
 /* x + qkv + att + hf + gu + part + dummy + logits + steer + cand + step. */
 uint64_t em_fwd_mem_scratch(const em_fwd_mem *mem);
 /* Bytes left for the KV pool on a heap of heap bytes: 80% of it (ember

@@ -292,7 +292,7 @@ int em_kcheck_embed(em_vk *vk, em_vk_pipe *pipe, uint32_t lanes, uint32_t rpw, u
         (rc = em_vk_dset_create(vk, pipe, b, &ds, err)) || (rc = em_vk_cmd_create(vk, 0, &cmd, err)) ||
         (rc = em_vk_cmd_begin(cmd, err)))
         goto done;
-    em_pc_embed pc = { E, T, xs, 0 };
+    em_pc_embed pc = { E, T, xs, 0, 0, V };
     em_vk_cmd_dispatch(cmd, pipe, ds, &pc, (E / 4 + 63) / 64, T, 1);
     if ((rc = em_vk_cmd_end(cmd, err)) || (rc = em_vk_cmd_submit_wait(cmd, err)) ||
         (rc = em_vk_download(vk, &b[3], 0, x, (size_t)T * xs * 4, NULL, err)))

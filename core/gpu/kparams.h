@@ -73,8 +73,9 @@ static inline uint32_t em_mm_grid_y(uint32_t K_pad, uint32_t L, uint32_t rpw, ui
 /* shaders/embed.comp: spec constant 0 R */
 typedef struct {
     uint32_t E, T, x_stride, tok_off;
+    uint32_t row0, rows;   /* the table's rows this dispatch's chunk holds */
 } em_pc_embed;
-_Static_assert(offsetof(em_pc_embed, tok_off) == 12 && sizeof(em_pc_embed) == 16, "embed push layout");
+_Static_assert(offsetof(em_pc_embed, rows) == 20 && sizeof(em_pc_embed) == 24, "embed push layout");
 
 /* shaders/rope_kv.comp: spec constants 0 NEOX, 1 QK_NORM */
 typedef struct {

@@ -518,6 +518,18 @@ static void query_device(VkPhysicalDevice pd, uint32_t inst_api, int index,
     info->storage_align = l->minStorageBufferOffsetAlignment;
     info->max_texel_elems = l->maxTexelBufferElements;
     info->texel_align = l->minTexelBufferOffsetAlignment;
+    /* EMBER_VK_MAX_BINDING=BYTES: a smaller binding than the device's, so that
+     * what is bound in parts on large models is bound in parts on small ones
+     * too (tests) */
+    const char *mb = getenv("EMBER_VK_MAX_BINDING");
+    unsigned long long lim = mb && *mb ? strtoull(mb, NULL, 10) : 0;
+    if (lim >= 4096) {
+        lim &= ~15ull;
+        if (info->max_storage_range > lim)
+            info->max_storage_range = lim;
+        if (info->max_texel_elems > lim / 16)
+            info->max_texel_elems = lim / 16;
+    }
     info->max_wg_invocations = l->maxComputeWorkGroupInvocations;
     for (int i = 0; i < 3; i++) {
         info->max_wg_size[i] = l->maxComputeWorkGroupSize[i];

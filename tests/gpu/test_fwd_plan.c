@@ -40,7 +40,9 @@ static void check_model(em_vk *vk, const char *path)
         memset(&plan, 0, sizeof plan);
         CHECK_OK(em_fwd_plan_weights(m, em_fwd_mm_rows(di, em_model_weight_bytes(m)), em_fwd_mm_lanes(di),
                                      &plan, &err), err);
-        em_fwd_plan_scratch(hp, o.max_tokens, o.max_seqs, o.max_ctx, o.max_logits, &plan);
+        em_fwd_plan_scratch(hp, o.max_tokens, o.max_seqs, o.max_ctx, o.max_logits, di->max_storage_range,
+                            &plan);
+        CHECK(plan.part <= di->max_storage_range && plan.logits <= di->max_storage_range);
         uint64_t by_type = 0;
         for (int t = 0; t < EM_T_COUNT; t++)
             by_type += plan.weights_by_type[t];
@@ -56,6 +58,20 @@ static void check_model(em_vk *vk, const char *path)
         CHECK(plan.weights >= em_model_weight_bytes(m) / 2);
         em_fwd_destroy(f);
     }
+    /* a large vocabulary's logit rows and the split-K partials within one
+     * binding: the rows that fit, none when one does not; 16 splits with
+     * room, fewer without, at least one */
+    em_hparams big = *hp;
+    big.n_vocab = 151936;
+    CHECK(em_fwd_plan_logit_rows(&big, 512, 134217728) == 134217728 / (151936 * 4));
+    CHECK(em_fwd_plan_logit_rows(&big, 16, 134217728) == 16);
+    CHECK(em_fwd_plan_logit_rows(&big, 16, 0) == 16);
+    CHECK(em_fwd_plan_logit_rows(&big, 1, 151936 * 4 - 16) == 0);
+    uint64_t unit = em_fwd_plan_part_unit(hp);
+    CHECK(em_fwd_plan_max_split(hp, 512, 0) == EM_ATTN_MAX_SPLIT);
+    CHECK(em_fwd_plan_max_split(hp, 512, unit * 512 * 100) == EM_ATTN_MAX_SPLIT);
+    CHECK(em_fwd_plan_max_split(hp, 512, unit * 512 * 3 + 1) == 3);
+    CHECK(em_fwd_plan_max_split(hp, 512, unit * 100) == 1);
     em_model_close(m);
 }
 
@@ -70,7 +86,7 @@ int main(int argc, char **argv)
         char path[4096];
         snprintf(path, sizeof path, "%s", argv[i][0] == '/' ? argv[i] : test_shared(argv[i]));
         FILE *fp = argv[i][0] == '/' ? fopen(path, "rb") : NULL;
-        if (argv[i][0] == '/' && !fp) {   /* the chat model: absent when set-up could not fetch it */
+        if (argv[i][0] == '/' && !fp) {   /* a real model: absent when set-up could not fetch it */
             printf("fwd_plan: no %s: not checked\n", path);
             continue;
         }
