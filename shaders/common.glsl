@@ -42,6 +42,17 @@ vec4 k4_scale_min(uint j, uint s0, uint s1, uint s2)
 
 #define half_at(i) (unpackHalf2x16(sc[(i) >> 1])[(i) & 1u])
 
+#if defined(TYPE_IQ4_NL) || defined(TYPE_IQ4_XS)
+// the values of IQ4_NL's and IQ4_XS's nibbles (core/model/quant.c)
+const float IQ4NL[16] = float[16](-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0,
+                                  1.0, 13.0, 25.0, 38.0, 53.0, 69.0, 89.0, 113.0);
+// the table values of the low nibbles of the four bytes of q
+vec4 iq4x4(uint q)
+{
+    return vec4(IQ4NL[q & 15u], IQ4NL[(q >> 8) & 15u], IQ4NL[(q >> 16) & 15u], IQ4NL[(q >> 24) & 15u]);
+}
+#endif
+
 // The RMS norm's factor 1 / sqrt(ms + eps) for the mean square ms, or NaN
 // when ms overflowed to infinity: the factor would be 0 and silently zero a
 // row of huge but finite activations, where NaN reaches the logits check

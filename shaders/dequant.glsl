@@ -11,14 +11,20 @@ const uint BS = 32, W = 32;
 const uint BS = 32, W = 16;
 #elif defined(TYPE_Q8_0)
 const uint BS = 32, W = 8;
-#elif defined(TYPE_Q4_0)
-const uint BS = 32, W = 4;
+#elif defined(TYPE_Q4_0) || defined(TYPE_IQ4_NL)
+const uint BS = 32, W = 4, SH = 1;
+#elif defined(TYPE_Q4_1)
+const uint BS = 32, W = 4, SH = 2;
+#elif defined(TYPE_Q5_0) || defined(TYPE_Q5_1)
+const uint BS = 32, W = 4, SH = 4;
 #elif defined(TYPE_Q4_K)
 const uint BS = 256, W = 36;
 #elif defined(TYPE_Q5_K)
 const uint BS = 256, W = 44;
 #elif defined(TYPE_Q6_K)
 const uint BS = 256, W = 52;
+#elif defined(TYPE_IQ4_XS)
+const uint BS = 256, W = 32, SH = 4;
 #else
 #error "define one TYPE_*"
 #endif
@@ -51,6 +57,25 @@ vec4 dq4(uint g, uint nb, uint b, uint lane, uint j4)
     // rows in pairs (core/gpu/wpack.h): word j4 of the pair, this row's half
     uint q = qword(rw, j4) >> (16u * (lane & 1u));
     return half_at(si) * (vec4(q & 15u, (q >> 4) & 15u, (q >> 8) & 15u, (q >> 12) & 15u) - 8.0);
+#elif defined(TYPE_IQ4_NL) || defined(TYPE_Q4_1) || defined(TYPE_Q5_0) || defined(TYPE_Q5_1)
+    // GGUF nibbles: word j4 % 4, the low nibbles for j4 < 4, else the high;
+    // the side halves of the block at si * SH (core/gpu/wpack.h)
+    const uint sh = j4 < 4u ? 0u : 4u, q = (qword(rw, j4 % 4u) >> sh) & 0x0F0F0F0Fu;
+    const float d = half_at(si * SH);
+#if defined(TYPE_IQ4_NL)
+    return d * iq4x4(q);
+#elif defined(TYPE_Q4_1)
+    return d * u8x4(q) + half_at(si * SH + 1u);
+#else
+    // the fifth bits of elements 4 * j4 .. + 3 (bit k of qh: element k)
+    const uint qh = sc[(si * SH) / 2u + 1u], hb = (qh >> (4u * j4)) & 15u;
+    const vec4 v = u8x4(q | (((hb & 1u) | ((hb & 2u) << 7) | ((hb & 4u) << 14) | ((hb & 8u) << 21)) << 4));
+#if defined(TYPE_Q5_0)
+    return d * (v - 16.0);
+#else
+    return d * v + half_at(si * SH + 1u);
+#endif
+#endif
 #elif defined(TYPE_Q4_K) || defined(TYPE_Q5_K)
     vec2 dm = unpackHalf2x16(qword(rw, 0u));
     uint sub = j4 / 8u;                       // sub-block of 32 (0..7)
@@ -67,6 +92,13 @@ vec4 dq4(uint g, uint nb, uint b, uint lane, uint j4)
                               : u8x4(((q >> 4) & 0x0F0F0F0Fu) | (((h >> (2u * i + 1u)) & 0x01010101u) << 4));
 #endif
     return dm.x * sm.x * v - dm.y * sm.y;
+#elif defined(TYPE_IQ4_XS)
+    // sub-block ib of 32: its 16 bytes are words 4 ib ..; side d|scales_h, scales_l
+    const uint ib = j4 / 8u, k = j4 % 8u;
+    const uint q = (qword(rw, 4u * ib + k % 4u) >> (k < 4u ? 0u : 4u)) & 0x0F0F0F0Fu;
+    const uint s0 = sc[(si * SH) / 2u], s1 = sc[(si * SH) / 2u + 1u];
+    const float ls = float(int(((s1 >> (4u * ib)) & 15u) | (((s0 >> (16u + 2u * ib)) & 3u) << 4)) - 32);
+    return unpackHalf2x16(s0).x * ls * iq4x4(q);
 #elif defined(TYPE_Q6_K)
     float d = half_at(si);
     uint h = j4 / 32u;                        // half of 128

@@ -4,7 +4,8 @@
 //
 // Weights are packed in groups of RPW rows (core/gpu/wpack.h; rec0 in main:
 // in chunks of C blocks, row by row), and the f16 block scales of Q4_0,
-// Q8_0 and Q6_K in the same chunks, eight rows (one 16-byte texel of
+// Q8_0, IQ4_NL and Q6_K (and the other halves of Q4_1 and Q5) in the same
+// chunks, eight rows (one 16-byte texel of
 // halves) at a time (s0 in main). A workgroup is one
 // subgroup of L lanes and owns one group; the lanes split the rows into
 // units (a block, or a part of a K-quant block) and take every L-th one, so
@@ -43,9 +44,10 @@ const uint F_NORM_IN = 1u, F_BIAS = 2u, F_ADD_OUT = 4u, F_SWIGLU = 8u, F_GATHER_
 // lane-by-lane storage-buffer loads (docs/PERFORMANCE.md).
 layout(binding = 0) uniform usamplerBuffer qwt;
 #define QW(i) texelFetch(qwt, int(i))
-// The f16 block scales of Q4_0, Q8_0 and Q6_K: texel (g * nb + b) * RPW / 8
-// + r / 8 holds rows r..r+7 of block b (two per word). Other types do not
-// read it; it is still a texel binding (shaders/meson.build) so that every
+// The f16 block scales of Q4_0, Q8_0, IQ4_NL and Q6_K: texel (g * nb + b) *
+// RPW / 8 + r / 8 holds rows r..r+7 of block b (two per word); Q4_1's and
+// Q5's SIDE_H halves per row (d, m, qh) fill SIDE_H texels from that texel
+// times SIDE_H. K-quants but Q6_K do not read it; it is still a texel binding (shaders/meson.build) so that every
 // variant has the same descriptor set layout.
 layout(binding = 1) uniform usamplerBuffer sct;
 
@@ -89,8 +91,17 @@ const uint EU = 32u, UPB = 1u, W4 = 8u;
 const uint EU = 32u, UPB = 1u, W4 = 4u;
 #elif defined(TYPE_Q8_0)
 const uint EU = 32u, UPB = 1u, W4 = 2u;
-#elif defined(TYPE_Q4_0)
+#elif defined(TYPE_Q4_0) || defined(TYPE_IQ4_NL)
 const uint EU = 32u, UPB = 1u, W4 = 1u;
+#elif defined(TYPE_Q4_1)
+const uint EU = 32u, UPB = 1u, W4 = 1u;
+#define SIDE_H 2   // halves per row and block in sct: d, m
+#elif defined(TYPE_Q5_0) || defined(TYPE_Q5_1)
+const uint EU = 32u, UPB = 1u, W4 = 1u;
+#define SIDE_H 4   // d, m (Q5_1) or 0, then the 32 fifth bits
+#elif defined(TYPE_IQ4_XS)
+const uint EU = 64u, UPB = 4u, W4 = 8u;
+#define SIDE_H 4   // d, scales_h, scales_l (4 bytes)
 #elif defined(TYPE_Q4_K)
 const uint EU = 64u, UPB = 4u, W4 = 9u;
 #elif defined(TYPE_Q5_K)
@@ -189,6 +200,8 @@ void unit_sums()
     for (uint t = 0u; t < TN; t++) {
 #if defined(TYPE_Q4_K) || defined(TYPE_Q5_K)
         xs[t] = vec4(xsum(t, 0u, 8u), xsum(t, 8u, 8u), 0.0, 0.0);
+#elif defined(SIDE_H) && !defined(TYPE_IQ4_XS)
+        xs[t] = vec4(xsum(t, 0u, 8u), 0.0, 0.0, 0.0);
 #elif defined(TYPE_Q6_K)
         xs[t] = vec4(xsum(t, 0u, 4u), xsum(t, 4u, 4u), xsum(t, 8u, 4u), xsum(t, 12u, 4u));
 #else
@@ -197,6 +210,84 @@ void unit_sums()
     }
 }
 #endif
+
+
+#if defined(SIDE_H)
+// Add the dot products of unit u of the row whose block starts at word q0,
+// with its side words sw (core/gpu/wpack.h: d|m, qh; IQ4_XS d|scales_h,
+// scales_l), to acc[0..TN): Q4_1 x = d*q + m, Q5_0 x = d*(q5 - 16),
+// Q5_1 x = d*q5 + m (a unit is the block), IQ4_XS x = d*(ls - 32)*IQ4NL[q]
+// (a unit is sub-blocks 2i and 2i + 1, 16 bytes each).
+void unit_dot_side(uint q0, uint u, uvec2 sw, inout float acc[TN])
+{
+#if defined(TYPE_IQ4_XS)
+    const uint i = u % UPB;
+    const uvec4 qa = QW(q0 + 2u * i), qb = QW(q0 + 2u * i + 1u);
+    const float d = unpackHalf2x16(sw.x).x;
+    const uint sh = sw.x >> 16, sl = sw.y;
+    const float fa = d * float(int(((sl >> (8u * i)) & 15u) | (((sh >> (4u * i)) & 3u) << 4)) - 32);
+    const float fb = d * float(int(((sl >> (8u * i + 4u)) & 15u) | (((sh >> (4u * i + 2u)) & 3u) << 4)) - 32);
+    vec4 v[16];   // the unit's elements 4k .. 4k + 3
+    for (uint w = 0u; w < 4u; w++) {
+        v[w] = iq4x4(qa[w]);
+        v[4u + w] = iq4x4(qa[w] >> 4);
+        v[8u + w] = iq4x4(qb[w]);
+        v[12u + w] = iq4x4(qb[w] >> 4);
+    }
+    for (uint t = 0u; t < TN; t++) {
+        const uint o = t * XV;
+        float sa = 0.0, sb = 0.0;
+        for (uint k = 0u; k < 8u; k++) {
+            sa += dot(v[k], xv[o + k]);
+            sb += dot(v[8u + k], xv[o + 8u + k]);
+        }
+        acc[t] += fa * sa + fb * sb;
+    }
+#else
+    // the nibbles (and fifth bits) through the f16 converter: the halves
+    // 0x6400 | v are 1024 + v, exact, two elements per conversion, elements
+    // (4w, 4w + 2) from bits 0 and 16 of a word and (4w + 1, 4w + 3) from
+    // bits 8 and 24
+    const uvec4 q = QW(q0);
+    const vec2 dm = unpackHalf2x16(sw.x);
+    vec2 e[16];   // [4w + 2h + o]: half h (low/high nibbles), odd o, of word w
+    for (uint w = 0u; w < 4u; w++) {
+        uint a = q[w], b = q[w] >> 8, c = q[w] >> 4, d = q[w] >> 12;
+#if defined(TYPE_Q4_1)
+        const uint M = 0x000F000Fu;
+#else
+        const uint M = 0x001F001Fu;
+        const uint hl = sw.y >> (4u * w), hh = sw.y >> (16u + 4u * w);   // bit k: element 4w + k
+        a = (a & 0x000F000Fu) | ((hl & 1u) << 4) | ((hl & 4u) << 18);
+        b = (b & 0x000F000Fu) | ((hl & 2u) << 3) | ((hl & 8u) << 17);
+        c = (c & 0x000F000Fu) | ((hh & 1u) << 4) | ((hh & 4u) << 18);
+        d = (d & 0x000F000Fu) | ((hh & 2u) << 3) | ((hh & 8u) << 17);
+#endif
+        e[4u * w] = unpackHalf2x16((a & M) | 0x64006400u) - 1024.0;
+        e[4u * w + 1u] = unpackHalf2x16((b & M) | 0x64006400u) - 1024.0;
+        e[4u * w + 2u] = unpackHalf2x16((c & M) | 0x64006400u) - 1024.0;
+        e[4u * w + 3u] = unpackHalf2x16((d & M) | 0x64006400u) - 1024.0;
+    }
+#if defined(TYPE_Q5_0)
+    const float m = -16.0 * dm.x;
+#else
+    const float m = dm.y;
+#endif
+    for (uint t = 0u; t < TN; t++) {
+        const uint o = t * XV;
+        float s = 0.0;
+        for (uint w = 0u; w < 4u; w++) {
+            const vec4 xl = xv[o + w], xh = xv[o + 4u + w];
+            s += dot(e[4u * w], xl.xz) + dot(e[4u * w + 1u], xl.yw) + dot(e[4u * w + 2u], xh.xz) +
+                 dot(e[4u * w + 3u], xh.yw);
+        }
+        acc[t] += dm.x * s + m * xs[t].x;
+    }
+#endif
+}
+
+#endif
+
 
 // Add the dot products of unit u of the row whose block starts at word q0
 // (block scale d where the type has one) to acc[0..TN).
@@ -224,6 +315,20 @@ void unit_dot(uint q0, uint u, float d, inout float acc[TN])
         const uint o = t * XV;
         acc[t] += d * (dot(w0, xv[o]) + dot(w1, xv[o + 1u]) + dot(w2, xv[o + 2u]) + dot(w3, xv[o + 3u]) +
                        dot(w4, xv[o + 4u]) + dot(w5, xv[o + 5u]) + dot(w6, xv[o + 6u]) + dot(w7, xv[o + 7u]));
+    }
+#elif defined(TYPE_IQ4_NL)
+    const uvec4 q = QW(q0);
+    vec4 lo[4], hi[4];
+    for (uint w = 0u; w < 4u; w++) {
+        lo[w] = iq4x4(q[w]);
+        hi[w] = iq4x4(q[w] >> 4);
+    }
+    for (uint t = 0u; t < TN; t++) {
+        const uint o = t * XV;
+        float s = 0.0;
+        for (uint w = 0u; w < 4u; w++)
+            s += dot(lo[w], xv[o + w]) + dot(hi[w], xv[o + 4u + w]);
+        acc[t] += d * s;
     }
 #elif defined(TYPE_Q4_K) || defined(TYPE_Q5_K)
     // unit = sub-block pair i (64 elements): low nibbles are sub-block 2i,
@@ -364,7 +469,21 @@ void main()
                     pair_dot(rec0 + r * rstep, unpackHalf2x16(scale_pair(sw, r)), acc[r], acc[r + 1u]);
                 }
             }
-#elif defined(TYPE_Q8_0) || defined(TYPE_Q6_K)
+#elif defined(SIDE_H)
+            // row r's side words: in texel (s0 + (r / 8) * c) * SIDE_H +
+            // (r % 8) * SIDE_H / 8 (core/gpu/wpack.h)
+            for (uint r = 0u; r < RPW; r++) {
+                const uint j = r % 8u;
+                const uvec4 v = texelFetch(sct, int((s0 + (r / 8u) * c) * uint(SIDE_H) + j * uint(SIDE_H) / 8u));
+#if SIDE_H == 2
+                const uint k = j % 4u;
+                const uvec2 sw = uvec2(k == 0u ? v.x : k == 1u ? v.y : k == 2u ? v.z : v.w, 0u);
+#else
+                const uvec2 sw = (j & 1u) != 0u ? v.zw : v.xy;
+#endif
+                unit_dot_side(rec0 + r * rstep, u, sw, acc[r]);
+            }
+#elif defined(TYPE_Q8_0) || defined(TYPE_Q6_K) || defined(TYPE_IQ4_NL)
             // the scales of eight rows come in one texel: fetched once per
             // eight rows (decode: the eight rows unrolled; with more tokens
             // per pass that body would be too large and the fetch is made on

@@ -51,11 +51,12 @@ static uint8_t *random_rows(uint64_t *s, uint32_t type, uint32_t K, uint32_t N, 
             memcpy(blk, &h, 2);
             break;
         }
-        case EM_T_Q4_0: case EM_T_Q8_0: case EM_T_Q5_0: offs[0] = 0; break;
+        case EM_T_Q4_0: case EM_T_Q8_0: case EM_T_Q5_0: case EM_T_IQ4_NL: case EM_T_IQ4_XS: offs[0] = 0; break;
         case EM_T_Q4_1: case EM_T_Q5_1: case EM_T_Q4_K: case EM_T_Q5_K: offs[0] = 0; offs[1] = 2; break;
         case EM_T_Q6_K: offs[0] = 208; break;
         case EM_T_Q2_K: offs[0] = 80; offs[1] = 82; break;
         case EM_T_Q3_K: offs[0] = 108; break;
+        case EM_T_MXFP4: blk[0] = (uint8_t)(118 + next(s) % 8); break;   /* scales 2^-10 .. 2^-3 */
         }
         for (int i = 0; i < 2; i++) {
             if (offs[i] < 0)

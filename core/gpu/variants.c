@@ -16,6 +16,11 @@ int em_fwd_mm_kernel(uint32_t type)
     case EM_T_F16:  return EM_K_MM_F16;
     case EM_T_Q8_0: return EM_K_MM_Q8_0;
     case EM_T_Q4_0: return EM_K_MM_Q4_0;
+    case EM_T_Q4_1: return EM_K_MM_Q4_1;
+    case EM_T_Q5_0: return EM_K_MM_Q5_0;
+    case EM_T_Q5_1: return EM_K_MM_Q5_1;
+    case EM_T_IQ4_NL: return EM_K_MM_IQ4_NL;
+    case EM_T_IQ4_XS: return EM_K_MM_IQ4_XS;
     case EM_T_Q4_K: return EM_K_MM_Q4_K;
     case EM_T_Q5_K: return EM_K_MM_Q5_K;
     default:        return EM_K_MM_Q6_K;
@@ -29,6 +34,11 @@ int em_fwd_embed_kernel(uint32_t type)
     case EM_T_F16:  return EM_K_EMBED_F16;
     case EM_T_Q8_0: return EM_K_EMBED_Q8_0;
     case EM_T_Q4_0: return EM_K_EMBED_Q4_0;
+    case EM_T_Q4_1: return EM_K_EMBED_Q4_1;
+    case EM_T_Q5_0: return EM_K_EMBED_Q5_0;
+    case EM_T_Q5_1: return EM_K_EMBED_Q5_1;
+    case EM_T_IQ4_NL: return EM_K_EMBED_IQ4_NL;
+    case EM_T_IQ4_XS: return EM_K_EMBED_IQ4_XS;
     case EM_T_Q4_K: return EM_K_EMBED_Q4_K;
     case EM_T_Q5_K: return EM_K_EMBED_Q5_K;
     default:        return EM_K_EMBED_Q6_K;

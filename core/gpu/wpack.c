@@ -11,7 +11,8 @@ static int kernel_type(uint32_t t)
 {
     switch (t) {
     case EM_T_F32: case EM_T_F16: case EM_T_Q8_0: case EM_T_Q4_0:
-    case EM_T_Q4_K: case EM_T_Q5_K: case EM_T_Q6_K:
+    case EM_T_Q4_1: case EM_T_Q5_0: case EM_T_Q5_1: case EM_T_IQ4_NL:
+    case EM_T_Q4_K: case EM_T_Q5_K: case EM_T_Q6_K: case EM_T_IQ4_XS:
         return (int)t;
     default:
         return em_quant_supported(t) ? EM_T_F16 : -1;
@@ -37,10 +38,15 @@ int em_wpack_layout_for(uint32_t src_type, uint32_t K, uint32_t N, uint32_t R, u
     case EM_T_F32:  out->BS = 32;  out->W = 32; break;
     case EM_T_F16:  out->BS = 32;  out->W = 16; break;
     case EM_T_Q8_0: out->BS = 32;  out->W = 8;  out->has_sc = 1; break;
-    case EM_T_Q4_0: out->BS = 32;  out->W = 4;  out->has_sc = 1; break;
+    case EM_T_Q4_0: case EM_T_IQ4_NL:
+                    out->BS = 32;  out->W = 4;  out->has_sc = 1; break;
+    case EM_T_Q4_1: out->BS = 32;  out->W = 4;  out->has_sc = 2; break;
+    case EM_T_Q5_0: case EM_T_Q5_1:
+                    out->BS = 32;  out->W = 4;  out->has_sc = 4; break;
     case EM_T_Q4_K: out->BS = 256; out->W = 36; break;
     case EM_T_Q5_K: out->BS = 256; out->W = 44; break;
     case EM_T_Q6_K: out->BS = 256; out->W = 52; out->has_sc = 1; break;
+    case EM_T_IQ4_XS: out->BS = 256; out->W = 32; out->has_sc = 4; break;
     }
     if (kt == EM_T_Q4_0 && R < 2)
         return em_err_set(err, EM_EINVAL, "wpack: Q4_0 rows are packed in pairs (group of %u)", R);
@@ -52,7 +58,7 @@ int em_wpack_layout_for(uint32_t src_type, uint32_t K, uint32_t N, uint32_t R, u
     out->C = lanes > units ? lanes / units : 1;
     out->n_groups = (N + R - 1) / R;
     out->group_qw_bytes = (uint64_t)out->nb * out->W * R * 4;
-    out->group_sc_bytes = out->has_sc ? (uint64_t)out->nb * R * 2 : 0;
+    out->group_sc_bytes = (uint64_t)out->nb * R * 2 * out->has_sc;
     return 0;
 }
 
@@ -182,15 +188,36 @@ void em_wpack_group(const em_wpack_layout *L, const void *const *rows, uint32_t 
         for (uint32_t b = 0; b < nb; b++) {
             const uint8_t *blk = row + (size_t)b * src->bytes;
             uint32_t *dst = qw + em_wpack_word(L, b, r) + (L->type == EM_T_Q4_0 ? (r & 1) * W : 0);
+            uint16_t *side = L->has_sc ? sc + em_wpack_scale(L, b, r) * L->has_sc : NULL;
             const uint8_t *words = blk;
             switch (L->type) {
             case EM_T_Q8_0:
-            case EM_T_Q4_0:   /* f16 d first, then the quants */
-                sc[em_wpack_scale(L, b, r)] = rd16(blk);
+            case EM_T_Q4_0:
+            case EM_T_IQ4_NL:   /* f16 d first, then the quants */
+                side[0] = rd16(blk);
                 words = blk + 2;
                 break;
+            case EM_T_Q4_1:     /* f16 d, m, then the quants */
+                side[0] = rd16(blk);
+                side[1] = rd16(blk + 2);
+                words = blk + 4;
+                break;
+            case EM_T_Q5_0:     /* f16 d, u32 qh, quants: side d, 0, qh */
+            case EM_T_Q5_1:     /* f16 d, m, u32 qh, quants: side d, m, qh */
+                side[0] = rd16(blk);
+                side[1] = L->type == EM_T_Q5_1 ? rd16(blk + 2) : 0;
+                words = blk + (L->type == EM_T_Q5_1 ? 4 : 2);
+                side[2] = rd16(words);
+                side[3] = rd16(words + 2);
+                words += 4;
+                break;
             case EM_T_Q6_K:   /* ql qh scales (208 bytes), then f16 d */
-                sc[em_wpack_scale(L, b, r)] = rd16(blk + 208);
+                side[0] = rd16(blk + 208);
+                break;
+            case EM_T_IQ4_XS: /* f16 d, u16 scales_h, u8 scales_l[4], then the quants */
+                for (int k = 0; k < 4; k++)
+                    side[k] = rd16(blk + 2 * k);
+                words = blk + 8;
                 break;
             default:          /* Q4_K, Q5_K: whole words */
                 break;

@@ -26,8 +26,17 @@
  * word w holding elements 4w..4w+3 of row 2p in bits 4i..4i+3 and of row
  * 2p+1 in bits 16+4i..16+4i+3, so that one 32-bit multiply by an integer
  * activation gives both rows' products (mm.comp).
+ * The other 32-element types keep their 16 bytes of nibbles in qw (W = 4,
+ * GGUF order: byte j holds element j low and j + 16 high) and the rest of
+ * the block in sc, has_sc halves per row and block in the same chunks
+ * (row r's at sc[em_wpack_scale * has_sc ...], so eight rows' fill
+ * has_sc 16-byte words): IQ4_NL d (1); Q4_1 d, m (2); Q5_0 d, 0 and Q5_1
+ * d, m, then the 32 fifth bits qh (4). Q5_0 thus takes 24 bytes per block
+ * on the device for the file's 22; the others take the file's bytes.
+ * IQ4_XS keeps its 128 bytes of nibbles in qw (W = 32) and d, scales_h and
+ * the four bytes scales_l as its 4 side halves.
  * Every W is a multiple of 4 (blocks are whole 16-byte words). Types
- * without a kernel (Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, BF16) are converted to
+ * without a kernel (Q2_K, Q3_K, MXFP4, BF16) are converted to
  * F16; F32/F16 rows are zero-padded to a multiple of 32. Rows past N in the
  * last group are zero. All pointers are borrowed. */
 #ifndef EM_WPACK_H
@@ -39,7 +48,7 @@
 
 typedef struct {
     uint32_t src_type;   /* GGUF type of the source rows */
-    uint32_t type;       /* kernel type: F32 F16 Q8_0 Q4_0 Q4_K Q5_K Q6_K */
+    uint32_t type;       /* kernel type: F32 F16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 IQ4_NL Q4_K Q5_K Q6_K IQ4_XS */
     uint32_t K;          /* source row length */
     uint32_t K_pad;      /* padded row length (multiple of BS) */
     uint32_t N;          /* rows */
@@ -49,7 +58,7 @@ typedef struct {
     uint32_t W;          /* words per block */
     uint32_t nb;         /* blocks per row (K_pad / BS) */
     uint32_t n_groups;   /* ceil(N / R) */
-    int      has_sc;     /* 1 if sc[] is used */
+    int      has_sc;     /* halves per row and block in sc[] (0: none; 1, 2 or 4) */
     uint64_t group_qw_bytes;  /* bytes of qw per row group */
     uint64_t group_sc_bytes;  /* bytes of sc per row group (0 without sc) */
 } em_wpack_layout;
@@ -66,7 +75,8 @@ int em_wpack_layout_for(uint32_t src_type, uint32_t K, uint32_t N, uint32_t R, u
  * (the same index for both rows). */
 uint64_t em_wpack_word(const em_wpack_layout *L, uint32_t b, uint32_t r);
 
-/* Index in sc (halves, within the group) of row r's scale of block b. */
+/* Index in sc (within the group, in units of has_sc halves) of row r's
+ * side halves of block b. */
 uint64_t em_wpack_scale(const em_wpack_layout *L, uint32_t b, uint32_t r);
 
 /* Pack one row group. rows[r] points at the source row for lane r (in

@@ -13,7 +13,13 @@
  *   Q6_K 256 elts, 210 B: u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d
  *                         16 sub-blocks of 16, x = d * scale * (q6 - 32)
  *   Q2_K 256 elts,  84 B: u8 scales[16]; u8 qs[64]; f16 d, dmin
- *   Q3_K 256 elts, 110 B: u8 hmask[32]; u8 qs[64]; u8 scales[12]; f16 d */
+ *   Q3_K 256 elts, 110 B: u8 hmask[32]; u8 qs[64]; u8 scales[12]; f16 d
+ *   IQ4_NL  32 elts, 18 B: f16 d; u8 qs[16]         x = d * IQ4NL[nibble] (nibbles as Q4_0)
+ *   IQ4_XS 256 elts, 136 B: f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]
+ *                         8 sub-blocks of 32 with 6-bit scale ls (4 low bits in
+ *                         scales_l, 2 high in scales_h), x = d * (ls - 32) * IQ4NL[nibble]
+ *   MXFP4   32 elts, 17 B: u8 e (E8M0); u8 qs[16]   x = 2^(e - 128) * MXFP4[nibble] (the
+ *                         E2M1 values doubled: 0 1 2 3 4 6 8 12 and their negatives) */
 #include "core/model/quant.h"
 
 #include <math.h>
@@ -101,6 +107,7 @@ int em_quant_supported(uint32_t type)
     case EM_T_F32: case EM_T_F16: case EM_T_BF16:
     case EM_T_Q4_0: case EM_T_Q4_1: case EM_T_Q5_0: case EM_T_Q5_1: case EM_T_Q8_0:
     case EM_T_Q2_K: case EM_T_Q3_K: case EM_T_Q4_K: case EM_T_Q5_K: case EM_T_Q6_K:
+    case EM_T_IQ4_NL: case EM_T_IQ4_XS: case EM_T_MXFP4:
         return 1;
     default:
         return 0;
@@ -151,6 +158,40 @@ static void deq_q5(const uint8_t *b, float *y, int with_min)
         int x1 = (qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1) << 4);
         y[j] = d * (float)(x0 - off) + m;
         y[j + 16] = d * (float)(x1 - off) + m;
+    }
+}
+
+const int8_t em_iq4nl_values[16] = { -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113 };
+const int8_t em_mxfp4_values[16] = { 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12 };
+
+/* 32 elements from 16 bytes of nibbles (byte j: element j low, j + 16
+ * high) through a table, times d */
+static void deq_table4(const uint8_t *qs, const int8_t *tab, float d, float *y)
+{
+    for (int j = 0; j < 16; j++) {
+        y[j] = d * (float)tab[qs[j] & 0xF];
+        y[j + 16] = d * (float)tab[qs[j] >> 4];
+    }
+}
+
+float em_e8m0_half(uint8_t e)
+{
+    /* 2^(e - 128): below 2^-126 a subnormal float */
+    uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static void deq_iq4_xs(const uint8_t *b, float *y)
+{
+    float d = rd_f16(b);
+    uint16_t sh;
+    memcpy(&sh, b + 2, 2);
+    const uint8_t *sl = b + 4, *qs = b + 8;
+    for (int ib = 0; ib < 8; ib++) {
+        int ls = ((sl[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((sh >> (2 * ib)) & 3) << 4);
+        deq_table4(qs + 16 * ib, em_iq4nl_values, d * (float)(ls - 32), y + 32 * ib);
     }
 }
 
@@ -313,6 +354,9 @@ void em_dequant_row(uint32_t type, const void *src, float *dst, int64_t n)
         case EM_T_Q4_K: deq_q4_k(s, dst); break;
         case EM_T_Q5_K: deq_q5_k(s, dst); break;
         case EM_T_Q6_K: deq_q6_k(s, dst); break;
+        case EM_T_IQ4_NL: deq_table4(s + 2, em_iq4nl_values, rd_f16(s), dst); break;
+        case EM_T_IQ4_XS: deq_iq4_xs(s, dst); break;
+        case EM_T_MXFP4: deq_table4(s + 1, em_mxfp4_values, em_e8m0_half(s[0]), dst); break;
         default: return;
         }
     }

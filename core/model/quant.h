@@ -13,6 +13,12 @@ float    em_f16_to_f32(uint16_t h);
 uint16_t em_f32_to_f16(float f);          /* round to nearest even */
 float    em_bf16_to_f32(uint16_t h);
 
+/* The 16 values of the IQ4_NL / IQ4_XS nibbles, and of MXFP4's (E2M1 doubled). */
+extern const int8_t em_iq4nl_values[16];
+extern const int8_t em_mxfp4_values[16];
+/* MXFP4's block scale: half of the E8M0 power 2^(e - 127). */
+float em_e8m0_half(uint8_t e);
+
 /* 1 if em_dequant_row handles this tensor type. */
 int em_quant_supported(uint32_t type);
 

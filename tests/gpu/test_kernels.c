@@ -104,7 +104,7 @@ int main(void)
     uint32_t geoms[3][2] = { { sg, big }, { sg, small == big ? 16 : small }, { sg > 1 ? sg / 2 : 1, 8 } };
     static const uint32_t types[] = { EM_T_F32, EM_T_F16, EM_T_Q8_0, EM_T_Q4_0, EM_T_Q4_K, EM_T_Q5_K,
                                       EM_T_Q6_K, EM_T_BF16, EM_T_Q4_1, EM_T_Q5_0, EM_T_Q5_1, EM_T_Q2_K,
-                                      EM_T_Q3_K };
+                                      EM_T_Q3_K, EM_T_IQ4_NL, EM_T_IQ4_XS, EM_T_MXFP4 };
     for (int gi = 0; gi < 3; gi++) {
         h.L = geoms[gi][0];
         h.RPW = geoms[gi][1];
@@ -140,8 +140,7 @@ int main(void)
                 mm_case(&h, t, 256, 2 * h.RPW, 10240, 0, 8);
                 mm_case(&h, t, 256, 2 * h.RPW, 10240, 0, 16);
             }
-            if (gi == 0 && (t == EM_T_F32 || t == EM_T_F16 || t == EM_T_Q8_0 || t == EM_T_Q4_0 ||
-                            t == EM_T_Q4_K || t == EM_T_Q5_K || t == EM_T_Q6_K || t == EM_T_Q2_K)) {
+            if (gi == 0 && t != EM_T_BF16 && t != EM_T_Q3_K && t != EM_T_MXFP4) {
                 embed_case(&h, t, bs == 256 ? 512 : 96, 37);
             }
         }

@@ -238,17 +238,18 @@ if os.path.exists(path):
 
 # ---- SmolLM2-135M-Instruct Q4_1: 30 layers, width 576, 9 heads / 3 KV heads
 # of 64, FFN 1536, vocabulary 49152, context 8192, tied embeddings (Q8_0);
-# every layer matrix Q4_1 (20 B per 32), which ember runs as F16 ----------
+# every layer matrix Q4_1 (20 B per 32), which ember reads as the file has
+# it ---------------------------------------------------------------------
 smol = dict(layers=30, kv_heads=3, head_dim=64, heads=9, embd=576, ff=1536, vocab=49152)
 per_layer = 2 * 576 * 576 + 2 * 576 * 192 + 3 * 576 * 1536
 eq("smollm per-layer parameters", per_layer, 3538944)
 smol_types = {"F32": [61, 30 * 2 * 576 + 576, 4 * (30 * 2 * 576 + 576)],
               "Q4_1": [210, 30 * per_layer, 30 * per_layer * 20 // 32],
               "Q8_0": [1, 49152 * 576, 49152 * 576 * 34 // 32]}
-smol_r8 = 30 * per_layer * 2 + 49152 * 576 * 34 // 32
+smol_r8 = 30 * per_layer * 20 // 32 + 49152 * 576 * 34 // 32
 # on a CPU device ember packs 128-row groups: qkv 960 -> 1024 rows, wo and
 # down 576 -> 640 rows, gate/up 3072 stay
-smol_r128 = 30 * 2 * (1024 * 576 + 640 * 576 + 3072 * 576 + 640 * 1536) + 49152 * 576 * 34 // 32
+smol_r128 = 30 * 20 * (1024 * 576 + 640 * 576 + 3072 * 576 + 640 * 1536) // 32 + 49152 * 576 * 34 // 32
 if SMOL and os.path.exists(SMOL):
     d = vram_json("--model", SMOL, "--mem-gb", "1")
     if d:
@@ -257,7 +258,7 @@ if SMOL and os.path.exists(SMOL):
         got = {t["type"]: [t["tensors"], t["params"], t["file_bytes"]] for t in d["weights"]["types"]}
         eq("smollm types", got, smol_types)
         by = {t["type"]: t["device_bytes"] for t in d["weights"]["types"]}
-        eq("smollm Q4_1 as F16 on the device", by["Q4_1"], 30 * per_layer * 2)
+        eq("smollm Q4_1 on the device as in the file", by["Q4_1"], 30 * per_layer * 20 // 32)
         eq("smollm device weights", d["weights"]["device_bytes"], smol_r8)
         eq("smollm scratch", d["scratch"]["bytes"], scratch(smol, PARALLEL_GPU, 8192))
         blocks = pool_blocks(GIB, smol_r8 + d["weights"]["vector_bytes"], smol, 64, 8192, 23040 * 16)

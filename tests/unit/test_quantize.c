@@ -9,6 +9,7 @@
  * tests/golden/test_quantize.c. */
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "core/model/gguf.h"
 #include "core/model/quant.h"
@@ -300,10 +301,10 @@ static void test_plan(void)
 
     /* an input ember cannot read back: refused with the tensor's name */
     lst.n = 0;
-    add(&lst, "blk.0.attn_q.weight", EM_T_IQ4_NL, 2, 256, 1);
+    add(&lst, "blk.0.attn_q.weight", EM_T_IQ2_XS, 2, 256, 1);
     g = build(&lst, "llama", 1, 1, 1, &mem, 0);
     CHECK(em_quantize_plan(g, em_qftype_find("Q4_K_M"), types, NULL, &err) == EM_EUNSUPPORTED);
-    CHECK(strstr(err.msg, "blk.0.attn_q.weight") && strstr(err.msg, "IQ4_NL"));
+    CHECK(strstr(err.msg, "blk.0.attn_q.weight") && strstr(err.msg, "IQ2_XS"));
     em_gguf_close(g);
     free(mem);
 
@@ -408,9 +409,74 @@ static void test_convert(void)
     free(mem);
 }
 
+/* ---- the table types (dequantization only) -------------------------------- */
+
+/* IQ4_NL, IQ4_XS and MXFP4 blocks built by hand, against their formulas:
+ * the nibble tables, IQ4_XS's 6-bit sub-block scales (ls - 32) and MXFP4's
+ * E8M0 exponent (2^(e - 128) per doubled E2M1 value), subnormal scales
+ * included */
+static void test_table_types(void)
+{
+    static const int nl[16] = { -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113 };
+    static const float fp4[16] = { 0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6 };
+    uint8_t b[136];
+    float y[256];
+    /* IQ4_NL: f16 d = 0.5, byte j = j | (15 - j) << 4 */
+    b[0] = 0x00;
+    b[1] = 0x38;
+    for (int j = 0; j < 16; j++)
+        b[2 + j] = (uint8_t)(j | (15 - j) << 4);
+    CHECK(em_quant_supported(EM_T_IQ4_NL));
+    em_dequant_row(EM_T_IQ4_NL, b, y, 32);
+    int bad = 0;
+    for (int j = 0; j < 16; j++)
+        bad += y[j] != 0.5f * (float)nl[j] || y[j + 16] != 0.5f * (float)nl[15 - j];
+    CHECKF(bad == 0, "IQ4_NL: %d of 32 values wrong", bad);
+    /* IQ4_XS: d = 0.25, sub-block ib's scale ls = 7 * ib + 3 (6 bits: 3..52) */
+    memset(b, 0, sizeof b);
+    b[1] = 0x34;
+    uint16_t sh = 0;
+    for (int ib = 0; ib < 8; ib++) {
+        int ls = 7 * ib + 3;
+        b[4 + ib / 2] |= (uint8_t)((ls & 15) << (4 * (ib % 2)));
+        sh |= (uint16_t)((ls >> 4) << (2 * ib));
+    }
+    memcpy(b + 2, &sh, 2);
+    for (int i = 0; i < 128; i++)
+        b[8 + i] = (uint8_t)(i * 37 + 11);
+    CHECK(em_quant_supported(EM_T_IQ4_XS));
+    em_dequant_row(EM_T_IQ4_XS, b, y, 256);
+    bad = 0;
+    for (int ib = 0; ib < 8; ib++)
+        for (int j = 0; j < 16; j++) {
+            uint8_t q = b[8 + 16 * ib + j];
+            float dl = 0.25f * (float)(7 * ib + 3 - 32);
+            bad += y[32 * ib + j] != dl * (float)nl[q & 15] || y[32 * ib + j + 16] != dl * (float)nl[q >> 4];
+        }
+    CHECKF(bad == 0, "IQ4_XS: %d of 256 values wrong", bad);
+    /* MXFP4: e = 127 (scale 1 for the E2M1 values), then the extremes
+     * (2^(e - 127): subnormal below e = 1) */
+    static const struct { uint8_t e; float scale; } es[] = {
+        { 127, 1.0f }, { 128, 2.0f }, { 120, 1.0f / 128 }, { 2, 0x1p-125f }, { 1, 0x1p-126f }, { 0, 0x1p-127f },
+        { 254, 0x1p127f },
+    };
+    CHECK(em_quant_supported(EM_T_MXFP4));
+    for (size_t k = 0; k < sizeof es / sizeof es[0]; k++) {
+        b[0] = es[k].e;
+        for (int j = 0; j < 16; j++)
+            b[1 + j] = (uint8_t)((j * 5 + 1) & 15) | (uint8_t)(j << 4);
+        em_dequant_row(EM_T_MXFP4, b, y, 32);
+        bad = 0;
+        for (int j = 0; j < 16; j++)
+            bad += y[j] != es[k].scale * fp4[(j * 5 + 1) & 15] || y[j + 16] != es[k].scale * fp4[j];
+        CHECKF(bad == 0, "MXFP4 e=%u: %d of 32 values wrong", es[k].e, bad);
+    }
+}
+
 int main(void)
 {
     test_blocks();
+    test_table_types();
     test_plan();
     test_convert();
     return test_summary("quantize");
