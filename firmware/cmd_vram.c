@@ -384,7 +384,7 @@ int em_cmd_vram(int argc, char **argv)
             human(a, sizeof a, file_total);
             human(b, sizeof b, mem.weights);
             human(c, sizeof c, mem.vecs);
-            printf("          file %s; on the device %s of matrices (types without a kernel as F16) "
+            printf("          file %s; on the device %s of matrices (BF16 as F16) "
                    "+ %s of f32 vectors\n", a, b, c);
         } else {
             human(a, sizeof a, mem.weights);

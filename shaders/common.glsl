@@ -42,16 +42,28 @@ vec4 k4_scale_min(uint j, uint s0, uint s1, uint s2)
 
 #define half_at(i) (unpackHalf2x16(sc[(i) >> 1])[(i) & 1u])
 
-#if defined(TYPE_IQ4_NL) || defined(TYPE_IQ4_XS)
-// the values of IQ4_NL's and IQ4_XS's nibbles (core/model/quant.c)
-const float IQ4NL[16] = float[16](-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0,
-                                  1.0, 13.0, 25.0, 38.0, 53.0, 69.0, 89.0, 113.0);
+#if defined(TYPE_IQ4_NL) || defined(TYPE_IQ4_XS) || defined(TYPE_MXFP4)
+// the values of the nibbles of IQ4_NL and IQ4_XS, or of MXFP4 (E2M1
+// doubled) (core/model/quant.c)
+#if defined(TYPE_MXFP4)
+const float NIB[16] = float[16](0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0,
+                                0.0, -1.0, -2.0, -3.0, -4.0, -6.0, -8.0, -12.0);
+#else
+const float NIB[16] = float[16](-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0,
+                                1.0, 13.0, 25.0, 38.0, 53.0, 69.0, 89.0, 113.0);
+#endif
 // the table values of the low nibbles of the four bytes of q
-vec4 iq4x4(uint q)
+vec4 nib4(uint q)
 {
-    return vec4(IQ4NL[q & 15u], IQ4NL[(q >> 8) & 15u], IQ4NL[(q >> 16) & 15u], IQ4NL[(q >> 24) & 15u]);
+    return vec4(NIB[q & 15u], NIB[(q >> 8) & 15u], NIB[(q >> 16) & 15u], NIB[(q >> 24) & 15u]);
 }
 #endif
+
+// MXFP4's block scale from its E8M0 byte e: 2^(e - 128) (subnormal below e = 2)
+float e8m0_half(uint e)
+{
+    return uintBitsToFloat(e < 2u ? 0x00200000u << e : (e - 1u) << 23);
+}
 
 // The RMS norm's factor 1 / sqrt(ms + eps) for the mean square ms, or NaN
 // when ms overflowed to infinity: the factor would be 0 and silently zero a

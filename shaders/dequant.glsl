@@ -11,7 +11,7 @@ const uint BS = 32, W = 32;
 const uint BS = 32, W = 16;
 #elif defined(TYPE_Q8_0)
 const uint BS = 32, W = 8;
-#elif defined(TYPE_Q4_0) || defined(TYPE_IQ4_NL)
+#elif defined(TYPE_Q4_0) || defined(TYPE_IQ4_NL) || defined(TYPE_MXFP4)
 const uint BS = 32, W = 4, SH = 1;
 #elif defined(TYPE_Q4_1)
 const uint BS = 32, W = 4, SH = 2;
@@ -25,6 +25,10 @@ const uint BS = 256, W = 44;
 const uint BS = 256, W = 52;
 #elif defined(TYPE_IQ4_XS)
 const uint BS = 256, W = 32, SH = 4;
+#elif defined(TYPE_Q2_K)
+const uint BS = 256, W = 20, SH = 2;
+#elif defined(TYPE_Q3_K)
+const uint BS = 256, W = 28;
 #else
 #error "define one TYPE_*"
 #endif
@@ -57,13 +61,17 @@ vec4 dq4(uint g, uint nb, uint b, uint lane, uint j4)
     // rows in pairs (core/gpu/wpack.h): word j4 of the pair, this row's half
     uint q = qword(rw, j4) >> (16u * (lane & 1u));
     return half_at(si) * (vec4(q & 15u, (q >> 4) & 15u, (q >> 8) & 15u, (q >> 12) & 15u) - 8.0);
+#elif defined(TYPE_MXFP4)
+    // GGUF nibbles as IQ4_NL's; the E8M0 byte in row `lane`'s half slot
+    const uint q = (qword(rw, j4 % 4u) >> (j4 < 4u ? 0u : 4u)) & 0x0F0F0F0Fu;
+    return e8m0_half((sc[si >> 1] >> (16u * (si & 1u))) & 0xFFu) * nib4(q);
 #elif defined(TYPE_IQ4_NL) || defined(TYPE_Q4_1) || defined(TYPE_Q5_0) || defined(TYPE_Q5_1)
     // GGUF nibbles: word j4 % 4, the low nibbles for j4 < 4, else the high;
     // the side halves of the block at si * SH (core/gpu/wpack.h)
     const uint sh = j4 < 4u ? 0u : 4u, q = (qword(rw, j4 % 4u) >> sh) & 0x0F0F0F0Fu;
     const float d = half_at(si * SH);
 #if defined(TYPE_IQ4_NL)
-    return d * iq4x4(q);
+    return d * nib4(q);
 #elif defined(TYPE_Q4_1)
     return d * u8x4(q) + half_at(si * SH + 1u);
 #else
@@ -92,13 +100,27 @@ vec4 dq4(uint g, uint nb, uint b, uint lane, uint j4)
                               : u8x4(((q >> 4) & 0x0F0F0F0Fu) | (((h >> (2u * i + 1u)) & 0x01010101u) << 4));
 #endif
     return dm.x * sm.x * v - dm.y * sm.y;
+#elif defined(TYPE_Q2_K) || defined(TYPE_Q3_K)
+    // element 4 j4 is l0 .. l0 + 3 of sub-block (half n, shift 2j, h): qs
+    // bytes 32n + 16h + l, scale is = 8n + 2j + h (core/gpu/wpack.h)
+    const uint n = j4 / 32u, r = j4 % 32u, j = r / 8u, h = (r / 4u) % 2u, l4 = r % 4u, is = 8u * n + 2u * j + h;
+#if defined(TYPE_Q2_K)
+    const uint q = (qword(rw, 4u + 8u * n + 4u * h + l4) >> (2u * j)) & 0x03030303u;
+    const uint sb = (qword(rw, is / 4u) >> (8u * (is % 4u))) & 0xFFu;
+    return half_at(si * SH) * float(sb & 15u) * u8x4(q) - half_at(si * SH + 1u) * float(sb >> 4);
+#else
+    const uint q = ((qword(rw, 8u + 8u * n + 4u * h + l4) >> (2u * j)) & 0x03030303u) |
+                   (((qword(rw, 4u * h + l4) >> (4u * n + j)) & 0x01010101u) << 2);
+    const float s6 = float(int((qword(rw, 24u + is / 4u) >> (8u * (is % 4u))) & 0xFFu) - 32);
+    return half_at(si) * s6 * (u8x4(q) - 4.0);
+#endif
 #elif defined(TYPE_IQ4_XS)
     // sub-block ib of 32: its 16 bytes are words 4 ib ..; side d|scales_h, scales_l
     const uint ib = j4 / 8u, k = j4 % 8u;
     const uint q = (qword(rw, 4u * ib + k % 4u) >> (k < 4u ? 0u : 4u)) & 0x0F0F0F0Fu;
     const uint s0 = sc[(si * SH) / 2u], s1 = sc[(si * SH) / 2u + 1u];
     const float ls = float(int(((s1 >> (4u * ib)) & 15u) | (((s0 >> (16u + 2u * ib)) & 3u) << 4)) - 32);
-    return unpackHalf2x16(s0).x * ls * iq4x4(q);
+    return unpackHalf2x16(s0).x * ls * nib4(q);
 #elif defined(TYPE_Q6_K)
     float d = half_at(si);
     uint h = j4 / 32u;                        // half of 128

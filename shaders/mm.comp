@@ -4,8 +4,8 @@
 //
 // Weights are packed in groups of RPW rows (core/gpu/wpack.h; rec0 in main:
 // in chunks of C blocks, row by row), and the f16 block scales of Q4_0,
-// Q8_0, IQ4_NL and Q6_K (and the other halves of Q4_1 and Q5) in the same
-// chunks, eight rows (one 16-byte texel of
+// Q8_0, IQ4_NL, Q3_K and Q6_K (and the other halves of Q4_1, Q5, Q2_K and
+// IQ4_XS) in the same chunks, eight rows (one 16-byte texel of
 // halves) at a time (s0 in main). A workgroup is one
 // subgroup of L lanes and owns one group; the lanes split the rows into
 // units (a block, or a part of a K-quant block) and take every L-th one, so
@@ -44,11 +44,12 @@ const uint F_NORM_IN = 1u, F_BIAS = 2u, F_ADD_OUT = 4u, F_SWIGLU = 8u, F_GATHER_
 // lane-by-lane storage-buffer loads (docs/PERFORMANCE.md).
 layout(binding = 0) uniform usamplerBuffer qwt;
 #define QW(i) texelFetch(qwt, int(i))
-// The f16 block scales of Q4_0, Q8_0, IQ4_NL and Q6_K: texel (g * nb + b) *
-// RPW / 8 + r / 8 holds rows r..r+7 of block b (two per word); Q4_1's and
-// Q5's SIDE_H halves per row (d, m, qh) fill SIDE_H texels from that texel
-// times SIDE_H. K-quants but Q6_K do not read it; it is still a texel binding (shaders/meson.build) so that every
-// variant has the same descriptor set layout.
+// The f16 block scales of Q4_0, Q8_0, IQ4_NL, Q3_K and Q6_K (MXFP4: its
+// E8M0 byte): texel (g * nb + b) * RPW / 8 + r / 8 holds rows r..r+7 of
+// block b (two per word); Q4_1's, Q5's, Q2_K's and IQ4_XS's SIDE_H halves
+// per row fill SIDE_H texels from that texel times SIDE_H. Q4_K and Q5_K do
+// not read it; it is still a texel binding (shaders/meson.build) so that
+// every variant has the same descriptor set layout.
 layout(binding = 1) uniform usamplerBuffer sct;
 
 // The texel of the scales of rows r .. r+7 (r a multiple of 8) of the block
@@ -64,6 +65,23 @@ uint scale_pair(uvec4 sw, uint r)
 {
     return (r & 4u) != 0u ? ((r & 2u) != 0u ? sw.w : sw.z) : ((r & 2u) != 0u ? sw.y : sw.x);
 }
+
+// Half k of the word w of scales: the f16 scale, or MXFP4's E8M0 byte's.
+float side_scale(uint w, uint k)
+{
+#if defined(TYPE_MXFP4)
+    return e8m0_half((w >> (16u * k)) & 0xFFu);
+#else
+    return unpackHalf2x16(w)[k];
+#endif
+}
+
+// Component i (0..3) of v, by selects.
+uint comp4(uvec4 v, uint i)
+{
+    return i == 0u ? v.x : i == 1u ? v.y : i == 2u ? v.z : v.w;
+}
+
 layout(binding = 2) uniform usamplerBuffer xt;
 layout(std430, binding = 3) buffer YOut { float y[]; };
 layout(std430, binding = 4) readonly buffer Vecs { vec4 vecs4[]; };
@@ -91,7 +109,7 @@ const uint EU = 32u, UPB = 1u, W4 = 8u;
 const uint EU = 32u, UPB = 1u, W4 = 4u;
 #elif defined(TYPE_Q8_0)
 const uint EU = 32u, UPB = 1u, W4 = 2u;
-#elif defined(TYPE_Q4_0) || defined(TYPE_IQ4_NL)
+#elif defined(TYPE_Q4_0) || defined(TYPE_IQ4_NL) || defined(TYPE_MXFP4)
 const uint EU = 32u, UPB = 1u, W4 = 1u;
 #elif defined(TYPE_Q4_1)
 const uint EU = 32u, UPB = 1u, W4 = 1u;
@@ -102,6 +120,11 @@ const uint EU = 32u, UPB = 1u, W4 = 1u;
 #elif defined(TYPE_IQ4_XS)
 const uint EU = 64u, UPB = 4u, W4 = 8u;
 #define SIDE_H 4   // d, scales_h, scales_l (4 bytes)
+#elif defined(TYPE_Q2_K)
+const uint EU = 64u, UPB = 4u, W4 = 5u;
+#define SIDE_H 2   // d, dmin
+#elif defined(TYPE_Q3_K)
+const uint EU = 64u, UPB = 4u, W4 = 7u;
 #elif defined(TYPE_Q4_K)
 const uint EU = 64u, UPB = 4u, W4 = 9u;
 #elif defined(TYPE_Q5_K)
@@ -200,9 +223,9 @@ void unit_sums()
     for (uint t = 0u; t < TN; t++) {
 #if defined(TYPE_Q4_K) || defined(TYPE_Q5_K)
         xs[t] = vec4(xsum(t, 0u, 8u), xsum(t, 8u, 8u), 0.0, 0.0);
-#elif defined(SIDE_H) && !defined(TYPE_IQ4_XS)
+#elif defined(SIDE_H) && !defined(TYPE_IQ4_XS) && !defined(TYPE_Q2_K)
         xs[t] = vec4(xsum(t, 0u, 8u), 0.0, 0.0, 0.0);
-#elif defined(TYPE_Q6_K)
+#elif defined(TYPE_Q6_K) || defined(TYPE_Q2_K) || defined(TYPE_Q3_K)
         xs[t] = vec4(xsum(t, 0u, 4u), xsum(t, 4u, 4u), xsum(t, 8u, 4u), xsum(t, 12u, 4u));
 #else
         xs[t] = vec4(0.0);
@@ -216,11 +239,36 @@ void unit_sums()
 // Add the dot products of unit u of the row whose block starts at word q0,
 // with its side words sw (core/gpu/wpack.h: d|m, qh; IQ4_XS d|scales_h,
 // scales_l), to acc[0..TN): Q4_1 x = d*q + m, Q5_0 x = d*(q5 - 16),
-// Q5_1 x = d*q5 + m (a unit is the block), IQ4_XS x = d*(ls - 32)*IQ4NL[q]
-// (a unit is sub-blocks 2i and 2i + 1, 16 bytes each).
+// Q5_1 x = d*q5 + m (a unit is the block), IQ4_XS x = d*(ls - 32)*NIB[q]
+// (a unit is sub-blocks 2i and 2i + 1, 16 bytes each), Q2_K below.
 void unit_dot_side(uint q0, uint u, uvec2 sw, inout float acc[TN])
 {
-#if defined(TYPE_IQ4_XS)
+#if defined(TYPE_Q2_K)
+    // unit i = half n's shifts 2j0 and 2j0 + 2 (j0 = 2 (i % 2)): its four
+    // sub-blocks k = 2 jj + h of 16 take qs bytes 32n + 16h + l at shift
+    // 2 (j0 + jj) and scale byte 4i + k (low 4 bits scale, high 4 min)
+    const uint i = u % UPB, n = i / 2u, j0 = 2u * (i % 2u);
+    const uint scw = comp4(QW(q0), i);
+    const uvec4 A = QW(q0 + 1u + 2u * n), B = QW(q0 + 2u + 2u * n);
+    const vec2 dm = unpackHalf2x16(sw.x);
+    vec4 v[16];
+    for (uint jj = 0u; jj < 2u; jj++)
+        for (uint w = 0u; w < 4u; w++) {
+            const uint sh = 2u * (j0 + jj);
+            v[8u * jj + w] = u8x4((A[w] >> sh) & 0x03030303u);
+            v[8u * jj + 4u + w] = u8x4((B[w] >> sh) & 0x03030303u);
+        }
+    const vec4 sc = vec4(float(scw & 15u), float((scw >> 8) & 15u), float((scw >> 16) & 15u), float((scw >> 24) & 15u));
+    const vec4 mn = vec4(float((scw >> 4) & 15u), float((scw >> 12) & 15u), float((scw >> 20) & 15u), float(scw >> 28));
+    for (uint t = 0u; t < TN; t++) {
+        const uint o = t * XV;
+        vec4 s4 = vec4(0.0);
+        for (uint w = 0u; w < 4u; w++)
+            s4 += vec4(dot(v[w], xv[o + w]), dot(v[4u + w], xv[o + 4u + w]), dot(v[8u + w], xv[o + 8u + w]),
+                       dot(v[12u + w], xv[o + 12u + w]));
+        acc[t] += dm.x * dot(sc, s4) - dm.y * dot(mn, xs[t]);
+    }
+#elif defined(TYPE_IQ4_XS)
     const uint i = u % UPB;
     const uvec4 qa = QW(q0 + 2u * i), qb = QW(q0 + 2u * i + 1u);
     const float d = unpackHalf2x16(sw.x).x;
@@ -229,10 +277,10 @@ void unit_dot_side(uint q0, uint u, uvec2 sw, inout float acc[TN])
     const float fb = d * float(int(((sl >> (8u * i + 4u)) & 15u) | (((sh >> (4u * i + 2u)) & 3u) << 4)) - 32);
     vec4 v[16];   // the unit's elements 4k .. 4k + 3
     for (uint w = 0u; w < 4u; w++) {
-        v[w] = iq4x4(qa[w]);
-        v[4u + w] = iq4x4(qa[w] >> 4);
-        v[8u + w] = iq4x4(qb[w]);
-        v[12u + w] = iq4x4(qb[w] >> 4);
+        v[w] = nib4(qa[w]);
+        v[4u + w] = nib4(qa[w] >> 4);
+        v[8u + w] = nib4(qb[w]);
+        v[12u + w] = nib4(qb[w] >> 4);
     }
     for (uint t = 0u; t < TN; t++) {
         const uint o = t * XV;
@@ -316,12 +364,35 @@ void unit_dot(uint q0, uint u, float d, inout float acc[TN])
         acc[t] += d * (dot(w0, xv[o]) + dot(w1, xv[o + 1u]) + dot(w2, xv[o + 2u]) + dot(w3, xv[o + 3u]) +
                        dot(w4, xv[o + 4u]) + dot(w5, xv[o + 5u]) + dot(w6, xv[o + 6u]) + dot(w7, xv[o + 7u]));
     }
-#elif defined(TYPE_IQ4_NL)
+#elif defined(TYPE_Q3_K)
+    // unit i as Q2_K's: qs bytes 32n + 16h + l at shift 2j, the third bit
+    // bit 4n + j of hmask byte 16h + l, x = d * (scale - 32) * (q3 - 4);
+    // the scales unpacked to bytes (core/gpu/wpack.c), 4i + k in word i
+    const uint i = u % UPB, n = i / 2u, j0 = 2u * (i % 2u);
+    const uvec4 HA = QW(q0), HB = QW(q0 + 1u), A = QW(q0 + 2u + 2u * n), B = QW(q0 + 3u + 2u * n);
+    const uint scw = comp4(QW(q0 + 6u), i);
+    vec4 v[16];
+    for (uint jj = 0u; jj < 2u; jj++)
+        for (uint w = 0u; w < 4u; w++) {
+            const uint sh = 2u * (j0 + jj), hb = 4u * n + j0 + jj;
+            v[8u * jj + w] = u8x4(((A[w] >> sh) & 0x03030303u) | (((HA[w] >> hb) & 0x01010101u) << 2));
+            v[8u * jj + 4u + w] = u8x4(((B[w] >> sh) & 0x03030303u) | (((HB[w] >> hb) & 0x01010101u) << 2));
+        }
+    const vec4 sc = u8x4(scw) - 32.0;
+    for (uint t = 0u; t < TN; t++) {
+        const uint o = t * XV;
+        vec4 s4 = vec4(0.0);
+        for (uint w = 0u; w < 4u; w++)
+            s4 += vec4(dot(v[w], xv[o + w]), dot(v[4u + w], xv[o + 4u + w]), dot(v[8u + w], xv[o + 8u + w]),
+                       dot(v[12u + w], xv[o + 12u + w]));
+        acc[t] += d * dot(sc, s4 - 4.0 * xs[t]);
+    }
+#elif defined(TYPE_IQ4_NL) || defined(TYPE_MXFP4)
     const uvec4 q = QW(q0);
     vec4 lo[4], hi[4];
     for (uint w = 0u; w < 4u; w++) {
-        lo[w] = iq4x4(q[w]);
-        hi[w] = iq4x4(q[w] >> 4);
+        lo[w] = nib4(q[w]);
+        hi[w] = nib4(q[w] >> 4);
     }
     for (uint t = 0u; t < TN; t++) {
         const uint o = t * XV;
@@ -476,14 +547,13 @@ void main()
                 const uint j = r % 8u;
                 const uvec4 v = texelFetch(sct, int((s0 + (r / 8u) * c) * uint(SIDE_H) + j * uint(SIDE_H) / 8u));
 #if SIDE_H == 2
-                const uint k = j % 4u;
-                const uvec2 sw = uvec2(k == 0u ? v.x : k == 1u ? v.y : k == 2u ? v.z : v.w, 0u);
+                const uvec2 sw = uvec2(comp4(v, j % 4u), 0u);
 #else
                 const uvec2 sw = (j & 1u) != 0u ? v.zw : v.xy;
 #endif
                 unit_dot_side(rec0 + r * rstep, u, sw, acc[r]);
             }
-#elif defined(TYPE_Q8_0) || defined(TYPE_Q6_K) || defined(TYPE_IQ4_NL)
+#elif defined(TYPE_Q8_0) || defined(TYPE_Q6_K) || defined(TYPE_IQ4_NL) || defined(TYPE_Q3_K) || defined(TYPE_MXFP4)
             // the scales of eight rows come in one texel: fetched once per
             // eight rows (decode: the eight rows unrolled; with more tokens
             // per pass that body would be too large and the fetch is made on
@@ -492,14 +562,14 @@ void main()
                 for (uint r = 0u; r < RPW; r += 8u) {
                     const uvec4 sw = scales8(s0, c, r);
                     for (uint j = 0u; j < 8u; j++)
-                        unit_dot(rec0 + (r + j) * rstep, u, unpackHalf2x16(sw[j / 2u])[j % 2u], acc[r + j]);
+                        unit_dot(rec0 + (r + j) * rstep, u, side_scale(sw[j / 2u], j % 2u), acc[r + j]);
                 }
             } else {
                 uvec4 sw = uvec4(0u);
                 for (uint r = 0u; r < RPW; r++) {
                     if (r % 8u == 0u)
                         sw = scales8(s0, c, r);
-                    unit_dot(rec0 + r * rstep, u, unpackHalf2x16(scale_pair(sw, r))[r % 2u], acc[r]);
+                    unit_dot(rec0 + r * rstep, u, side_scale(scale_pair(sw, r), r % 2u), acc[r]);
                 }
             }
 #else

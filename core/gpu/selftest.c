@@ -64,7 +64,8 @@ static void judge(em_selftest_stage_result *r, const float *dev, const float *re
 static int mm_type(uint32_t k)
 {
     static const uint32_t types[] = { EM_T_F32, EM_T_F16, EM_T_Q8_0, EM_T_Q4_0, EM_T_Q4_1, EM_T_Q5_0,
-                                      EM_T_Q5_1, EM_T_IQ4_NL, EM_T_Q4_K, EM_T_Q5_K, EM_T_Q6_K, EM_T_IQ4_XS };
+                                      EM_T_Q5_1, EM_T_IQ4_NL, EM_T_Q4_K, EM_T_Q5_K, EM_T_Q6_K, EM_T_IQ4_XS,
+                                      EM_T_Q2_K, EM_T_Q3_K, EM_T_MXFP4 };
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         if ((uint32_t)em_fwd_mm_kernel(types[i]) == k)
             return (int)types[i];

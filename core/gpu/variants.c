@@ -21,6 +21,9 @@ int em_fwd_mm_kernel(uint32_t type)
     case EM_T_Q5_1: return EM_K_MM_Q5_1;
     case EM_T_IQ4_NL: return EM_K_MM_IQ4_NL;
     case EM_T_IQ4_XS: return EM_K_MM_IQ4_XS;
+    case EM_T_Q2_K: return EM_K_MM_Q2_K;
+    case EM_T_Q3_K: return EM_K_MM_Q3_K;
+    case EM_T_MXFP4: return EM_K_MM_MXFP4;
     case EM_T_Q4_K: return EM_K_MM_Q4_K;
     case EM_T_Q5_K: return EM_K_MM_Q5_K;
     default:        return EM_K_MM_Q6_K;
@@ -39,6 +42,9 @@ int em_fwd_embed_kernel(uint32_t type)
     case EM_T_Q5_1: return EM_K_EMBED_Q5_1;
     case EM_T_IQ4_NL: return EM_K_EMBED_IQ4_NL;
     case EM_T_IQ4_XS: return EM_K_EMBED_IQ4_XS;
+    case EM_T_Q2_K: return EM_K_EMBED_Q2_K;
+    case EM_T_Q3_K: return EM_K_EMBED_Q3_K;
+    case EM_T_MXFP4: return EM_K_EMBED_MXFP4;
     case EM_T_Q4_K: return EM_K_EMBED_Q4_K;
     case EM_T_Q5_K: return EM_K_EMBED_Q5_K;
     default:        return EM_K_EMBED_Q6_K;

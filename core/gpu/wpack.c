@@ -13,6 +13,7 @@ static int kernel_type(uint32_t t)
     case EM_T_F32: case EM_T_F16: case EM_T_Q8_0: case EM_T_Q4_0:
     case EM_T_Q4_1: case EM_T_Q5_0: case EM_T_Q5_1: case EM_T_IQ4_NL:
     case EM_T_Q4_K: case EM_T_Q5_K: case EM_T_Q6_K: case EM_T_IQ4_XS:
+    case EM_T_Q2_K: case EM_T_Q3_K: case EM_T_MXFP4:
         return (int)t;
     default:
         return em_quant_supported(t) ? EM_T_F16 : -1;
@@ -38,7 +39,7 @@ int em_wpack_layout_for(uint32_t src_type, uint32_t K, uint32_t N, uint32_t R, u
     case EM_T_F32:  out->BS = 32;  out->W = 32; break;
     case EM_T_F16:  out->BS = 32;  out->W = 16; break;
     case EM_T_Q8_0: out->BS = 32;  out->W = 8;  out->has_sc = 1; break;
-    case EM_T_Q4_0: case EM_T_IQ4_NL:
+    case EM_T_Q4_0: case EM_T_IQ4_NL: case EM_T_MXFP4:
                     out->BS = 32;  out->W = 4;  out->has_sc = 1; break;
     case EM_T_Q4_1: out->BS = 32;  out->W = 4;  out->has_sc = 2; break;
     case EM_T_Q5_0: case EM_T_Q5_1:
@@ -47,6 +48,8 @@ int em_wpack_layout_for(uint32_t src_type, uint32_t K, uint32_t N, uint32_t R, u
     case EM_T_Q5_K: out->BS = 256; out->W = 44; break;
     case EM_T_Q6_K: out->BS = 256; out->W = 52; out->has_sc = 1; break;
     case EM_T_IQ4_XS: out->BS = 256; out->W = 32; out->has_sc = 4; break;
+    case EM_T_Q2_K: out->BS = 256; out->W = 20; out->has_sc = 2; break;
+    case EM_T_Q3_K: out->BS = 256; out->W = 28; out->has_sc = 1; break;
     }
     if (kt == EM_T_Q4_0 && R < 2)
         return em_err_set(err, EM_EINVAL, "wpack: Q4_0 rows are packed in pairs (group of %u)", R);
@@ -197,6 +200,10 @@ void em_wpack_group(const em_wpack_layout *L, const void *const *rows, uint32_t 
                 side[0] = rd16(blk);
                 words = blk + 2;
                 break;
+            case EM_T_MXFP4:    /* the E8M0 byte, then the quants */
+                side[0] = blk[0];
+                words = blk + 1;
+                break;
             case EM_T_Q4_1:     /* f16 d, m, then the quants */
                 side[0] = rd16(blk);
                 side[1] = rd16(blk + 2);
@@ -219,8 +226,21 @@ void em_wpack_group(const em_wpack_layout *L, const void *const *rows, uint32_t 
                     side[k] = rd16(blk + 2 * k);
                 words = blk + 8;
                 break;
+            case EM_T_Q2_K:   /* scales qs (80 bytes), then f16 d, dmin */
+                side[0] = rd16(blk + 80);
+                side[1] = rd16(blk + 82);
+                break;
+            case EM_T_Q3_K:   /* hmask qs (96 bytes), then the scales unpacked (below), f16 d */
+                side[0] = rd16(blk + 108);
+                break;
             default:          /* Q4_K, Q5_K: whole words */
                 break;
+            }
+            if (L->type == EM_T_Q3_K) {
+                for (uint32_t w = 0; w < 24; w++)
+                    dst[w] = rd32(blk + 4 * (size_t)w);
+                em_q3k_scales(blk + 96, (uint8_t *)(dst + 24));
+                continue;
             }
             for (uint32_t w = 0; w < W; w++)
                 dst[w] = rd32(words + 4 * (size_t)w);

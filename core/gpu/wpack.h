@@ -30,13 +30,17 @@
  * GGUF order: byte j holds element j low and j + 16 high) and the rest of
  * the block in sc, has_sc halves per row and block in the same chunks
  * (row r's at sc[em_wpack_scale * has_sc ...], so eight rows' fill
- * has_sc 16-byte words): IQ4_NL d (1); Q4_1 d, m (2); Q5_0 d, 0 and Q5_1
+ * has_sc 16-byte words): IQ4_NL d (1); MXFP4 its E8M0 byte (1: 18 bytes
+ * on the device for the file's 17); Q4_1 d, m (2); Q5_0 d, 0 and Q5_1
  * d, m, then the 32 fifth bits qh (4). Q5_0 thus takes 24 bytes per block
  * on the device for the file's 22; the others take the file's bytes.
  * IQ4_XS keeps its 128 bytes of nibbles in qw (W = 32) and d, scales_h and
- * the four bytes scales_l as its 4 side halves.
+ * the four bytes scales_l as its 4 side halves. Q2_K keeps scales and qs
+ * (80 bytes, W = 20) and d, dmin as 2 side halves; Q3_K hmask and qs (96
+ * bytes) and its 16 six-bit scales unpacked to bytes (W = 28: 114 bytes on
+ * the device for the file's 110), d as 1 side half.
  * Every W is a multiple of 4 (blocks are whole 16-byte words). Types
- * without a kernel (Q2_K, Q3_K, MXFP4, BF16) are converted to
+ * without a kernel (BF16) are converted to
  * F16; F32/F16 rows are zero-padded to a multiple of 32. Rows past N in the
  * last group are zero. All pointers are borrowed. */
 #ifndef EM_WPACK_H
@@ -48,7 +52,7 @@
 
 typedef struct {
     uint32_t src_type;   /* GGUF type of the source rows */
-    uint32_t type;       /* kernel type: F32 F16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 IQ4_NL Q4_K Q5_K Q6_K IQ4_XS */
+    uint32_t type;       /* kernel type: F32 F16 or the quantized source type (BF16 -> F16) */
     uint32_t K;          /* source row length */
     uint32_t K_pad;      /* padded row length (multiple of BS) */
     uint32_t N;          /* rows */

@@ -1,7 +1,8 @@
 /* model.c — read architecture hyperparameters and locate/check every weight
- * tensor of a llama / qwen2 / qwen3 GGUF model. */
+ * tensor of a llama / qwen2 / qwen3 / gemma3 GGUF model. */
 #include "core/model/model.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,10 +80,34 @@ static int need(loader *L, const char *name, uint64_t ne0, uint64_t ne1, int opt
     if (!em_quant_supported(t->type))
         return em_err_set(L->err, EM_EUNSUPPORTED,
                           "%s: tensor '%s' has type %s, which ember does not support "
-                          "(supported: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K)",
+                          "(supported: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K "
+                          "IQ4_NL IQ4_XS MXFP4)",
                           L->path, name, em_ttype_name(t->type));
     L->m->weight_bytes += t->nbytes;
     L->m->n_params += t->nelem;
+    return 0;
+}
+
+/* gemma3: the sliding window, its layer pattern and rope base, the
+ * embedding scale, the attention scale (llama.cpp's rule: 1/sqrt(head_dim),
+ * but width/heads for the 62-layer 27B) and the optional logit soft cap */
+static int read_gemma3(loader *L)
+{
+    em_hparams *hp = &L->m->hp;
+    int rc;
+    if ((rc = arch_u32(L, "attention.sliding_window", &hp->n_swa, 0, 0)) ||
+        (rc = arch_u32(L, "attention.sliding_window_pattern", &hp->swa_pattern, 1, 6)) ||
+        (rc = arch_f32(L, "rope.freq_base_swa", &hp->rope_base_swa, 10000.0f)) ||
+        (rc = arch_f32(L, "final_logit_softcapping", &hp->logit_softcap, 0.0f)))
+        return rc;
+    if (hp->n_swa == 0 || hp->swa_pattern == 0)
+        return em_err_set(L->err, EM_EFORMAT, "%s: gemma3 sliding window %u, pattern %u: both must be positive",
+                          L->path, hp->n_swa, hp->swa_pattern);
+    if (!(hp->rope_base_swa > 0) || !(hp->logit_softcap >= 0) || !isfinite(hp->logit_softcap))
+        return em_err_set(L->err, EM_EFORMAT, "%s: implausible windowed rope base or logit soft cap", L->path);
+    hp->embd_scale = sqrtf((float)hp->n_embd);
+    if (hp->n_layer == 62)
+        hp->attn_scale = 1.0f / sqrtf((float)(hp->n_embd / hp->n_head));
     return 0;
 }
 
@@ -107,9 +132,15 @@ static int read_hparams(loader *L)
         hp->arch = EM_ARCH_QWEN3;
         hp->rope_type = EM_ROPE_NEOX;
         hp->has_qk_norm = 1;
+    } else if (em_gguf_str_eq(s, "gemma3")) {
+        hp->arch = EM_ARCH_GEMMA3;
+        hp->rope_type = EM_ROPE_NEOX;
+        hp->has_qk_norm = 1;
+        hp->has_post_norms = 1;
+        hp->ffn_gelu = 1;
     } else {
         return em_err_set(L->err, EM_EUNSUPPORTED,
-                          "%s: architecture '%.*s' is not supported (supported: llama, qwen2, qwen3)",
+                          "%s: architecture '%.*s' is not supported (supported: llama, qwen2, qwen3, gemma3)",
                           L->path, (int)(s.len > 64 ? 64 : s.len), s.ptr);
     }
     snprintf(hp->arch_name, sizeof hp->arch_name, "%.*s", (int)s.len, s.ptr);
@@ -165,6 +196,10 @@ static int read_hparams(loader *L)
         return em_err_set(L->err, EM_EFORMAT, "%s: implausible rope base, scaling or norm epsilon",
                           L->path);
     hp->rope_freq_scale = 1.0f / factor;
+    hp->embd_scale = 1.0f;
+    hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
+    if (hp->arch == EM_ARCH_GEMMA3 && (rc = read_gemma3(L)))
+        return rc;
 
     /* vocabulary: <arch>.vocab_size, else the token list, else token_embd rows */
     const em_gguf_tensor *te = em_gguf_find_tensor(m->g, "token_embd.weight");
@@ -239,10 +274,12 @@ static int find_weights(loader *L)
         NEED(w_gate, "ffn_gate.weight", hp->n_embd, hp->n_ff, 0);
         NEED(w_up, "ffn_up.weight", hp->n_embd, hp->n_ff, 0);
         NEED(w_down, "ffn_down.weight", hp->n_ff, hp->n_embd, 0);
+        NEED(post_attn_norm, "post_attention_norm.weight", hp->n_embd, 0, !hp->has_post_norms);
+        NEED(post_ffn_norm, "post_ffw_norm.weight", hp->n_embd, 0, !hp->has_post_norms);
 #undef NEED
         /* norms and biases are added elementwise in f32: they must be plain types */
         const em_gguf_tensor *vec[] = { w->attn_norm, w->ffn_norm, w->bq, w->bk, w->bv,
-                                        w->q_norm, w->k_norm };
+                                        w->q_norm, w->k_norm, w->post_attn_norm, w->post_ffn_norm };
         for (size_t i = 0; i < sizeof vec / sizeof vec[0]; i++)
             if (vec[i] && vec[i]->type != EM_T_F32 && vec[i]->type != EM_T_F16)
                 return em_err_set(L->err, EM_EUNSUPPORTED, "%s: tensor '%s' must be F32 or F16, not %s",

@@ -14,7 +14,7 @@
 #include "core/err.h"
 #include "core/model/gguf.h"
 
-typedef enum { EM_ARCH_LLAMA, EM_ARCH_QWEN2, EM_ARCH_QWEN3 } em_arch;
+typedef enum { EM_ARCH_LLAMA, EM_ARCH_QWEN2, EM_ARCH_QWEN3, EM_ARCH_GEMMA3 } em_arch;
 typedef enum { EM_ROPE_NORM, EM_ROPE_NEOX } em_rope_type;
 
 typedef struct {
@@ -38,7 +38,22 @@ typedef struct {
     int          has_qkv_bias;   /* qwen2 */
     int          has_qk_norm;    /* qwen3 */
     int          tied_output;    /* no output.weight: logits use token_embd */
+    /* gemma3 (the others: 1, 0, 0, 0, 0 and 0) */
+    float        embd_scale;     /* the embedding rows times this (sqrt(n_embd)) */
+    float        attn_scale;     /* scores are q.k times this (1/sqrt(head_dim)) */
+    int          has_post_norms; /* RMS norms of the attention and FFN outputs before the residual */
+    int          ffn_gelu;       /* GELU (tanh form) gates the FFN instead of SiLU */
+    float        logit_softcap;  /* logits = c * tanh(logits / c) when > 0 */
+    uint32_t     n_swa;          /* sliding window (positions a query sees, itself included); 0: none */
+    uint32_t     swa_pattern;    /* every swa_pattern-th layer is global, the others windowed */
+    float        rope_base_swa;  /* the windowed layers' rope base (their freq scale is 1) */
 } em_hparams;
+
+/* The window of layer il: hp->n_swa for a windowed layer, 0 for a global one. */
+static inline uint32_t em_hparams_window(const em_hparams *hp, uint32_t il)
+{
+    return hp->n_swa && (il + 1) % hp->swa_pattern ? hp->n_swa : 0;
+}
 
 /* Weights of one transformer block. Shapes are ggml order [ne0 (row length), ne1 (rows)]. */
 typedef struct {
@@ -54,6 +69,8 @@ typedef struct {
     const em_gguf_tensor *w_gate;     /* [n_embd, n_ff] */
     const em_gguf_tensor *w_up;       /* [n_embd, n_ff] */
     const em_gguf_tensor *w_down;     /* [n_ff, n_embd] */
+    const em_gguf_tensor *post_attn_norm; /* [n_embd] (gemma3) or NULL */
+    const em_gguf_tensor *post_ffn_norm;  /* [n_embd] (gemma3) or NULL */
 } em_layer_weights;
 
 typedef struct em_model em_model;

@@ -221,27 +221,31 @@ static void deq_q2_k(const uint8_t *b, float *y)
     }
 }
 
-static void deq_q3_k(const uint8_t *b, float *y)
+void em_q3k_scales(const uint8_t *packed, uint8_t out[16])
 {
-    const uint8_t *hm = b, *q = b + 32, *sraw = b + 96;
-    float d_all = rd_f16(b + 108);
-    /* unpack 16 6-bit scales */
     uint32_t aux[4];
-    memcpy(aux, sraw, 12);
+    memcpy(aux, packed, 12);
     const uint32_t kmask1 = 0x03030303, kmask2 = 0x0f0f0f0f;
     uint32_t tmp = aux[2];
     aux[2] = ((aux[0] >> 4) & kmask2) | (((tmp >> 4) & kmask1) << 4);
     aux[3] = ((aux[1] >> 4) & kmask2) | (((tmp >> 6) & kmask1) << 4);
     aux[0] = (aux[0] & kmask2) | (((tmp >> 0) & kmask1) << 4);
     aux[1] = (aux[1] & kmask2) | (((tmp >> 2) & kmask1) << 4);
-    int8_t scales[16];
-    memcpy(scales, aux, 16);
+    memcpy(out, aux, 16);
+}
+
+static void deq_q3_k(const uint8_t *b, float *y)
+{
+    const uint8_t *hm = b, *q = b + 32;
+    float d_all = rd_f16(b + 108);
+    uint8_t scales[16];
+    em_q3k_scales(b + 96, scales);
     int is = 0;
     uint8_t m = 1;
     for (int n = 0; n < 256; n += 128) {
         for (int shift = 0; shift < 8; shift += 2) {
             for (int half = 0; half < 2; half++) {
-                float dl = d_all * (float)(scales[is++] - 32);
+                float dl = d_all * (float)((int)scales[is++] - 32);
                 for (int l = 0; l < 16; l++) {
                     int idx = l + 16 * half;
                     int v = (q[idx] >> shift) & 3;

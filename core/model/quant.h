@@ -19,6 +19,10 @@ extern const int8_t em_mxfp4_values[16];
 /* MXFP4's block scale: half of the E8M0 power 2^(e - 127). */
 float em_e8m0_half(uint8_t e);
 
+/* The 16 6-bit scales (0..63; the value is scale - 32) of a Q3_K block
+ * from its 12 packed bytes. */
+void em_q3k_scales(const uint8_t *packed, uint8_t out[16]);
+
 /* 1 if em_dequant_row handles this tensor type. */
 int em_quant_supported(uint32_t type);
 

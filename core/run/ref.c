@@ -14,6 +14,7 @@ typedef struct {
     float *attn_norm, *ffn_norm;   /* [E] */
     float *bq, *bk, *bv;           /* [H*D], [Hk*D], [Hk*Dv] or NULL */
     float *q_norm, *k_norm;        /* [D] or NULL */
+    float *post_attn_norm, *post_ffn_norm;   /* [E] or NULL (gemma3) */
 } ref_layer_vecs;
 
 struct em_ref {
@@ -121,6 +122,15 @@ void em_ref_attention(const float *q, const float *k, const float *v, int n_kv,
     free(score);
 }
 
+void em_ref_geglu(float *out, const float *gate, const float *up, int n)
+{
+    const float c = 0.7978845608028654f;   /* sqrt(2 / pi) */
+    for (int i = 0; i < n; i++) {
+        float g = gate[i];
+        out[i] = 0.5f * g * (1.0f + tanhf(c * g * (1.0f + 0.044715f * g * g))) * up[i];
+    }
+}
+
 void em_ref_swiglu(float *out, const float *gate, const float *up, int n)
 {
     for (int i = 0; i < n; i++) {
@@ -172,6 +182,8 @@ int em_ref_create(const em_model *m, uint32_t n_ctx, em_ref **out, em_err *err)
         lv->bv = load_vec(w->bv, &fail);
         lv->q_norm = load_vec(w->q_norm, &fail);
         lv->k_norm = load_vec(w->k_norm, &fail);
+        lv->post_attn_norm = load_vec(w->post_attn_norm, &fail);
+        lv->post_ffn_norm = load_vec(w->post_ffn_norm, &fail);
     }
     r->out_norm = load_vec(em_model_out_norm(m), &fail);
     r->rope_ff = load_vec(em_model_rope_freqs(m), &fail);
@@ -202,7 +214,7 @@ void em_ref_destroy(em_ref *r)
     for (uint32_t il = 0; r->lv && il < r->hp->n_layer; il++) {
         ref_layer_vecs *lv = &r->lv[il];
         free(lv->attn_norm); free(lv->ffn_norm); free(lv->bq); free(lv->bk); free(lv->bv);
-        free(lv->q_norm); free(lv->k_norm);
+        free(lv->q_norm); free(lv->k_norm); free(lv->post_attn_norm); free(lv->post_ffn_norm);
     }
     free(r->lv);
     free(r->out_norm); free(r->rope_ff);
@@ -235,9 +247,11 @@ int em_ref_forward(em_ref *r, int32_t token, uint32_t pos, float *logits, em_err
     int E = (int)hp->n_embd, H = (int)hp->n_head, Hk = (int)hp->n_head_kv;
     int D = (int)hp->head_dim, Dv = (int)hp->head_dim_v, F = (int)hp->n_ff;
     int kd = Hk * D, vd = Hk * Dv;
-    float scale = 1.0f / sqrtf((float)D);
 
     em_tensor_row(em_model_tok_embd(r->m), (uint64_t)token, r->x);      /* x[E] */
+    if (hp->embd_scale != 1.0f)
+        for (int i = 0; i < E; i++)
+            r->x[i] *= hp->embd_scale;
 
     for (uint32_t il = 0; il < hp->n_layer; il++) {
         const em_layer_weights *w = em_model_layer(r->m, il);
@@ -258,24 +272,35 @@ int em_ref_forward(em_ref *r, int32_t token, uint32_t pos, float *logits, em_err
             for (int h = 0; h < Hk; h++)
                 em_ref_rmsnorm(r->k + h * D, r->k + h * D, lv->k_norm, D, hp->rms_eps);
         }
-        em_ref_rope(r->q, H, D, (int)hp->n_rot, (int)pos, hp->rope_type, hp->rope_base,
-                    hp->rope_freq_scale, r->rope_ff);
-        em_ref_rope(r->k, Hk, D, (int)hp->n_rot, (int)pos, hp->rope_type, hp->rope_base,
-                    hp->rope_freq_scale, r->rope_ff);
+        /* a windowed layer: its own rope base, unscaled, and the last
+         * `window` positions (this one included) */
+        uint32_t window = em_hparams_window(hp, il);
+        float base = window ? hp->rope_base_swa : hp->rope_base;
+        float fscale = window ? 1.0f : hp->rope_freq_scale;
+        em_ref_rope(r->q, H, D, (int)hp->n_rot, (int)pos, hp->rope_type, base, fscale, r->rope_ff);
+        em_ref_rope(r->k, Hk, D, (int)hp->n_rot, (int)pos, hp->rope_type, base, fscale, r->rope_ff);
         memcpy(kc + (size_t)pos * kd, r->k, (size_t)kd * sizeof(float));
         memcpy(vc + (size_t)pos * vd, r->v, (size_t)vd * sizeof(float));
 
-        em_ref_attention(r->q, kc, vc, (int)pos + 1, H, Hk, D, Dv, kd, vd, scale,
-                         r->att_out);                                   /* att_out[H*Dv] */
+        uint32_t first = window && pos + 1 > window ? pos + 1 - window : 0;
+        em_ref_attention(r->q, kc + (size_t)first * kd, vc + (size_t)first * vd, (int)(pos + 1 - first), H, Hk,
+                         D, Dv, kd, vd, hp->attn_scale, r->att_out);    /* att_out[H*Dv] */
         matvec_t(w->wo, r->att_out, r->xb2);                            /* xb2[E] */
+        if (lv->post_attn_norm)
+            em_ref_rmsnorm(r->xb2, r->xb2, lv->post_attn_norm, E, hp->rms_eps);
         for (int i = 0; i < E; i++)
             r->x[i] += r->xb2[i];
 
         em_ref_rmsnorm(r->xb, r->x, lv->ffn_norm, E, hp->rms_eps);
         matvec_t(w->w_gate, r->xb, r->hg);                              /* hg[F] */
         matvec_t(w->w_up, r->xb, r->hu);                                /* hu[F] */
-        em_ref_swiglu(r->hg, r->hg, r->hu, F);
+        if (hp->ffn_gelu)
+            em_ref_geglu(r->hg, r->hg, r->hu, F);
+        else
+            em_ref_swiglu(r->hg, r->hg, r->hu, F);
         matvec_t(w->w_down, r->hg, r->xb2);                             /* xb2[E] */
+        if (lv->post_ffn_norm)
+            em_ref_rmsnorm(r->xb2, r->xb2, lv->post_ffn_norm, E, hp->rms_eps);
         for (int i = 0; i < E; i++)
             r->x[i] += r->xb2[i];
     }
@@ -283,6 +308,9 @@ int em_ref_forward(em_ref *r, int32_t token, uint32_t pos, float *logits, em_err
     if (logits) {
         em_ref_rmsnorm(r->xb, r->x, r->out_norm, E, hp->rms_eps);
         matvec_t(em_model_output(r->m), r->xb, logits);                 /* logits[V] */
+        if (hp->logit_softcap > 0)
+            for (uint32_t i = 0; i < hp->n_vocab; i++)
+                logits[i] = hp->logit_softcap * tanhf(logits[i] / hp->logit_softcap);
     }
     return 0;
 }

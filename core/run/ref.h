@@ -46,10 +46,13 @@ void em_ref_rope(float *x, int n_heads, int head_dim, int n_rot, int pos, em_rop
 /* Causal attention of one query position over n_kv cached positions:
  * q[n_head*head_dim], k[n_kv][n_head_kv*head_dim], v[n_kv][n_head_kv*head_dim_v]
  * (rows kv_stride_k / kv_stride_v floats apart), out[n_head*head_dim_v].
- * Query head h reads KV head h / (n_head / n_head_kv). scale = 1/sqrt(head_dim). */
+ * Query head h reads KV head h / (n_head / n_head_kv). scale: hp->attn_scale. */
 void em_ref_attention(const float *q, const float *k, const float *v, int n_kv,
                       int n_head, int n_head_kv, int head_dim, int head_dim_v,
                       int kv_stride_k, int kv_stride_v, float scale, float *out);
+
+/* out[n] = gelu(gate[n]) * up[n], GELU in its tanh form (gemma3). out may alias gate. */
+void em_ref_geglu(float *out, const float *gate, const float *up, int n);
 
 /* out[n] = silu(gate[n]) * up[n] */
 void em_ref_swiglu(float *out, const float *gate, const float *up, int n);

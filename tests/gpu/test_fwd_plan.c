@@ -53,7 +53,7 @@ static void check_model(em_vk *vk, const char *path)
                (unsigned long long)em_fwd_mem_scratch(&plan), (unsigned long long)st.act_bytes);
         CHECKF(21 * em_fwd_kv_block_bytes(m, kv) == st.kv_bytes, "%s: planned KV %llu, allocated %llu", path,
                (unsigned long long)(21 * em_fwd_kv_block_bytes(m, kv)), (unsigned long long)st.kv_bytes);
-        /* a model with tensors of types without a kernel grows on the device;
+        /* a model with BF16 tensors (run as F16) grows on the device;
          * one without pads only rows */
         CHECK(plan.weights >= em_model_weight_bytes(m) / 2);
         em_fwd_destroy(f);

@@ -140,7 +140,7 @@ int main(void)
                 mm_case(&h, t, 256, 2 * h.RPW, 10240, 0, 8);
                 mm_case(&h, t, 256, 2 * h.RPW, 10240, 0, 16);
             }
-            if (gi == 0 && t != EM_T_BF16 && t != EM_T_Q3_K && t != EM_T_MXFP4) {
+            if (gi == 0 && t != EM_T_BF16) {
                 embed_case(&h, t, bs == 256 ? 512 : 96, 37);
             }
         }

@@ -132,6 +132,53 @@ static int write_huge_embeddings(const char *path)
     return t != NULL;
 }
 
+/* Write a copy of synth-gemma3-256-F16 without the metadata entry drop_kv,
+ * with set_kv (u32) set to set_val, and without the tensor drop_tensor (each
+ * NULL: unchanged); returns 0 where the shared folder is absent. */
+static int write_gemma3_variant(const char *path, const char *drop_kv, const char *set_kv, uint32_t set_val,
+                                const char *drop_tensor)
+{
+    if (!test_shared_dir())
+        return 0;
+    const char *src = test_shared("models/synth/synth-gemma3-256-F16.gguf");
+    em_gguf *g = NULL;
+    em_gguf_writer *w = NULL;
+    em_err err = { 0 };
+    if (em_gguf_open(src, &g, &err) || em_gguf_writer_create(32, &w, &err)) {
+        CHECKF(0, "%s: %s", src, err.msg);
+        em_gguf_close(g);
+        return 0;
+    }
+    for (size_t i = 0; i < em_gguf_n_kv(g); i++) {
+        const em_gguf_kv *kv = em_gguf_kv_at(g, i);
+        if (!(drop_kv && strcmp(kv->key, drop_kv) == 0))
+            em_gguf_w_kv_copy(w, kv);
+    }
+    if (set_kv)
+        em_gguf_w_set_u32(w, set_kv, set_val);
+    for (size_t i = 0; i < em_gguf_n_tensors(g); i++) {
+        const em_gguf_tensor *t = em_gguf_tensor_at(g, i);
+        uint64_t nb;
+        if (!(drop_tensor && strcmp(t->name, drop_tensor) == 0))
+            em_gguf_w_tensor(w, t->name, t->type, t->n_dims, t->ne, &nb);
+    }
+    FILE *f = fopen(path, "wb");
+    int rc = f ? em_gguf_w_header(w, f, &err) : -1;
+    for (size_t i = 0; !rc && i < em_gguf_n_tensors(g); i++) {
+        const em_gguf_tensor *t = em_gguf_tensor_at(g, i);
+        if (!(drop_tensor && strcmp(t->name, drop_tensor) == 0))
+            rc = em_gguf_w_data(w, f, t->data, t->nbytes, &err);
+    }
+    if (!rc)
+        rc = em_gguf_w_finish(w, &err);
+    if (f)
+        fclose(f);
+    CHECKF(rc == 0, "writing %s: %s", path, err.msg);
+    em_gguf_writer_destroy(w);
+    em_gguf_close(g);
+    return rc == 0;
+}
+
 /* argv for ember: bin, then args (up to 30, NULL-terminated) */
 static void ember_argv(char *argv[32], char *const args[])
 {
@@ -377,6 +424,42 @@ int main(void)
             int st = test_run(argv, NULL, &err);
             if (!(st == 1 && err && strstr(err, "ember: vulkan: ")))
                 test_expect_cli_error("huge embeddings (vulkan)", argv, "non-finite logit");
+            free(err);
+        }
+
+        /* gemma3 whose window metadata is missing or inconsistent, or that
+         * lacks a post-norm: refused at load, naming what is wrong; a good
+         * copy runs on the CPU, and Vulkan refuses it by name (where there
+         * is a device) */
+        struct { const char *name, *drop_kv, *set_kv; uint32_t val; const char *drop_t, *needle; } gv[] = {
+            { "good", NULL, NULL, 0, NULL, NULL },
+            { "window0", NULL, "gemma3.attention.sliding_window", 0, NULL, "sliding window 0, pattern 6" },
+            { "pattern0", NULL, "gemma3.attention.sliding_window_pattern", 0, NULL, "sliding window 16, pattern 0" },
+            { "nowindow", "gemma3.attention.sliding_window", NULL, 0, NULL, "gemma3.attention.sliding_window" },
+            { "nopost", NULL, NULL, 0, "blk.3.post_ffw_norm.weight", "missing tensor 'blk.3.post_ffw_norm.weight'" },
+        };
+        for (size_t i = 0; i < sizeof gv / sizeof gv[0]; i++) {
+            char gp[600];
+            snprintf(gp, sizeof gp, "%s/gemma3-%s.gguf", dir, gv[i].name);
+            if (!write_gemma3_variant(gp, gv[i].drop_kv, gv[i].set_kv, gv[i].val, gv[i].drop_t))
+                break;
+            char *args[] = { "logits", "--model", gp, "--tokens-file", toks, "--output", out,
+                             "--backend", "cpu", NULL };
+            if (gv[i].needle) {
+                expect_bad(gv[i].name, gv[i].needle, args);
+                continue;
+            }
+            char *argv[32], *err = NULL;
+            ember_argv(argv, args);
+            int st = test_run(argv, NULL, &err);
+            CHECKF(st == 0, "gemma3 copy: status %d: %s", st, err ? err : "");
+            free(err);
+            err = NULL;
+            args[8] = "vulkan";
+            ember_argv(argv, args);
+            st = test_run(argv, NULL, &err);
+            if (!(st == 1 && err && strstr(err, "ember: vulkan: ")))
+                test_expect_cli_error("gemma3 on vulkan", argv, "gemma3 does not run on Vulkan yet");
             free(err);
         }
 
