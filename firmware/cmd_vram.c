@@ -198,6 +198,7 @@ int em_cmd_vram(int argc, char **argv)
     char dev_desc[512] = "";
     int dev_index = -1;
     const em_vk_dev_info *di = NULL;
+    em_err unsupported = { 0 };   /* the forward pass's refusal of the model, if any */
 
     if (!model_path) {
         const char *missing = !layers ? "--layers" : !kv_heads ? "--kv-heads" : !head_dim ? "--head-dim"
@@ -228,6 +229,7 @@ int em_cmd_vram(int argc, char **argv)
         }
         p.hp = *em_model_hparams(m);
         p.scratch_known = 1;
+        em_fwd_model_supported(&p.hp, &unsupported);
         if (!ctx)   /* the model's, within ember's bound on a context */
             ctx = p.hp.n_ctx_train < CTX_MAX ? p.hp.n_ctx_train : CTX_MAX;
         if (!ctx) {
@@ -348,6 +350,8 @@ int em_cmd_vram(int argc, char **argv)
                          "fits", seqs > 0 && (!users || users_ctx > 0));
         if (root && m)
             json_object_set_new(root, "context_length", json_integer(p.hp.n_ctx_train));
+        if (root && unsupported.msg[0])   /* the figures are what it will take once it runs */
+            json_object_set_new(root, "unsupported", json_string(unsupported.msg));
         if (root && users)
             json_object_set_new(root, "users", json_pack("{s:i, s:i}", "n", (int)users, "max_ctx", (int)users_ctx));
         char *s = root ? json_dumps(root, JSON_INDENT(2)) : NULL;
@@ -358,10 +362,12 @@ int em_cmd_vram(int argc, char **argv)
         puts(s);
         free(s);
     } else {
-        if (m)
+        if (m) {
             printf("model     %s: %s, %u layers, %u heads / %u KV heads of %u, context_length %u\n", model_path,
                    p.hp.arch_name, p.hp.n_layer, p.hp.n_head, p.hp.n_head_kv, p.hp.head_dim, p.hp.n_ctx_train);
-        else {
+            if (unsupported.msg[0])   /* the figures are what it will take once it runs */
+                printf("note      %s\n", unsupported.msg);
+        } else {
             count_words(a, sizeof a, n_params);
             printf("model     shape: %u layers, %u KV heads of %u, %s parameters at %g bits\n", p.hp.n_layer,
                    p.hp.n_head_kv, p.hp.head_dim, a, bits);

@@ -186,17 +186,25 @@ static void choose_variant(em_fwd *f)
              di->type == VK_PHYSICAL_DEVICE_TYPE_CPU && !di->cpu_kernels ? ", GPU kernels" : "", note);
 }
 
+int em_fwd_model_supported(const em_hparams *hp, em_err *err)
+{
+    if (hp->has_post_norms || hp->ffn_gelu || hp->n_swa || hp->embd_scale != 1.0f || hp->logit_softcap > 0)
+        return em_err_set(err, EM_EUNSUPPORTED,
+                          "forward: %s does not run on Vulkan yet (no kernels for its post-norms, GELU and "
+                          "sliding window): ember run, chat, logits and perplexity run it with --backend cpu",
+                          hp->arch_name);
+    return 0;
+}
+
 int em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **out, em_err *err)
 {
     *out = NULL;
     const em_hparams *hp = em_model_hparams(m);
     if (!o->max_tokens || !o->max_seqs || !o->max_ctx)
         return em_err_set(err, EM_EINVAL, "forward: max tokens, sequences and context must be positive");
-    if (hp->has_post_norms || hp->ffn_gelu || hp->n_swa || hp->embd_scale != 1.0f || hp->logit_softcap > 0)
-        return em_err_set(err, EM_EUNSUPPORTED,
-                          "forward: %s does not run on Vulkan yet (no kernels for its post-norms, GELU and "
-                          "sliding window): ember run, chat, logits and perplexity run it with --backend cpu",
-                          hp->arch_name);
+    int rc0 = em_fwd_model_supported(hp, err);
+    if (rc0)
+        return rc0;
     if (hp->head_dim > 256 || hp->head_dim_v > 256 || hp->head_dim % 8 || hp->head_dim_v % 8)
         return em_err_set(err, EM_EUNSUPPORTED,
                           "forward: head sizes %u/%u: the GPU kernels need multiples of 8 up to 256",

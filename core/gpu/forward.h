@@ -59,8 +59,14 @@ uint64_t em_fwd_kv_row_bytes(uint32_t kv_type, uint64_t n);
 uint32_t em_fwd_kv_blocks(em_vk *vk, const em_model *m, uint32_t kv_type, uint64_t kv_mb,
                           uint32_t max_seqs, uint32_t max_ctx, uint32_t max_tokens);
 
+/* 0 if the forward pass has kernels for every part of a model of shape hp,
+ * else EM_EUNSUPPORTED with what is missing (gemma3's post-norms, GELU and
+ * sliding window so far). Needs no device. */
+int  em_fwd_model_supported(const em_hparams *hp, em_err *err);
+
 /* Repack and upload m's weights to vk (both borrowed; must outlive the em_fwd),
- * allocate activations and the KV pool. EM_ENOMEM when they do not fit. */
+ * allocate activations and the KV pool. EM_ENOMEM when they do not fit;
+ * em_fwd_model_supported's refusal first. */
 int  em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **out, em_err *err);
 void em_fwd_destroy(em_fwd *f);   /* accepts NULL */
 
