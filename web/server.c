@@ -39,22 +39,11 @@ int em_buf_add(em_buf *b, const void *data, size_t n)
 
 int em_buf_addf(em_buf *b, const char *fmt, ...)
 {
-    char tmp[512];
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    int rc = em_grow_vprintf(&b->s, &b->cap, &b->n, fmt, ap);
     va_end(ap);
-    if (n < 0)
-        return EM_EINVAL;
-    if ((size_t)n < sizeof tmp)
-        return em_buf_add(b, tmp, (size_t)n);
-    if (em_grow((void **)&b->s, &b->cap, b->n + (size_t)n, 1, 256))
-        return EM_ENOMEM;
-    va_start(ap, fmt);
-    vsnprintf(b->s + b->n, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    b->n += (size_t)n;
-    return 0;
+    return rc;
 }
 
 static int dump_cb(const char *buf, size_t size, void *data)

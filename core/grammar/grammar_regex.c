@@ -32,28 +32,13 @@ void eg_sb_puts(eg_sb *b, const char *s) { eg_sb_put(b, s, strlen(s)); }
 
 void eg_sb_printf(eg_sb *b, const char *fmt, ...)
 {
-    char buf[512];
+    if (b->oom)
+        return;
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    if (n < 0) {
+    if (em_grow_vprintf(&b->s, &b->cap, &b->len, fmt, ap))
         b->oom = 1;
-        return;
-    }
-    if ((size_t)n < sizeof buf) {
-        eg_sb_put(b, buf, (size_t)n);
-        return;
-    }
-    /* a long piece (a rule of many alternatives): formatted in place */
-    if (b->oom || em_grow((void **)&b->s, &b->cap, b->len + (size_t)n, 1, 256)) {
-        b->oom = 1;
-        return;
-    }
-    va_start(ap, fmt);
-    vsnprintf(b->s + b->len, (size_t)n + 1, fmt, ap);
     va_end(ap);
-    b->len += (size_t)n;
 }
 
 void eg_sb_gbnf_char(eg_sb *b, uint32_t cp, int in_class)
