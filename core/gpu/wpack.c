@@ -236,16 +236,14 @@ void em_wpack_group(const em_wpack_layout *L, const void *const *rows, uint32_t 
             default:          /* Q4_K, Q5_K: whole words */
                 break;
             }
-            if (L->type == EM_T_Q3_K) {
-                for (uint32_t w = 0; w < 24; w++)
-                    dst[w] = rd32(blk + 4 * (size_t)w);
-                em_q3k_scales(blk + 96, (uint8_t *)(dst + 24));
-                continue;
-            }
-            for (uint32_t w = 0; w < W; w++)
+            /* whole words; Q3_K's last four are its scales, unpacked below */
+            uint32_t nw = L->type == EM_T_Q3_K ? W - 4 : W;
+            for (uint32_t w = 0; w < nw; w++)
                 dst[w] = rd32(words + 4 * (size_t)w);
             if (L->type == EM_T_Q4_K || L->type == EM_T_Q5_K)
                 k4_scales(blk + 4, dst + 1);
+            if (L->type == EM_T_Q3_K)
+                em_q3k_scales(blk + 96, (uint8_t *)(dst + 24));
         }
     }
     if (L->type == EM_T_Q4_0)
