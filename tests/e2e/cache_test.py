@@ -95,9 +95,12 @@ try:
     for _ in range(100):
         rows = srv.ledger('SELECT request_id, status, prompt_tokens, completion_tokens, response_cached, ttft_ms '
                           'FROM requests ORDER BY received_ms, rowid')
-        if len(rows) >= 14 and all(r['status'] != 'admitted' for r in rows):
+        if len(rows) >= 15 and all(r['status'] != 'admitted' for r in rows):
             break
         time.sleep(0.1)
+    # fifteen requests: a, b, the stream, c, d, the refused one, s1, s2, two unseeded,
+    # the streamed miss, h, n1, n2 and plain's hit (rows land after the answer is sent)
+    assert len(rows) == 15, rows
     hits = [r for r in rows if r['response_cached']]
     assert len(hits) == 5 and all(r['prompt_tokens'] == 0 and r['completion_tokens'] == 0 and
                                   r['status'] == 'completed' for r in hits), rows
