@@ -10,6 +10,9 @@
 // Grid: (H, max splits, n_dec); the step buffer lists the decode tokens as
 // (token index, splits) pairs.
 // Query head h reads KV head h / (H / Hk): GQA/MQA without copying K/V.
+// A sliding-window layer (window > 0) sees the last `window` positions
+// only: the splits divide the blocks from the window's first, and the
+// positions before it in that block are skipped.
 // Head sizes are specialization constants so that the per-dimension loops
 // have constant trip counts (llvmpipe unrolls them, and stops any shader
 // after 65535 dynamic loop iterations, which the host's split keeps this
@@ -34,6 +37,7 @@ layout(push_constant) uniform Push {
     uint nsplit;         // most splits of any token (grid y; partial stride)
     float scale;
     uint kscale_off, vscale_off;   // KV_Q8: half index of the K / V scales
+    uint window;         // a sliding-window layer: the last `window` positions (0: all)
 } pc;
 
 #include "kvread.glsl"
@@ -53,9 +57,10 @@ void main()
     const uint hk = h / (pc.H / pc.Hk);
     const uint n_kv = uint(step[pc.pos_off + t]) + 1u;
     const uint bt = pc.bt_off + uint(step[pc.seq_off + t]) * pc.bt_stride;
-    const uint nblk = (n_kv + BLK - 1u) / BLK;
-    const uint per = (nblk + my_split - 1u) / my_split;
-    const uint b0 = split * per, b1 = min(nblk, b0 + per);
+    const uint first = pc.window != 0u && n_kv > pc.window ? n_kv - pc.window : 0u;   // first position seen
+    const uint nblk = (n_kv + BLK - 1u) / BLK, bf = first / BLK;
+    const uint per = (nblk - bf + my_split - 1u) / my_split;
+    const uint b0 = bf + split * per, b1 = min(nblk, b0 + per);
 
     vec4 q[D / 4u];
     for (uint d4 = 0u; d4 < D / 4u; d4++) {
@@ -71,6 +76,8 @@ void main()
         for (uint j = lane; j < BLK; j += WG) {
             if (b * BLK + j >= n_kv)
                 break;
+            if (b * BLK + j < first)
+                continue;
             const uint row = (blk * pc.Hk + hk) * BLK + j;     // this position's K/V row
             float s = 0.0;
             for (uint d8 = 0u; d8 < D / 8u; d8++) {

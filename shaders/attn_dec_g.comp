@@ -11,6 +11,8 @@
 // layout are those of attn_dec.comp (attn_reduce.comp merges the splits).
 // Grid: (Hk, max splits, n_dec); the step buffer lists the decode tokens as
 // (token index, splits) pairs. Needs G = H / Hk, D and Dv multiples of 8 L.
+// A sliding-window layer (window > 0) sees the last `window` positions, as
+// in attn_dec.comp.
 #version 450
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
@@ -34,6 +36,7 @@ layout(push_constant) uniform Push {
     uint nsplit;         // most splits of any token (grid y; partial stride)
     float scale;
     uint kscale_off, vscale_off;   // KV_Q8: half index of the K / V scales
+    uint window;         // a sliding-window layer: the last `window` positions (0: all)
 } pc;
 
 #include "kvread.glsl"
@@ -51,9 +54,10 @@ void main()
     const uint h0 = hk * G;
     const uint n_kv = uint(step[pc.pos_off + t]) + 1u;
     const uint bt = pc.bt_off + uint(step[pc.seq_off + t]) * pc.bt_stride;
-    const uint nblk = (n_kv + BLK - 1u) / BLK;
-    const uint per = (nblk + my_split - 1u) / my_split;
-    const uint b0 = split * per, b1 = min(nblk, b0 + per);
+    const uint first = pc.window != 0u && n_kv > pc.window ? n_kv - pc.window : 0u;   // first position seen
+    const uint nblk = (n_kv + BLK - 1u) / BLK, bf = first / BLK;
+    const uint per = (nblk - bf + my_split - 1u) / my_split;
+    const uint b0 = bf + split * per, b1 = min(nblk, b0 + per);
 
     // this lane's chunks: K values 8 * (lane * CK + i) .., V likewise
     vec4 q[G * 2u * CK];
@@ -72,8 +76,8 @@ void main()
     }
     for (uint b = b0; b < b1; b++) {
         const uint blk = uint(step[bt + b]);
-        const uint jn = min(BLK, n_kv - b * BLK);
-        for (uint j = 0u; j < jn; j++) {
+        const uint jn = min(BLK, n_kv - b * BLK), j0 = b * BLK < first ? first - b * BLK : 0u;
+        for (uint j = j0; j < jn; j++) {
             const uint row = (blk * pc.Hk + hk) * BLK + j;     // this position's K/V row
             vec4 k[2u * CK];
             for (uint i = 0u; i < CK; i++)

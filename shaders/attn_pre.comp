@@ -49,6 +49,7 @@ layout(push_constant) uniform Push {
     uint list_off;       // int offset of the tile list (pairs) in step
     float scale;
     uint kscale_off, vscale_off;   // KV_Q8: half index of the K / V scales
+    uint window;         // a sliding-window layer: each query sees its last `window` positions (0: all)
 } pc;
 
 #include "kvread.glsl"
@@ -79,8 +80,13 @@ void main()
         m[g] = -1e30;
         l[g] = 0.0;
     }
+    // a windowed layer: query p sees positions p + 1 - window .. p; the
+    // blocks before the tile's first query's window are not read
+    const uint first_pos = uint(step[pc.pos_off + t0]);
+    const uint my_first = pc.window != 0u && my_pos + 1u > pc.window ? my_pos + 1u - pc.window : 0u;
+    const uint b_first = pc.window != 0u && first_pos + 1u > pc.window ? (first_pos + 1u - pc.window) / BLK : 0u;
     const uint nblk = last_pos / BLK + 1u;
-    for (uint b = 0u; b < nblk; b++) {
+    for (uint b = b_first; b < nblk; b++) {
         const uint blk = uint(step[bt + b]);
         const uint row0 = (blk * pc.Hk + hk) * BLK;
         // positions past the tile's last one were never written: they are
@@ -121,7 +127,7 @@ void main()
             }
 #endif
             for (uint g = 0u; g < G; g++) {
-                s[g * BLK + j] = b * BLK + j <= my_pos ? acc[g] : -1e30;
+                s[g * BLK + j] = b * BLK + j <= my_pos && b * BLK + j >= my_first ? acc[g] : -1e30;
                 bm[g] = max(bm[g], s[g * BLK + j]);
             }
         }

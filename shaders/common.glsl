@@ -76,3 +76,13 @@ float rms_scale(float ms, float eps)
     return (floatBitsToUint(ms) & 0x7FFFFFFFu) >= 0x7F800000u ? uintBitsToFloat(0x7FC00000u)
                                                                 : inversesqrt(ms + eps);
 }
+
+// The gate of a gated FFN: SiLU g * sigmoid(g), or (gelu) GELU in its tanh
+// form, 0.5 g (1 + tanh(c (g + 0.044715 g^3))) = g * sigmoid(2 c (...)),
+// written with exp so that large |g| cannot make inf / inf (as
+// core/run/ref.c em_ref_swiglu and em_ref_geglu).
+float ffn_gate(float g, bool gelu)
+{
+    const float z = gelu ? 1.5957691216057308 * g * (1.0 + 0.044715 * g * g) : g;
+    return g / (1.0 + exp(-z));
+}

@@ -1,4 +1,4 @@
-// embed.comp — embedding lookup: x[t][k] = token_embd[tok[t]][k] for every
+// embed.comp — embedding lookup: x[t][k] = scale * token_embd[tok[t]][k] for every
 // weight type, reading the row-interleaved layout through dequant.glsl.
 // One invocation per 4 elements; grid (ceil(E/4 / 64), T). A table larger
 // than one binding is bound in chunks of rows [row0, row0 + rows), one
@@ -23,6 +23,7 @@ layout(push_constant) uniform Push {
     uint tok_off;    // int offset of the token ids in step
     uint row0;       // the first row of the table this chunk holds (a multiple of R)
     uint rows;       // rows it holds
+    float scale;     // the rows times this (Gemma: sqrt(E); else 1)
 } pc;
 
 #include "dequant.glsl"
@@ -37,5 +38,5 @@ void main()
         return;   // another chunk's row
     row -= pc.row0;
     uint nb = (pc.E + BS - 1u) / BS;
-    x4[t * (pc.x_stride / 4u) + j4] = dq4(row / R, nb, (j4 * 4u) / BS, row % R, (j4 * 4u % BS) / 4u);
+    x4[t * (pc.x_stride / 4u) + j4] = pc.scale * dq4(row / R, nb, (j4 * 4u) / BS, row % R, (j4 * 4u % BS) / 4u);
 }

@@ -23,8 +23,8 @@
 // Fusions (FLAGS): NORM_IN applies the RMS norm of the input rows times a
 // norm weight; BIAS adds a bias; ADD_OUT accumulates into y (residual);
 // SWIGLU treats row pairs (2j, 2j+1) as (gate_j, up_j) and writes
-// silu(gate) * up to column j; GATHER_IN reads input row idx[t] of the step
-// buffer instead of row t.
+// silu(gate) * up to column j (with GELU: gelu(gate) * up, GELU's tanh
+// form); GATHER_IN reads input row idx[t] of the step buffer instead of row t.
 #version 450
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
@@ -37,7 +37,7 @@ layout(constant_id = 1) const uint RPW = 8;    // rows per workgroup (multiple o
 layout(constant_id = 2) const uint TN = 1;     // tokens per pass
 layout(constant_id = 3) const uint FLAGS = 0;
 
-const uint F_NORM_IN = 1u, F_BIAS = 2u, F_ADD_OUT = 4u, F_SWIGLU = 8u, F_GATHER_IN = 16u;
+const uint F_NORM_IN = 1u, F_BIAS = 2u, F_ADD_OUT = 4u, F_SWIGLU = 8u, F_GATHER_IN = 16u, F_GELU = 32u;
 
 // The packed weights are a uniform texel buffer of uvec4 texels: llvmpipe
 // fetches texels through its texture path, about half the cost of its
@@ -622,7 +622,7 @@ void main()
             }
             const uint yi = tt * pc.y_stride + pc.y_off + (swiglu ? n / 2u : n);
             if (swiglu)
-                y[yi] = val / (1.0 + exp(-val)) * up;
+                y[yi] = ffn_gate(val, (FLAGS & F_GELU) != 0u) * up;
             else if ((FLAGS & F_ADD_OUT) != 0u)
                 y[yi] += val;
             else

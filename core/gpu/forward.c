@@ -2,7 +2,10 @@
  * command buffer per step shape recorded once and replayed, and per step:
  * embed -> per layer [QKV (norm fused) -> RoPE + KV write -> attention ->
  * output projection (+residual) -> gate/up (norm and SwiGLU fused) -> down
- * (+residual)] -> final norm + logits (fused). Shapes: E = n_embd, H/Hk =
+ * (+residual)] -> final norm + logits (fused). Gemma 3 adds the embedding
+ * scale, a norm of each block's output before the residual (norm_add.comp),
+ * GELU for SiLU, and sliding-window layers with their own rope frequencies
+ * (windowed attention kernels). Shapes: E = n_embd, H/Hk =
  * query/KV heads, D/Dv = head dims, F = n_ff, V = n_vocab, T = tokens. */
 #include "core/gpu/forward_int.h"
 
@@ -81,6 +84,9 @@ int fwd_get_pipe(em_fwd *f, uint32_t k, uint32_t tn, uint32_t flags, em_vk_pipe 
         spec[2] = em_vk_info(f->vk)->subgroup_size;
         spec[3] = f->pre_heads;
         n_spec = 4;
+    } else if (k == EM_K_SWIGLU) {
+        spec[0] = f->hp->ffn_gelu != 0;
+        n_spec = 1;
     } else if (k == EM_K_ROPE_KV || k == EM_K_ROPE_KV_Q8) {
         spec[0] = f->hp->rope_type == EM_ROPE_NEOX;
         spec[1] = f->hp->has_qk_norm;
@@ -188,10 +194,10 @@ static void choose_variant(em_fwd *f)
 
 int em_fwd_model_supported(const em_hparams *hp, em_err *err)
 {
-    if (hp->has_post_norms || hp->ffn_gelu || hp->n_swa || hp->embd_scale != 1.0f || hp->logit_softcap > 0)
+    if (hp->logit_softcap > 0)
         return em_err_set(err, EM_EUNSUPPORTED,
-                          "forward: %s does not run on Vulkan yet (no kernels for its post-norms, GELU and "
-                          "sliding window): ember run, chat, logits and perplexity run it with --backend cpu",
+                          "forward: this %s model caps its logits (final_logit_softcapping), which the Vulkan "
+                          "kernels do not do yet: ember run, chat, logits and perplexity run it with --backend cpu",
                           hp->arch_name);
     return 0;
 }
@@ -260,7 +266,8 @@ int em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **o
     f->qkv_st = fwd_round_up(f->qkv_dim, 32);
     f->att_st = fwd_round_up(hp->n_head * hp->head_dim_v, 32);
     f->F_st = fwd_round_up(hp->n_ff, 32);
-    f->gu_st = fwd_round_up(2 * hp->n_ff, 32);
+    /* gu also holds a block's output before its norm (post-norm models) */
+    f->gu_st = fwd_round_up(2 * hp->n_ff > hp->n_embd ? 2 * hp->n_ff : hp->n_embd, 32);
     f->off_tok = 0;
     f->off_pos = T;
     f->off_seq = 2 * T;
@@ -314,12 +321,16 @@ int em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **o
         goto fail;
 
     {
-        em_vk_pipe *rp, *tp;
+        em_vk_pipe *rp, *tp, *np;
         em_vk_buf rb[3] = { f->step, f->part, f->att }, tb[3] = { f->logits, f->steer, f->cand };
+        em_vk_buf nb[3] = { f->gu, f->vecs, f->x };
         if ((rc = fwd_get_pipe(f, EM_K_ATTN_REDUCE, 0, 0, &rp, err)) ||
             (rc = em_vk_dset_create(vk, rp, rb, &f->reduce_ds, err)) ||
             (rc = fwd_get_pipe(f, EM_K_TOPK, 0, 0, &tp, err)) ||
             (rc = em_vk_dset_create(vk, tp, tb, &f->topk_ds, err)))
+            goto fail;
+        if (hp->has_post_norms && ((rc = fwd_get_pipe(f, EM_K_NORM_ADD, 0, 0, &np, err)) ||
+                                   (rc = em_vk_dset_create(vk, np, nb, &f->norm_add_ds, err))))
             goto fail;
         f->steer_adj_max = L * EM_FWD_STEER_ADJ;
     }
@@ -370,17 +381,19 @@ int em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **o
     }
     em_vk_progress_end(&prog);
 
-    /* inverse rope frequencies, computed in double */
-    {
-        uint32_t nf = hp->n_rot / 2;
-        if ((rc = fwd_vec_add(f, NULL, nf, &f->freq_off, err)))
+    /* inverse rope frequencies, computed in double; sliding-window layers
+     * have their own base and no frequency scale (as core/run/ref.c) */
+    for (int swa = 0; swa < (hp->n_swa ? 2 : 1); swa++) {
+        uint32_t nf = hp->n_rot / 2, *off = swa ? &f->freq_swa_off : &f->freq_off;
+        if ((rc = fwd_vec_add(f, NULL, nf, off, err)))
             goto fail;
         const em_gguf_tensor *ff = em_model_rope_freqs(m);
         for (uint32_t i = 0; i < nf; i++) {
-            double v = hp->rope_freq_scale * pow(hp->rope_base, -2.0 * i / hp->n_rot);
+            double v = swa ? pow(hp->rope_base_swa, -2.0 * i / hp->n_rot)
+                           : hp->rope_freq_scale * pow(hp->rope_base, -2.0 * i / hp->n_rot);
             if (ff)
                 v /= ((const float *)ff->data)[i];
-            f->vecs_host[f->freq_off + i] = (float)v;
+            f->vecs_host[*off + i] = (float)v;
         }
     }
     if ((uint64_t)f->n_vecs * 4 > f->vecs.size) {
@@ -451,10 +464,26 @@ void em_fwd_destroy(em_fwd *f)
 
 /* ---- a step ------------------------------------------------------------------ */
 
+/* Post-norm models: x += rmsnorm(gu) * the norm at vecs[norm_off], gu
+ * holding the block's output (norm_add.comp), then a barrier. */
+static int norm_add(em_fwd *f, em_vk_cmd *cmd, em_pc_norm_add *pn, uint32_t norm_off, int kind, em_err *err)
+{
+    em_vk_pipe *p;
+    int rc = fwd_get_pipe(f, EM_K_NORM_ADD, 0, 0, &p, err);
+    if (rc)
+        return rc;
+    pn->norm_off = norm_off;
+    em_vk_cmd_dispatch(cmd, p, f->norm_add_ds, pn, 1, pn->T, 1);
+    mark(f, cmd, kind);
+    em_vk_cmd_barrier(cmd);
+    return 0;
+}
+
 static int record(em_fwd *f, em_vk_cmd *cmd, const shape *sh, em_err *err)
 {
     const uint32_t T = sh->T, L = sh->L;
     const em_hparams *hp = f->hp;
+    const int post = hp->has_post_norms;
     int rc = em_vk_cmd_begin(cmd, err);
     if (rc)
         return rc;
@@ -466,7 +495,8 @@ static int record(em_fwd *f, em_vk_cmd *cmd, const shape *sh, em_err *err)
     if ((rc = fwd_get_pipe(f, em_fwd_embed_kernel(f->embd.L.type), 0, 0, &p, err)))
         return rc;
     for (uint32_t c = 0; c < f->embd.n_chunks; c++) {   /* each chunk writes the tokens of its rows */
-        em_pc_embed pe = { hp->n_embd, T, f->E_st, f->off_tok, f->embd.ch[c].row0, f->embd.ch[c].rows };
+        em_pc_embed pe = { hp->n_embd, T, f->E_st, f->off_tok, f->embd.ch[c].row0, f->embd.ch[c].rows,
+                           hp->embd_scale };
         em_vk_cmd_dispatch(cmd, p, f->embed_ds[c], &pe, (hp->n_embd / 4 + 63) / 64, T, 1);
     }
     mark(f, cmd, P_EMBED);
@@ -477,21 +507,25 @@ static int record(em_fwd *f, em_vk_cmd *cmd, const shape *sh, em_err *err)
         f->off_pos, f->off_seq, f->off_bt, f->bt_stride, f->freq_off, 0, 0, hp->rms_eps,
         f->kscale_off, f->vscale_off,
     };
-    const float scale = 1.0f / sqrtf((float)hp->head_dim);
+    const float scale = hp->attn_scale;
     em_pc_attn_dec pd = {
         hp->n_head, hp->n_head_kv, hp->head_dim, hp->head_dim_v, f->qkv_st, f->att_st,
         f->off_pos, f->off_seq, f->off_bt, f->bt_stride, f->off_dec, sh->nsplit, scale,
-        f->kscale_off, f->vscale_off,
+        f->kscale_off, f->vscale_off, 0,
     };
     em_pc_attn_pre pp = {
         hp->n_head, hp->n_head_kv, hp->head_dim, hp->head_dim_v, f->qkv_st, f->att_st,
         f->off_pos, f->off_seq, f->off_bt, f->bt_stride, f->off_tiles, scale,
-        f->kscale_off, f->vscale_off,
+        f->kscale_off, f->vscale_off, 0,
     };
     em_pc_attn_reduce pred = { hp->n_head, hp->head_dim_v, sh->nsplit, f->att_st, f->off_dec };
     em_pc_swiglu ps = { hp->n_ff, T, f->gu_st, f->F_st };
+    em_pc_norm_add pn = { hp->n_embd, T, f->gu_st, f->E_st, 0, hp->rms_eps };
     for (uint32_t il = 0; il < hp->n_layer; il++) {
         layer *ly = &f->layers[il];
+        uint32_t window = em_hparams_window(hp, il);
+        pr.freq_off = window ? f->freq_swa_off : f->freq_off;
+        pd.window = pp.window = window;
         if ((rc = site_record(f, cmd, &ly->qkv, T, f->E_st, f->qkv_st, P_QKV, err)))
             return rc;
         em_vk_cmd_barrier(cmd);
@@ -523,9 +557,11 @@ static int record(em_fwd *f, em_vk_cmd *cmd, const shape *sh, em_err *err)
             mark(f, cmd, P_ATTN);
         }
         em_vk_cmd_barrier(cmd);
-        if ((rc = site_record(f, cmd, &ly->wo, T, f->att_st, f->E_st, P_WO, err)))
+        if ((rc = site_record(f, cmd, &ly->wo, T, f->att_st, post ? f->gu_st : f->E_st, P_WO, err)))
             return rc;
         em_vk_cmd_barrier(cmd);
+        if (post && (rc = norm_add(f, cmd, &pn, ly->post_attn_off, P_WO, err)))
+            return rc;
         if (ly->gu_fused) {
             if ((rc = site_record(f, cmd, &ly->gu, T, f->E_st, f->F_st, P_GU, err)))
                 return rc;
@@ -538,9 +574,11 @@ static int record(em_fwd *f, em_vk_cmd *cmd, const shape *sh, em_err *err)
             mark(f, cmd, P_SWIGLU);
         }
         em_vk_cmd_barrier(cmd);
-        if ((rc = site_record(f, cmd, &ly->down, T, f->F_st, f->E_st, P_DOWN, err)))
+        if ((rc = site_record(f, cmd, &ly->down, T, f->F_st, post ? f->gu_st : f->E_st, P_DOWN, err)))
             return rc;
         em_vk_cmd_barrier(cmd);
+        if (post && (rc = norm_add(f, cmd, &pn, ly->post_ffn_off, P_DOWN, err)))
+            return rc;
     }
     if (L > 0 && (rc = site_record(f, cmd, &f->out, L, f->E_st, hp->n_vocab, P_OUT, err)))
         return rc;

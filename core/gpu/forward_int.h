@@ -49,6 +49,7 @@ typedef struct {
     em_vk_buf kc, vc;             /* KV cache of this layer */
     em_vk_dset *rope_ds, *dec_ds, *pre_ds, *swiglu_ds;
     uint32_t  qn_off, kn_off;
+    uint32_t  post_attn_off, post_ffn_off;   /* post-norm models: vecs offsets of the norms */
 } layer;
 
 typedef struct {
@@ -105,6 +106,8 @@ struct em_fwd {
     pmat      embd;                /* token_embd (shared with out when tied) */
     em_vk_dset *embed_ds[MAX_CHUNKS];   /* the embedding lookup, one per chunk of embd */
     uint32_t  out_norm_off, freq_off;
+    uint32_t  freq_swa_off;        /* the sliding-window layers' rope frequencies */
+    em_vk_dset *norm_add_ds;       /* post-norm models: gu -> x (norm_add.comp) */
 
     pipe_entry pipes[MAX_PIPES];
     uint32_t   n_pipes;

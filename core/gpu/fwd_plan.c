@@ -37,12 +37,13 @@ uint64_t em_fwd_plan_vec_floats(const em_model *m)
     for (uint32_t il = 0; il < hp->n_layer; il++) {
         const em_layer_weights *w = em_model_layer(m, il);
         const em_gguf_tensor *v[] = { w->attn_norm, w->ffn_norm, w->bq, w->bk, w->bv,
-                                      w->q_norm, w->k_norm };
+                                      w->q_norm, w->k_norm, w->post_attn_norm, w->post_ffn_norm };
         for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
             if (v[i])
                 nv += round_up64(v[i]->nelem, 4);
     }
-    return nv + round_up64(hp->n_embd, 4) + round_up64(hp->n_rot / 2, 4) + 4;
+    /* the output norm, the rope frequencies (a second table for sliding-window layers) */
+    return nv + round_up64(hp->n_embd, 4) + (hp->n_swa ? 2 : 1) * round_up64(hp->n_rot / 2, 4) + 4;
 }
 
 /* Device bytes of one packed matrix: the rows of the n tensors t[] (one type)
@@ -141,7 +142,8 @@ void em_fwd_plan_scratch(const em_hparams *hp, uint32_t max_tokens, uint32_t max
     mem->qkv = T * round_up64(qkv_dim, 32) * 4;                /* [T][H*D + Hk*(D+Dv)] */
     mem->att = T * round32(hp->n_head * hp->head_dim_v) * 4;   /* [T][H*Dv] attention out */
     mem->hf = T * round32(hp->n_ff) * 4;                       /* [T][F] SwiGLU out */
-    mem->gu = T * round32(2 * hp->n_ff) * 4;                   /* [T][2F] gate/up */
+    /* [T][2F] gate/up; also a block's output before its norm (post-norm models) */
+    mem->gu = T * round32(2 * hp->n_ff > hp->n_embd ? 2 * hp->n_ff : hp->n_embd) * 4;
     /* split-K partials [query][split] of every head, at the splits per
      * query one binding allows (one split writes no partials) */
     uint32_t splits = em_fwd_plan_max_split(hp, max_tokens, max_binding);

@@ -232,15 +232,20 @@ int fwd_build_layer(em_fwd *f, uint32_t il, em_vk_progress *prog, em_err *err)
     if ((rc = fwd_site_bind(f, s, &f->x, &f->qkv, err)))
         return rc;
 
-    /* output projection, added to the residual stream */
+    /* output projection, added to the residual stream (post-norm models:
+     * written to gu, normed and added by norm_add.comp) */
+    const int post = hp->has_post_norms;
+    if (post && ((rc = fwd_vec_tensor(f, w->post_attn_norm, &ly->post_attn_off, err)) ||
+                 (rc = fwd_vec_tensor(f, w->post_ffn_norm, &ly->post_ffn_off, err))))
+        return rc;
     s = &ly->wo;
-    s->flags = EM_MM_ADD_OUT;
+    s->flags = post ? 0 : EM_MM_ADD_OUT;
     s->n_parts = 1;
     s->k_real = hp->n_head * hp->head_dim_v;
     {
         row_src src = { { w->wo }, 1, 0 };
         if ((rc = fwd_pmat_build(f, &src, &s->part[0], prog, err)) ||
-            (rc = fwd_site_bind(f, s, &f->att, &f->x, err)))
+            (rc = fwd_site_bind(f, s, &f->att, post ? &f->gu : &f->x, err)))
             return rc;
     }
 
@@ -252,7 +257,7 @@ int fwd_build_layer(em_fwd *f, uint32_t il, em_vk_progress *prog, em_err *err)
     ly->gu_fused = w->w_gate->type == w->w_up->type;
     if (ly->gu_fused) {
         row_src src = { { w->w_gate, w->w_up }, 2, 1 };
-        s->flags = EM_MM_NORM_IN | EM_MM_SWIGLU;
+        s->flags = EM_MM_NORM_IN | EM_MM_SWIGLU | (hp->ffn_gelu ? EM_MM_GELU : 0);
         s->n_parts = 1;
         if ((rc = fwd_pmat_build(f, &src, &s->part[0], prog, err)) ||
             (rc = fwd_site_bind(f, s, &f->x, &f->hf, err)))
@@ -274,13 +279,13 @@ int fwd_build_layer(em_fwd *f, uint32_t il, em_vk_progress *prog, em_err *err)
     }
 
     s = &ly->down;
-    s->flags = EM_MM_ADD_OUT;
+    s->flags = post ? 0 : EM_MM_ADD_OUT;
     s->n_parts = 1;
     s->k_real = hp->n_ff;
     {
         row_src src = { { w->w_down }, 1, 0 };
         if ((rc = fwd_pmat_build(f, &src, &s->part[0], prog, err)) ||
-            (rc = fwd_site_bind(f, s, &f->hf, &f->x, err)))
+            (rc = fwd_site_bind(f, s, &f->hf, post ? &f->gu : &f->x, err)))
             return rc;
     }
 

@@ -171,7 +171,7 @@ static void reference(const em_kcheck_mm_case *c, const em_wpack_layout *L, cons
         for (uint32_t j = 0; j < out_cols; j++) {
             float v = full[j];
             if (flags & EM_MM_SWIGLU)
-                em_ref_swiglu(&v, &full[2 * j], &full[2 * j + 1], 1);
+                ((flags & EM_MM_GELU) ? em_ref_geglu : em_ref_swiglu)(&v, &full[2 * j], &full[2 * j + 1], 1);
             yr[j] = (flags & EM_MM_ADD_OUT) ? yr[j] + v : v;
         }
     }
@@ -293,7 +293,7 @@ int em_kcheck_embed(em_vk *vk, em_vk_pipe *pipe, uint32_t lanes, uint32_t rpw, u
         (rc = em_vk_dset_create(vk, pipe, b, &ds, err)) || (rc = em_vk_cmd_create(vk, 0, &cmd, err)) ||
         (rc = em_vk_cmd_begin(cmd, err)))
         goto done;
-    em_pc_embed pc = { E, T, xs, 0, 0, V };
+    em_pc_embed pc = { E, T, xs, 0, 0, V, 1.0f };
     em_vk_cmd_dispatch(cmd, pipe, ds, &pc, (E / 4 + 63) / 64, T, 1);
     if ((rc = em_vk_cmd_end(cmd, err)) || (rc = em_vk_cmd_submit_wait(cmd, err)) ||
         (rc = em_vk_download(vk, &b[3], 0, x, (size_t)T * xs * 4, NULL, err)))
@@ -456,7 +456,7 @@ done:
 
 const char *em_kcheck_flags_name(uint32_t flags, char *buf, size_t cap)
 {
-    static const char *const names[] = { "norm_in", "bias", "add_out", "swiglu", "gather_in" };
+    static const char *const names[] = { "norm_in", "bias", "add_out", "swiglu", "gather_in", "gelu" };
     size_t n = 0;
     buf[0] = 0;
     for (uint32_t i = 0; i < sizeof names / sizeof names[0]; i++)

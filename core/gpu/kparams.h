@@ -13,6 +13,7 @@
 /* shaders/mm.comp: spec constants 0 L (lanes), 1 RPW (rows per workgroup), 2 TN, 3 FLAGS */
 enum {
     EM_MM_NORM_IN = 1, EM_MM_BIAS = 2, EM_MM_ADD_OUT = 4, EM_MM_SWIGLU = 8, EM_MM_GATHER_IN = 16,
+    EM_MM_GELU = 32,   /* with SWIGLU: GELU (tanh form) gates instead of SiLU */
 };
 
 typedef struct {
@@ -74,8 +75,9 @@ static inline uint32_t em_mm_grid_y(uint32_t K_pad, uint32_t L, uint32_t rpw, ui
 typedef struct {
     uint32_t E, T, x_stride, tok_off;
     uint32_t row0, rows;   /* the table's rows this dispatch's chunk holds */
+    float    scale;        /* the rows times this (hp->embd_scale) */
 } em_pc_embed;
-_Static_assert(offsetof(em_pc_embed, rows) == 20 && sizeof(em_pc_embed) == 24, "embed push layout");
+_Static_assert(offsetof(em_pc_embed, scale) == 24 && sizeof(em_pc_embed) == 28, "embed push layout");
 
 /* shaders/rope_kv.comp: spec constants 0 NEOX, 1 QK_NORM */
 typedef struct {
@@ -100,11 +102,12 @@ typedef struct {
     uint32_t list_off, nsplit;
     float    scale;
     uint32_t kscale_off, vscale_off;   /* Q8_0 KV: half index of the scales */
+    uint32_t window;                   /* a sliding-window layer's positions (0: all) */
 } em_pc_attn_dec;
 _Static_assert(offsetof(em_pc_attn_dec, qkv_stride) == 16, "attn_dec push layout");
 _Static_assert(offsetof(em_pc_attn_dec, list_off) == 40, "attn_dec push layout");
 _Static_assert(offsetof(em_pc_attn_dec, scale) == 48, "attn_dec push layout");
-_Static_assert(offsetof(em_pc_attn_dec, vscale_off) == 56 && sizeof(em_pc_attn_dec) == 60,
+_Static_assert(offsetof(em_pc_attn_dec, window) == 60 && sizeof(em_pc_attn_dec) == 64,
                "attn_dec push layout");
 
 /* shaders/attn_pre.comp */
@@ -115,10 +118,11 @@ typedef struct {
     uint32_t list_off;
     float    scale;
     uint32_t kscale_off, vscale_off;   /* Q8_0 KV: half index of the scales */
+    uint32_t window;                   /* a sliding-window layer's positions (0: all) */
 } em_pc_attn_pre;
 _Static_assert(offsetof(em_pc_attn_pre, list_off) == 40, "attn_pre push layout");
 _Static_assert(offsetof(em_pc_attn_pre, scale) == 44, "attn_pre push layout");
-_Static_assert(offsetof(em_pc_attn_pre, vscale_off) == 52 && sizeof(em_pc_attn_pre) == 56,
+_Static_assert(offsetof(em_pc_attn_pre, window) == 56 && sizeof(em_pc_attn_pre) == 60,
                "attn_pre push layout");
 
 /* shaders/attn_reduce.comp */
@@ -139,11 +143,18 @@ typedef struct {
 #define EM_TOPK_HEAD 8u   /* words before a row's K ids and K values in the output */
 #define EM_TOPK_STRIDE (EM_TOPK_HEAD + 2u * 64u)   /* words per row of the output */
 
-/* shaders/swiglu.comp */
+/* shaders/swiglu.comp: spec constant 0 GELU */
 typedef struct {
     uint32_t F, T, gu_stride, h_stride;
 } em_pc_swiglu;
 _Static_assert(offsetof(em_pc_swiglu, h_stride) == 12 && sizeof(em_pc_swiglu) == 16, "swiglu push layout");
+
+/* shaders/norm_add.comp: x[t] += rmsnorm(y[t]) * w */
+typedef struct {
+    uint32_t E, T, y_stride, x_stride, norm_off;
+    float    eps;
+} em_pc_norm_add;
+_Static_assert(offsetof(em_pc_norm_add, eps) == 20 && sizeof(em_pc_norm_add) == 24, "norm_add push layout");
 
 /* EM_KV_BLOCK (the shaders' BLK) and em_kv_type: core/run/kv.h */
 

@@ -2,7 +2,8 @@
  * random K/V in a block pool, fragmented and shared block tables, context
  * lengths that are not multiples of the block size, GQA ratios 1, 2, 4 and 8,
  * head sizes 64 and 128 (and small ones); decode queries with and without
- * split-K (+ the reduce pass), and prefill tiles over a cached prefix. */
+ * split-K (+ the reduce pass), and prefill tiles over a cached prefix; and
+ * sliding windows (a query sees its last `window` positions) in each. */
 #include <math.h>
 #include <stdint.h>
 
@@ -20,6 +21,7 @@ static uint32_t dec_lanes = 16;   /* workgroup width of attn_dec (ember: 8 on CP
 static int dec_grouped;           /* attn_dec_g.comp: one workgroup per KV head (ember: GQA on CPUs) */
 static int pre_shuf;              /* attn_pre.comp with SHUF: rows shared by subgroupShuffle (ember: CPUs);
                                      2: and all the query heads of a KV head in one workgroup (ember: CPUs) */
+static uint32_t window;           /* a sliding-window layer: positions a query sees (0: all) */
 static float frand(void) { return (float)((double)(test_rand(&seed) >> 11) / 9007199254740992.0) * 2 - 1; }
 
 static em_vk_buf mkbuf(em_vk *vk, const void *data, size_t n)
@@ -159,7 +161,7 @@ static void scenario(em_vk *vk, uint32_t H, uint32_t Hk, uint32_t D, uint32_t Dv
     if (!rc && !(rc = em_vk_cmd_create(vk, 0, &cmd, &err)) && !(rc = em_vk_cmd_begin(cmd, &err))) {
         if (n_q == 1) {
             em_pc_attn_dec pc = { H, Hk, D, Dv, qkv_st, out_st, off_pos, off_seq, off_bt, bt_stride,
-                                  off_list, nsplit, scale, kso, vso };
+                                  off_list, nsplit, scale, kso, vso, window };
             em_vk_cmd_dispatch(cmd, p, ds, &pc, dec_grouped ? Hk : H, nsplit, n_list);
             if (nsplit > 1) {
                 em_pc_attn_reduce pcr = { H, Dv, nsplit, out_st, off_list };
@@ -168,7 +170,7 @@ static void scenario(em_vk *vk, uint32_t H, uint32_t Hk, uint32_t D, uint32_t Dv
             }
         } else {
             em_pc_attn_pre pc = { H, Hk, D, Dv, qkv_st, out_st, off_pos, off_seq, off_bt, bt_stride,
-                                  off_list, scale, kso, vso };
+                                  off_list, scale, kso, vso, window };
             em_vk_cmd_dispatch(cmd, p, ds, &pc, H / pre_heads, n_list, 1);
         }
         rc = em_vk_cmd_end(cmd, &err);
@@ -201,7 +203,9 @@ static void scenario(em_vk *vk, uint32_t H, uint32_t Hk, uint32_t D, uint32_t Dv
         }
         for (uint32_t i = 0; i < H * D; i++)
             q[i] = qkv[(size_t)t * qkv_st + i];
-        em_ref_attention(q, kr, vr, (int)n_kv, (int)H, (int)Hk, (int)D, (int)Dv, (int)kd, (int)vd, scale, ref);
+        uint32_t first = window && n_kv > window ? n_kv - window : 0;
+        em_ref_attention(q, kr + (size_t)first * kd, vr + (size_t)first * vd, (int)(n_kv - first), (int)H, (int)Hk,
+                         (int)D, (int)Dv, (int)kd, (int)vd, scale, ref);
         for (uint32_t i = 0; i < H * Dv; i++) {
             double e = fabs((double)out[(size_t)t * out_st + i] - ref[i]);
             if (!isfinite(e))
@@ -211,10 +215,10 @@ static void scenario(em_vk *vk, uint32_t H, uint32_t Hk, uint32_t D, uint32_t Dv
         }
     }
     CHECKF(!rc && bad == 0 && worst < 2e-5,
-           "%s H=%u Hk=%u D=%u Dv=%u seqs=%u ctx0=%u q=%u split=%u shared=%d lanes=%u grouped=%d shuf=%d: "
-           "max error %.3e, %u values not finite%s",
+           "%s H=%u Hk=%u D=%u Dv=%u seqs=%u ctx0=%u q=%u split=%u shared=%d lanes=%u grouped=%d shuf=%d "
+           "window=%u: max error %.3e, %u values not finite%s",
            kv_q8 ? "q8_0" : "f16", H, Hk, D, Dv, n_seq, ctx[0], n_q, nsplit, share_prefix, dec_lanes,
-           dec_grouped, pre_shuf, worst, bad, rc ? " (not run)" : "");
+           dec_grouped, pre_shuf, window, worst, bad, rc ? " (not run)" : "");
     em_vk_buf *bufs[] = { &bq, &bs, &bk, &bv, &bo, &bp };
     for (size_t i = 0; i < 6; i++)
         em_vk_free(vk, bufs[i]);
@@ -275,6 +279,26 @@ int main(int argc, char **argv)
         pre_shuf = 0;
         scenario(vk, 2, 1, 32, 64, 1, c, 1, 3, 0);                       /* Dv != D, more splits than blocks */
         scenario(vk, 2, 1, 32, 64, 1, c, 33, 1, 0);
+        /* sliding windows: inside one block, across blocks, longer than
+         * some contexts; split (some splits then see nothing), grouped,
+         * and prefill tiles whose queries' windows start apart */
+        static const uint32_t windows[] = { 5, 16, 40, 512 };
+        for (size_t wi = 0; wi < sizeof windows / sizeof windows[0]; wi++) {
+            window = windows[wi];
+            uint32_t ctx3[3] = { 37, 1, 300 }, ctx2[2] = { 1000, 517 }, ctx1[2] = { 600, 95 };
+            dec_lanes = 8;
+            scenario(vk, 8, 2, 64, 64, 3, ctx3, 1, 1, 0);
+            scenario(vk, 8, 2, 64, 64, 2, ctx2, 1, 5, 1);
+            dec_grouped = 1;
+            scenario(vk, 8, 2, 64, 64, 3, ctx3, 1, 1, 0);
+            scenario(vk, 8, 2, 64, 64, 2, ctx2, 1, 5, 1);
+            dec_grouped = 0;
+            dec_lanes = 16;
+            for (pre_shuf = 0; pre_shuf < 3; pre_shuf++)
+                scenario(vk, 8, 2, 64, 64, 2, ctx1, 40, 1, 1);
+            pre_shuf = 0;
+        }
+        window = 0;
     }
     gpu_close(vk);
     return test_summary("attn");
