@@ -135,16 +135,21 @@ done:
     return status;
 }
 
-/* Matrix-vector flops per token of the transformer layers (2 per weight). */
+/* Matrix-vector flops per token of the transformer layers (2 per weight;
+ * of a mixture of experts, the router and the experts a token uses). */
 static double layer_flops(const em_model *m)
 {
     const em_hparams *hp = em_model_hparams(m);
     double per = 0;
     for (uint32_t il = 0; il < hp->n_layer; il++) {
         const em_layer_weights *w = em_model_layer(m, il);
-        const em_gguf_tensor *t[] = { w->wq, w->wk, w->wv, w->wo, w->w_gate, w->w_up, w->w_down };
+        const em_gguf_tensor *t[] = { w->wq, w->wk, w->wv, w->wo, w->w_gate, w->w_up, w->w_down,
+                                      w->ffn_gate_inp };
         for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
-            per += 2.0 * (double)t[i]->nelem;
+            per += t[i] ? 2.0 * (double)t[i]->nelem : 0;
+        const em_gguf_tensor *x[] = { w->w_gate_exps, w->w_up_exps, w->w_down_exps };
+        for (size_t i = 0; i < 3; i++)
+            per += x[i] ? 2.0 * (double)x[i]->nelem * hp->n_expert_used / hp->n_expert : 0;
     }
     return per;
 }

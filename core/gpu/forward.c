@@ -194,6 +194,10 @@ static void choose_variant(em_fwd *f)
 
 int em_fwd_model_supported(const em_hparams *hp, em_err *err)
 {
+    if (hp->n_expert)
+        return em_err_set(err, EM_EUNSUPPORTED,
+                          "forward: %s is a mixture of experts, which the Vulkan kernels do not run yet: "
+                          "ember run, chat, logits and perplexity run it with --backend cpu", hp->arch_name);
     if (hp->logit_softcap > 0)
         return em_err_set(err, EM_EUNSUPPORTED,
                           "forward: this %s model caps its logits (final_logit_softcapping), which the Vulkan "

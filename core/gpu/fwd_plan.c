@@ -54,7 +54,7 @@ static int plan_mat(const em_gguf_tensor *const *t, uint32_t n, uint32_t rows, u
 {
     uint32_t N = 0;
     for (uint32_t i = 0; i < n; i++)
-        N += (uint32_t)t[i]->ne[1];
+        N += (uint32_t)(t[i]->ne[1] * t[i]->ne[2]);   /* (3-D: the experts' rows one after another) */
     em_wpack_layout L;
     int rc = em_wpack_layout_for(t[0]->type, (uint32_t)t[0]->ne[0], N, rows, lanes, &L, err);
     if (rc)
@@ -86,6 +86,14 @@ int em_fwd_plan_weights(const em_model *m, uint32_t rows, uint32_t lanes, em_fwd
         const em_gguf_tensor *gu[2] = { w->w_gate, w->w_up };
         if (!rc)
             rc = plan_mat(&w->wo, 1, rows, lanes, mem, err);
+        if (!rc && hp->n_expert) {
+            /* (a mixture of experts has no kernels yet: the figures of its
+             * router and of every expert's rows as plain matrices) */
+            const em_gguf_tensor *mt[] = { w->ffn_gate_inp, w->w_gate_exps, w->w_up_exps, w->w_down_exps };
+            for (size_t i = 0; i < 4 && !rc; i++)
+                rc = plan_mat(&mt[i], 1, rows, lanes, mem, err);
+            continue;
+        }
         if (!rc && w->w_gate->type == w->w_up->type)
             rc = plan_mat(gu, 2, rows, lanes, mem, err);
         else if (!rc && !(rc = plan_mat(&gu[0], 1, rows, lanes, mem, err)))

@@ -1,5 +1,5 @@
 /* model.c — read architecture hyperparameters and locate/check every weight
- * tensor of a llama / qwen2 / qwen3 / gemma3 GGUF model. */
+ * tensor of a llama / qwen2 / qwen3 / qwen3moe / gemma3 GGUF model. */
 #include "core/model/model.h"
 
 #include <math.h>
@@ -51,9 +51,10 @@ static int arch_f32(loader *L, const char *suffix, float *out, float def)
     return em_gguf_get_f32(L->m->g, key, out, L->err);
 }
 
-/* Find a tensor and check its shape (ne0, ne1; ne1 == 0 means 1-D) and type. */
-static int need(loader *L, const char *name, uint64_t ne0, uint64_t ne1, int optional,
-                const em_gguf_tensor **out)
+/* Find a tensor and check its shape (ne0, ne1, ne2; ne1 == 0 means 1-D,
+ * ne2 == 0 2-D) and type. */
+static int need3(loader *L, const char *name, uint64_t ne0, uint64_t ne1, uint64_t ne2, int optional,
+                 const em_gguf_tensor **out)
 {
     const em_gguf_tensor *t = em_gguf_find_tensor(L->m->g, name);
     *out = t;
@@ -62,8 +63,8 @@ static int need(loader *L, const char *name, uint64_t ne0, uint64_t ne1, int opt
             return 0;
         return em_err_set(L->err, EM_EFORMAT, "%s: missing tensor '%s'", L->path, name);
     }
-    int dims_ok = ne1 ? (t->ne[0] == ne0 && t->ne[1] == ne1 && t->ne[2] == 1 && t->ne[3] == 1)
-                      : (t->ne[0] == ne0 && t->ne[1] == 1 && t->ne[2] == 1 && t->ne[3] == 1);
+    int dims_ok = t->ne[0] == ne0 && t->ne[1] == (ne1 ? ne1 : 1) && t->ne[2] == (ne2 ? ne2 : 1) &&
+                  t->ne[3] == 1;
     if (!dims_ok) {
         /* every stored dimension, so that the message cannot contradict itself */
         char shape[96];
@@ -71,6 +72,10 @@ static int need(loader *L, const char *name, uint64_t ne0, uint64_t ne1, int opt
         for (uint32_t d = 0; d < t->n_dims && d < 4; d++)
             o += (size_t)snprintf(shape + o, sizeof shape - o, "%s%llu", d ? ", " : "",
                                   (unsigned long long)t->ne[d]);
+        if (ne2)
+            return em_err_set(L->err, EM_EFORMAT, "%s: tensor '%s' has shape [%s], expected [%llu, %llu, %llu]",
+                              L->path, name, shape, (unsigned long long)ne0, (unsigned long long)ne1,
+                              (unsigned long long)ne2);
         if (ne1)
             return em_err_set(L->err, EM_EFORMAT, "%s: tensor '%s' has shape [%s], expected [%llu, %llu]",
                               L->path, name, shape, (unsigned long long)ne0, (unsigned long long)ne1);
@@ -85,6 +90,30 @@ static int need(loader *L, const char *name, uint64_t ne0, uint64_t ne1, int opt
                           L->path, name, em_ttype_name(t->type));
     L->m->weight_bytes += t->nbytes;
     L->m->n_params += t->nelem;
+    return 0;
+}
+
+static int need(loader *L, const char *name, uint64_t ne0, uint64_t ne1, int optional,
+                const em_gguf_tensor **out)
+{
+    return need3(L, name, ne0, ne1, 0, optional, out);
+}
+
+/* qwen3moe: experts in all, used per token, rows of each; the tensors'
+ * shapes are checked against them in find_weights */
+static int read_moe(loader *L)
+{
+    em_hparams *hp = &L->m->hp;
+    int rc;
+    if ((rc = arch_u32(L, "expert_count", &hp->n_expert, 0, 0)) ||
+        (rc = arch_u32(L, "expert_used_count", &hp->n_expert_used, 0, 0)) ||
+        (rc = arch_u32(L, "expert_feed_forward_length", &hp->n_ff_exp, 0, 0)))
+        return rc;
+    if (hp->n_expert == 0 || hp->n_expert > EM_MAX_EXPERTS || hp->n_expert_used == 0 ||
+        hp->n_expert_used > hp->n_expert || hp->n_ff_exp == 0 || hp->n_ff_exp > 1u << 20)
+        return em_err_set(L->err, EM_EFORMAT,
+                          "%s: %s uses %u of %u experts of %u rows: need 1 <= used <= experts <= %u and rows > 0",
+                          L->path, hp->arch_name, hp->n_expert_used, hp->n_expert, hp->n_ff_exp, EM_MAX_EXPERTS);
     return 0;
 }
 
@@ -132,6 +161,10 @@ static int read_hparams(loader *L)
         hp->arch = EM_ARCH_QWEN3;
         hp->rope_type = EM_ROPE_NEOX;
         hp->has_qk_norm = 1;
+    } else if (em_gguf_str_eq(s, "qwen3moe")) {
+        hp->arch = EM_ARCH_QWEN3MOE;
+        hp->rope_type = EM_ROPE_NEOX;
+        hp->has_qk_norm = 1;
     } else if (em_gguf_str_eq(s, "gemma3")) {
         hp->arch = EM_ARCH_GEMMA3;
         hp->rope_type = EM_ROPE_NEOX;
@@ -140,7 +173,7 @@ static int read_hparams(loader *L)
         hp->ffn_gelu = 1;
     } else {
         return em_err_set(L->err, EM_EUNSUPPORTED,
-                          "%s: architecture '%.*s' is not supported (supported: llama, qwen2, qwen3, gemma3)",
+                          "%s: architecture '%.*s' is not supported (supported: llama, qwen2, qwen3, qwen3moe, gemma3)",
                           L->path, (int)(s.len > 64 ? 64 : s.len), s.ptr);
     }
     snprintf(hp->arch_name, sizeof hp->arch_name, "%.*s", (int)s.len, s.ptr);
@@ -199,6 +232,8 @@ static int read_hparams(loader *L)
     hp->embd_scale = 1.0f;
     hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
     if (hp->arch == EM_ARCH_GEMMA3 && (rc = read_gemma3(L)))
+        return rc;
+    if (hp->arch == EM_ARCH_QWEN3MOE && (rc = read_moe(L)))
         return rc;
 
     /* vocabulary: <arch>.vocab_size, else the token list, else token_embd rows */
@@ -271,9 +306,22 @@ static int find_weights(loader *L)
         NEED(q_norm, "attn_q_norm.weight", hp->head_dim, 0, !hp->has_qk_norm);
         NEED(k_norm, "attn_k_norm.weight", hp->head_dim, 0, !hp->has_qk_norm);
         NEED(ffn_norm, "ffn_norm.weight", hp->n_embd, 0, 0);
-        NEED(w_gate, "ffn_gate.weight", hp->n_embd, hp->n_ff, 0);
-        NEED(w_up, "ffn_up.weight", hp->n_embd, hp->n_ff, 0);
-        NEED(w_down, "ffn_down.weight", hp->n_ff, hp->n_embd, 0);
+        int moe = hp->n_expert > 0;
+        if (moe) {
+            NEED(ffn_gate_inp, "ffn_gate_inp.weight", hp->n_embd, hp->n_expert, 0);
+#define NEED3(field, suffix, ne0, ne1)                                                  \
+            snprintf(n, sizeof n, "blk.%u." suffix, il);                              \
+            if ((rc = need3(L, n, (ne0), (ne1), hp->n_expert, 0, &w->field)))         \
+                return rc;
+            NEED3(w_gate_exps, "ffn_gate_exps.weight", hp->n_embd, hp->n_ff_exp);
+            NEED3(w_up_exps, "ffn_up_exps.weight", hp->n_embd, hp->n_ff_exp);
+            NEED3(w_down_exps, "ffn_down_exps.weight", hp->n_ff_exp, hp->n_embd);
+#undef NEED3
+        } else {
+            NEED(w_gate, "ffn_gate.weight", hp->n_embd, hp->n_ff, 0);
+            NEED(w_up, "ffn_up.weight", hp->n_embd, hp->n_ff, 0);
+            NEED(w_down, "ffn_down.weight", hp->n_ff, hp->n_embd, 0);
+        }
         NEED(post_attn_norm, "post_attention_norm.weight", hp->n_embd, 0, !hp->has_post_norms);
         NEED(post_ffn_norm, "post_ffw_norm.weight", hp->n_embd, 0, !hp->has_post_norms);
 #undef NEED

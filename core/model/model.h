@@ -14,7 +14,7 @@
 #include "core/err.h"
 #include "core/model/gguf.h"
 
-typedef enum { EM_ARCH_LLAMA, EM_ARCH_QWEN2, EM_ARCH_QWEN3, EM_ARCH_GEMMA3 } em_arch;
+typedef enum { EM_ARCH_LLAMA, EM_ARCH_QWEN2, EM_ARCH_QWEN3, EM_ARCH_GEMMA3, EM_ARCH_QWEN3MOE } em_arch;
 typedef enum { EM_ROPE_NORM, EM_ROPE_NEOX } em_rope_type;
 
 typedef struct {
@@ -47,7 +47,17 @@ typedef struct {
     uint32_t     n_swa;          /* sliding window (positions a query sees, itself included); 0: none */
     uint32_t     swa_pattern;    /* every swa_pattern-th layer is global, the others windowed */
     float        rope_base_swa;  /* the windowed layers' rope base (their freq scale is 1) */
+    /* mixture of experts (qwen3moe; 0 for a dense model): a router picks
+     * n_expert_used of n_expert SiLU-gated experts of n_ff_exp rows per
+     * token, weighted by the router's softmax renormalised over the chosen */
+    uint32_t     n_expert;
+    uint32_t     n_expert_used;
+    uint32_t     n_ff_exp;
 } em_hparams;
+
+/* The most experts a mixture-of-experts model may have (Qwen3-235B-A22B:
+ * 128; DeepSeek-V3: 256). */
+#define EM_MAX_EXPERTS 256
 
 /* The window of layer il: hp->n_swa for a windowed layer, 0 for a global one. */
 static inline uint32_t em_hparams_window(const em_hparams *hp, uint32_t il)
@@ -66,9 +76,15 @@ typedef struct {
     const em_gguf_tensor *k_norm;     /* [head_dim] (qwen3) or NULL */
     const em_gguf_tensor *wo;         /* [n_head*head_dim_v, n_embd] */
     const em_gguf_tensor *ffn_norm;   /* [n_embd] */
-    const em_gguf_tensor *w_gate;     /* [n_embd, n_ff] */
-    const em_gguf_tensor *w_up;       /* [n_embd, n_ff] */
-    const em_gguf_tensor *w_down;     /* [n_ff, n_embd] */
+    const em_gguf_tensor *w_gate;     /* [n_embd, n_ff] (NULL in a mixture of experts) */
+    const em_gguf_tensor *w_up;       /* [n_embd, n_ff] (NULL in a mixture of experts) */
+    const em_gguf_tensor *w_down;     /* [n_ff, n_embd] (NULL in a mixture of experts) */
+    /* mixture of experts, else NULL: the router and the experts' matrices,
+     * expert e's rows e * ne[1] .. of each (ne[2] = n_expert) */
+    const em_gguf_tensor *ffn_gate_inp;   /* [n_embd, n_expert] */
+    const em_gguf_tensor *w_gate_exps;    /* [n_embd, n_ff_exp, n_expert] */
+    const em_gguf_tensor *w_up_exps;      /* [n_embd, n_ff_exp, n_expert] */
+    const em_gguf_tensor *w_down_exps;    /* [n_ff_exp, n_embd, n_expert] */
     const em_gguf_tensor *post_attn_norm; /* [n_embd] (gemma3) or NULL */
     const em_gguf_tensor *post_ffn_norm;  /* [n_embd] (gemma3) or NULL */
 } em_layer_weights;

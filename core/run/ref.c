@@ -25,6 +25,7 @@ struct em_ref {
     float *out_norm;               /* [E] */
     float *rope_ff;                /* [n_rot/2] or NULL */
     float *x, *xb, *xb2;           /* [E] residual stream, normed, scratch */
+    float *router, *xe;            /* mixture of experts: [n_expert] router, [E] one expert's output */
     float *q, *k, *v;              /* [H*D], [Hk*D], [Hk*Dv] */
     float *att_out;                /* [H*Dv] */
     float *hg, *hu;                /* [F] gate, up */
@@ -166,7 +167,7 @@ int em_ref_create(const em_model *m, uint32_t n_ctx, em_ref **out, em_err *err)
     r->m = m;
     r->hp = hp;
     r->n_ctx = n_ctx;
-    size_t E = hp->n_embd, F = hp->n_ff;
+    size_t E = hp->n_embd, F = hp->n_ff > hp->n_ff_exp ? hp->n_ff : hp->n_ff_exp;
     size_t qd = (size_t)hp->n_head * hp->head_dim, kd = (size_t)hp->n_head_kv * hp->head_dim;
     size_t vd = (size_t)hp->n_head_kv * hp->head_dim_v, od = (size_t)hp->n_head * hp->head_dim_v;
     int fail = 0;
@@ -196,6 +197,11 @@ int em_ref_create(const em_model *m, uint32_t n_ctx, em_ref **out, em_err *err)
     r->att_out = calloc(od, sizeof(float));
     r->hg = calloc(F, sizeof(float));
     r->hu = calloc(F, sizeof(float));
+    if (hp->n_expert) {
+        r->router = calloc(hp->n_expert, sizeof(float));
+        r->xe = calloc(E, sizeof(float));
+        fail |= !r->router || !r->xe;
+    }
     r->kcache = calloc((size_t)hp->n_layer * n_ctx * kd, sizeof(float));
     r->vcache = calloc((size_t)hp->n_layer * n_ctx * vd, sizeof(float));
     if (fail || !r->x || !r->xb || !r->xb2 || !r->q || !r->k || !r->v || !r->att_out ||
@@ -220,12 +226,64 @@ void em_ref_destroy(em_ref *r)
     free(r->out_norm); free(r->rope_ff);
     free(r->x); free(r->xb); free(r->xb2); free(r->q); free(r->k); free(r->v);
     free(r->att_out); free(r->hg); free(r->hu); free(r->kcache); free(r->vcache);
+    free(r->router); free(r->xe);
     free(r);
 }
 
 static void matvec_t(const em_gguf_tensor *t, const float *x, float *y)
 {
     em_ref_matvec(t->type, t->data, t->ne[0], t->ne[1], x, y);
+}
+
+/* y[ne1] = expert e's matrix of the 3-D tensor t (its rows e * ne1 ..) times x */
+static void matvec_expert(const em_gguf_tensor *t, uint32_t e, const float *x, float *y)
+{
+    uint64_t mat_bytes = t->nbytes / t->ne[2];
+    em_ref_matvec(t->type, (const uint8_t *)t->data + e * mat_bytes, t->ne[0], t->ne[1], x, y);
+}
+
+/* The mixture-of-experts FFN of one token (qwen3moe): the router's logits,
+ * their softmax, the n_expert_used most probable experts (the lower index
+ * first on a tie) weighted by their probabilities renormalised to sum 1;
+ * out[E] = sum over them of weight * down(silu(gate(xb)) * up(xb)). */
+static void moe_ffn(em_ref *r, const em_layer_weights *w, const float *xb, float *out)
+{
+    const em_hparams *hp = r->hp;
+    uint32_t ne = hp->n_expert, k = hp->n_expert_used, F = hp->n_ff_exp, E = hp->n_embd;
+    matvec_t(w->ffn_gate_inp, xb, r->router);
+    float mx = r->router[0];
+    for (uint32_t e = 1; e < ne; e++)
+        mx = fmaxf(mx, r->router[e]);
+    double sum = 0;
+    for (uint32_t e = 0; e < ne; e++)
+        sum += r->router[e] = expf(r->router[e] - mx);
+    for (uint32_t e = 0; e < ne; e++)
+        r->router[e] = (float)(r->router[e] / sum);
+    uint32_t pick[EM_MAX_EXPERTS];
+    uint8_t taken[EM_MAX_EXPERTS] = { 0 };
+    double wsum = 0;
+    for (uint32_t j = 0; j < k; j++) {
+        uint32_t best = 0;
+        for (uint32_t e = 0, first = 1; e < ne; e++)
+            if (!taken[e] && (first || r->router[e] > r->router[best])) {
+                best = e;
+                first = 0;
+            }
+        taken[best] = 1;
+        pick[j] = best;
+        wsum += r->router[best];
+    }
+    memset(out, 0, E * sizeof *out);
+    for (uint32_t j = 0; j < k; j++) {
+        uint32_t e = pick[j];
+        matvec_expert(w->w_gate_exps, e, xb, r->hg);                    /* hg[F] */
+        matvec_expert(w->w_up_exps, e, xb, r->hu);                      /* hu[F] */
+        em_ref_swiglu(r->hg, r->hg, r->hu, (int)F);
+        matvec_expert(w->w_down_exps, e, r->hg, r->xe);                 /* xe[E] */
+        float wt = (float)(r->router[e] / wsum);
+        for (uint32_t i = 0; i < E; i++)
+            out[i] += wt * r->xe[i];
+    }
 }
 
 static void add_bias(float *y, const float *b, size_t n)
@@ -292,13 +350,17 @@ int em_ref_forward(em_ref *r, int32_t token, uint32_t pos, float *logits, em_err
             r->x[i] += r->xb2[i];
 
         em_ref_rmsnorm(r->xb, r->x, lv->ffn_norm, E, hp->rms_eps);
-        matvec_t(w->w_gate, r->xb, r->hg);                              /* hg[F] */
-        matvec_t(w->w_up, r->xb, r->hu);                                /* hu[F] */
-        if (hp->ffn_gelu)
-            em_ref_geglu(r->hg, r->hg, r->hu, F);
-        else
-            em_ref_swiglu(r->hg, r->hg, r->hu, F);
-        matvec_t(w->w_down, r->hg, r->xb2);                             /* xb2[E] */
+        if (hp->n_expert) {
+            moe_ffn(r, w, r->xb, r->xb2);                               /* xb2[E] */
+        } else {
+            matvec_t(w->w_gate, r->xb, r->hg);                          /* hg[F] */
+            matvec_t(w->w_up, r->xb, r->hu);                            /* hu[F] */
+            if (hp->ffn_gelu)
+                em_ref_geglu(r->hg, r->hg, r->hu, F);
+            else
+                em_ref_swiglu(r->hg, r->hg, r->hu, F);
+            matvec_t(w->w_down, r->hg, r->xb2);                         /* xb2[E] */
+        }
         if (lv->post_ffn_norm)
             em_ref_rmsnorm(r->xb2, r->xb2, lv->post_ffn_norm, E, hp->rms_eps);
         for (int i = 0; i < E; i++)

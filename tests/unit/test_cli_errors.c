@@ -132,16 +132,18 @@ static int write_huge_embeddings(const char *path)
     return t != NULL;
 }
 
-/* Write a copy of synth-gemma3-256-F16 without the metadata entry drop_kv,
- * with set_kv set to set_val (u32; f32 for gemma3.final_logit_softcapping),
- * and without the tensor drop_tensor (each NULL: unchanged); returns 0
- * where the shared folder is absent. */
-static int write_gemma3_variant(const char *path, const char *drop_kv, const char *set_kv, uint32_t set_val,
-                                const char *drop_tensor)
+/* Write a copy of the shared models/synth/<model>.gguf without the metadata
+ * entry drop_kv, with set_kv set to set_val (u32; f32 for
+ * gemma3.final_logit_softcapping), and without the tensor drop_tensor (each
+ * NULL: unchanged); returns 0 where the shared folder is absent. */
+static int write_synth_variant(const char *model, const char *path, const char *drop_kv, const char *set_kv,
+                               uint32_t set_val, const char *drop_tensor)
 {
     if (!test_shared_dir())
         return 0;
-    const char *src = test_shared("models/synth/synth-gemma3-256-F16.gguf");
+    char rel[256];
+    snprintf(rel, sizeof rel, "models/synth/%s.gguf", model);
+    const char *src = test_shared(rel);
     em_gguf *g = NULL;
     em_gguf_writer *w = NULL;
     em_err err = { 0 };
@@ -198,6 +200,59 @@ static void expect_bad(const char *label, const char *needle, char *const args[]
     char *argv[32];
     ember_argv(argv, args);
     test_expect_cli_error(label, argv, needle);
+}
+
+/* A copy of a synth model with one change (write_synth_variant), and what
+ * ember must make of it: load_needle, refused at load with that in the one
+ * error line; else it runs on the CPU, and on Vulkan (where there is a
+ * device) it runs (vk_needle NULL) or is refused with vk_needle, which
+ * `ember vram` then prints as its note. */
+typedef struct {
+    const char *name, *drop_kv, *set_kv;
+    uint32_t    val;
+    const char *drop_t, *load_needle, *vk_needle;
+} synth_variant;
+
+static void check_variants(const char *model, const synth_variant *v, size_t n, const char *dir, char *toks,
+                           char *out)
+{
+    for (size_t i = 0; i < n; i++) {
+        char path[600], label[128];
+        snprintf(path, sizeof path, "%s/%s-%s.gguf", dir, model, v[i].name);
+        snprintf(label, sizeof label, "%s %s", model, v[i].name);
+        if (!write_synth_variant(model, path, v[i].drop_kv, v[i].set_kv, v[i].val, v[i].drop_t))
+            return;
+        char *args[] = { "logits", "--model", path, "--tokens-file", toks, "--output", out, "--backend", "cpu", NULL };
+        if (v[i].load_needle) {
+            expect_bad(label, v[i].load_needle, args);
+            continue;
+        }
+        char *argv[32], *err = NULL;
+        ember_argv(argv, args);
+        int st = test_run(argv, NULL, &err);
+        CHECKF(st == 0, "%s on the CPU: status %d: %s", label, st, err ? err : "");
+        free(err);
+        err = NULL;
+        args[8] = "vulkan";
+        ember_argv(argv, args);
+        st = test_run(argv, NULL, &err);
+        int no_device = st == 1 && err && strstr(err, "ember: vulkan: ");
+        free(err);
+        err = NULL;
+        if (!v[i].vk_needle) {
+            CHECKF(st == 0 || no_device, "%s on vulkan: status %d", label, st);
+            continue;
+        }
+        if (!no_device)
+            test_expect_cli_error(label, argv, v[i].vk_needle);
+        char *vargs[] = { "vram", "--model", path, "--mem-gb", "1", NULL }, *vout = NULL;
+        ember_argv(argv, vargs);
+        st = test_run(argv, &vout, &err);
+        CHECKF(st == 0 && vout && strstr(vout, "\nnote      forward: ") && strstr(vout, v[i].vk_needle),
+               "%s: vram: status %d: %s%s", label, st, vout ? vout : "", err ? err : "");
+        free(vout);
+        free(err);
+    }
 }
 
 /* Run ember with stdout on /dev/full (every write fails with ENOSPC): a
@@ -432,56 +487,36 @@ int main(void)
 
         /* gemma3 whose window metadata is missing or inconsistent, or that
          * lacks a post-norm: refused at load, naming what is wrong; a good
-         * copy runs on the CPU and on Vulkan (where there is a device); one
-         * that caps its logits runs on the CPU, Vulkan refuses it by name,
-         * and `ember vram` gives its figures with a note saying so */
-        struct { const char *name, *drop_kv, *set_kv; uint32_t val; const char *drop_t, *needle; } gv[] = {
-            { "good", NULL, NULL, 0, NULL, NULL },
-            { "window0", NULL, "gemma3.attention.sliding_window", 0, NULL, "sliding window 0, pattern 6" },
-            { "pattern0", NULL, "gemma3.attention.sliding_window_pattern", 0, NULL, "sliding window 16, pattern 0" },
-            { "nowindow", "gemma3.attention.sliding_window", NULL, 0, NULL, "gemma3.attention.sliding_window" },
-            { "nopost", NULL, NULL, 0, "blk.3.post_ffw_norm.weight", "missing tensor 'blk.3.post_ffw_norm.weight'" },
-            { "softcap", NULL, "gemma3.final_logit_softcapping", 30, NULL, NULL },
+         * copy runs on the CPU and on Vulkan; one that caps its logits runs
+         * on the CPU and Vulkan refuses it by name */
+        static const synth_variant gv[] = {
+            { "good", NULL, NULL, 0, NULL, NULL, NULL },
+            { "window0", NULL, "gemma3.attention.sliding_window", 0, NULL, "sliding window 0, pattern 6", NULL },
+            { "pattern0", NULL, "gemma3.attention.sliding_window_pattern", 0, NULL, "sliding window 16, pattern 0",
+              NULL },
+            { "nowindow", "gemma3.attention.sliding_window", NULL, 0, NULL, "gemma3.attention.sliding_window", NULL },
+            { "nopost", NULL, NULL, 0, "blk.3.post_ffw_norm.weight", "missing tensor 'blk.3.post_ffw_norm.weight'",
+              NULL },
+            { "softcap", NULL, "gemma3.final_logit_softcapping", 30, NULL, NULL,
+              "caps its logits (final_logit_softcapping)" },
         };
-        for (size_t i = 0; i < sizeof gv / sizeof gv[0]; i++) {
-            char gp[600];
-            snprintf(gp, sizeof gp, "%s/gemma3-%s.gguf", dir, gv[i].name);
-            if (!write_gemma3_variant(gp, gv[i].drop_kv, gv[i].set_kv, gv[i].val, gv[i].drop_t))
-                break;
-            char *args[] = { "logits", "--model", gp, "--tokens-file", toks, "--output", out,
-                             "--backend", "cpu", NULL };
-            if (gv[i].needle) {
-                expect_bad(gv[i].name, gv[i].needle, args);
-                continue;
-            }
-            char *argv[32], *err = NULL;
-            ember_argv(argv, args);
-            int st = test_run(argv, NULL, &err);
-            CHECKF(st == 0, "gemma3 copy: status %d: %s", st, err ? err : "");
-            free(err);
-            err = NULL;
-            args[8] = "vulkan";
-            ember_argv(argv, args);
-            int capped = gv[i].set_kv != NULL;
-            if (capped) {
-                st = test_run(argv, NULL, &err);
-                if (!(st == 1 && err && strstr(err, "ember: vulkan: ")))
-                    test_expect_cli_error("capped gemma3 on vulkan", argv, "caps its logits (final_logit_softcapping)");
-                free(err);
-                char *vargs[] = { "vram", "--model", gp, "--mem-gb", "1", NULL }, *vout = NULL;
-                err = NULL;
-                ember_argv(argv, vargs);
-                st = test_run(argv, &vout, &err);
-                CHECKF(st == 0 && vout && strstr(vout, "\nnote      forward: this gemma3 model caps its logits"),
-                       "vram of a capped gemma3: status %d: %s%s", st, vout ? vout : "", err ? err : "");
-                free(vout);
-            } else {
-                st = test_run(argv, NULL, &err);
-                CHECKF(st == 0 || (st == 1 && err && strstr(err, "ember: vulkan: ")),
-                       "gemma3 on vulkan: status %d: %s", st, err ? err : "");
-            }
-            free(err);
-        }
+        check_variants("synth-gemma3-256-F16", gv, sizeof gv / sizeof gv[0], dir, toks, out);
+        /* qwen3moe whose expert metadata is missing or disagrees with its
+         * tensors: refused at load, naming what is wrong; a good copy runs
+         * on the CPU, and Vulkan refuses it by name (no MoE kernels yet) */
+        static const synth_variant mv[] = {
+            { "good", NULL, NULL, 0, NULL, NULL, "qwen3moe is a mixture of experts" },
+            { "nocount", "qwen3moe.expert_count", NULL, 0, NULL, "qwen3moe.expert_count", NULL },
+            { "used9", NULL, "qwen3moe.expert_used_count", 9, NULL, "uses 9 of 8 experts", NULL },
+            { "used0", NULL, "qwen3moe.expert_used_count", 0, NULL, "uses 0 of 8 experts", NULL },
+            { "count4", NULL, "qwen3moe.expert_count", 4, NULL,
+              "tensor 'blk.0.ffn_gate_inp.weight' has shape [256, 8], expected [256, 4]", NULL },
+            { "rows128", NULL, "qwen3moe.expert_feed_forward_length", 128, NULL,
+              "tensor 'blk.0.ffn_gate_exps.weight' has shape [256, 256, 8], expected [256, 128, 8]", NULL },
+            { "noexps", NULL, NULL, 0, "blk.1.ffn_down_exps.weight", "missing tensor 'blk.1.ffn_down_exps.weight'",
+              NULL },
+        };
+        check_variants("synth-qwen3moe-256-F16", mv, sizeof mv / sizeof mv[0], dir, toks, out);
 
         /* an embedding padded past the tokenizer: the padding ids have no
          * text and are never generated (they used to vanish from the text) */
