@@ -92,9 +92,9 @@ static int bench_users(const char *model_path, em_model *m, const char *users, l
         status = em_cli_fail_err(&err);
         goto done;
     }
-    uint32_t blocks = em_fwd_kv_blocks(vk, m, kv_type, (uint64_t)kv_mb, seqs, ctx, T);
+    uint32_t nbw = 0, blocks = em_fwd_kv_blocks(vk, m, kv_type, (uint64_t)kv_mb, seqs, ctx, T, &nbw);
     em_fwd_opts fo = { .max_tokens = T, .max_seqs = seqs, .max_ctx = ctx, .n_blocks = blocks,
-                       .max_logits = seqs, .kv_type = kv_type };
+                       .n_blocks_window = nbw, .max_logits = seqs, .kv_type = kv_type };
     if (blocks == 0) {
         status = em_cli_fail(1, "bench: no device memory left for a KV cache");
         goto done;
@@ -103,12 +103,14 @@ static int bench_users(const char *model_path, em_model *m, const char *users, l
         status = em_cli_fail_err(&err);
         goto done;
     }
+    em_fwd_stats fst;
+    em_fwd_get_stats(fwd, &fst);
     if (!json)
         printf("device      %s (%s), %s\nmodel       %s: %s\n"
-               "KV cache    %u blocks of %u tokens = %u tokens, %.1f MiB (%s)\n",
+               "KV cache    %u blocks of %u tokens = %u tokens, %.1f MiB (%s%s)\n",
                em_vk_info(vk)->name, em_vk_info(vk)->type_name, em_fwd_variant(fwd), model_path, hp->name,
-               blocks, EM_KV_BLOCK, blocks * EM_KV_BLOCK,
-               (double)blocks * em_fwd_kv_block_bytes(m, kv_type) / (1 << 20), em_fwd_kv_type_name(kv_type));
+               blocks, EM_KV_BLOCK, blocks * EM_KV_BLOCK, (double)fst.kv_bytes / (1 << 20),
+               em_fwd_kv_type_name(kv_type), nbw ? "; with the sliding-window layers' pool" : "");
     em_sched_backend be;
     em_sched_backend_gpu(fwd, vk, hp->n_vocab, T, seqs, seqs, ctx, blocks, &be);
     em_sched_opts so;
@@ -334,7 +336,7 @@ int em_cmd_bench(int argc, char **argv)
             double dt[32];
             for (int i = 0; i < 33 && !rc; i++) {
                 pos1 = (int32_t)(ctxs[c] - 1 + (uint32_t)i);
-                em_fwd_batch b = { 1, &tok1, &pos1, &seq1, 1, &row, tables, NULL };
+                em_fwd_batch b = { 1, &tok1, &pos1, &seq1, 1, &row, tables, NULL, NULL };
                 double ts = em_cli_now();
                 rc = em_fwd_step(fwd, &b, logits, &err);
                 if (i > 0)   /* the first step of a new shape records its commands */

@@ -245,7 +245,7 @@ int em_cmd_serve(int argc, char **argv)
     int cpu_device = em_vk_info(vk)->type == VK_PHYSICAL_DEVICE_TYPE_CPU;
     uint32_t seqs = parallel > 0 ? (uint32_t)parallel : cpu_device ? EM_SERVE_PARALLEL_CPU : EM_SERVE_PARALLEL_GPU;
     uint32_t T = (uint32_t)em_config_int(cfg, EM_CFG_STEP_TOKENS);   /* tokens per step: prompt chunks and decodes */
-    uint32_t blocks = em_fwd_kv_blocks(vk, m, kv_type, (uint64_t)kv_mb, seqs, n_ctx, T);
+    uint32_t n_blocks_w = 0, blocks = em_fwd_kv_blocks(vk, m, kv_type, (uint64_t)kv_mb, seqs, n_ctx, T, &n_blocks_w);
     uint32_t min_blocks = (n_ctx + EM_KV_BLOCK - 1) / EM_KV_BLOCK;
     if (blocks < min_blocks) {
         status = em_cli_fail(1, "serve: the KV cache holds %u blocks, fewer than one %u-token context "
@@ -256,8 +256,10 @@ int em_cmd_serve(int argc, char **argv)
         seqs = blocks / min_blocks * 4 > 1 ? blocks / min_blocks * 4 : 1;
     /* logit rows: one per sequence; speculation's drafts take the rows of
      * sequences not running (a full server does not speculate) */
+    if (n_blocks_w)   /* (the sequences may have been cut to what the main pool holds) */
+        n_blocks_w = seqs * em_fwd_window_blocks(hp, T, n_ctx);
     em_fwd_opts fo = { .max_tokens = T, .max_seqs = seqs, .max_ctx = n_ctx, .n_blocks = blocks,
-                       .max_logits = seqs, .kv_type = kv_type };
+                       .n_blocks_window = n_blocks_w, .max_logits = seqs, .kv_type = kv_type };
     if ((rc = em_fwd_create(vk, m, &fo, &fwd, &err))) {
         status = em_cli_fail_err(&err);
         goto done;
@@ -288,6 +290,7 @@ int em_cmd_serve(int argc, char **argv)
         uint32_t dseqs = seqs < EM_SCHED_SPEC_MAX_SEQS ? seqs : EM_SCHED_SPEC_MAX_SEQS;
         uint32_t dblocks = (dseqs + 1) * min_blocks;
         dfo = (em_fwd_opts){ .max_tokens = T, .max_seqs = seqs, .max_ctx = n_ctx, .n_blocks = dblocks,
+                             .n_blocks_window = seqs * em_fwd_window_blocks(em_model_hparams(dm), T, n_ctx),
                              .max_logits = dseqs, .kv_type = kv_type };
         em_selftest_report drep;
         if ((rc = em_fwd_create(vk, dm, &dfo, &dfwd, &err)) || (rc = em_selftest_run(dfwd, dm, &drep, &err))) {
@@ -396,9 +399,11 @@ int em_cmd_serve(int argc, char **argv)
         goto done;
     }
     the_notify = nt;
-    em_log(EM_LOG_INFO, NULL, "serve: %s on %s, %s | context %u, %u sequences at once, KV cache %u blocks (%.0f MiB, %s)",
-                model_id, device, em_fwd_variant(fwd), n_ctx, seqs, blocks,
-                (double)blocks * em_fwd_kv_block_bytes(m, kv_type) / (1 << 20), em_fwd_kv_type_name(kv_type));
+    em_fwd_stats fst;
+    em_fwd_get_stats(fwd, &fst);
+    em_log(EM_LOG_INFO, NULL, "serve: %s on %s, %s | context %u, %u sequences at once, KV cache %u blocks (%.0f MiB, "
+           "%s)%s", model_id, device, em_fwd_variant(fwd), n_ctx, seqs, blocks, (double)fst.kv_bytes / (1 << 20),
+           em_fwd_kv_type_name(kv_type), n_blocks_w ? ", the sliding-window layers' K/V for the last window only" : "");
     print_urls(host, em_web_port(w), wo.tls_cert ? "https" : "http");
     fflush(stdout);
     if ((rc = em_web_run(w)))

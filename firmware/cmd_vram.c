@@ -48,8 +48,15 @@ typedef struct {
     uint64_t   range;           /* one binding's bytes (K or V of a layer); 0: unknown */
     uint32_t   kv_type;
     uint32_t   step_tokens, parallel;
-    uint64_t   block_bytes;
+    uint64_t   block_bytes;     /* a main-pool block: every layer, or a sliding-window model's global ones */
+    uint64_t   window_bytes;    /* a window-pool block (the windowed layers); 0: no window */
 } plan;
+
+/* The window pool's blocks per sequence (0 without sliding windows). */
+static uint64_t window_blocks(const plan *p, uint32_t ctx)
+{
+    return em_fwd_window_blocks(&p->hp, p->step_tokens, ctx);
+}
 
 /* KV pool blocks `ember serve` would make for sequences of ctx positions,
  * with mem's scratch filled for that context. */
@@ -62,7 +69,9 @@ static uint64_t pool_blocks(const plan *p, uint32_t ctx, em_fwd_mem *mem, int *r
         mem->staging = EM_FWD_STAGING_BYTES;
         mem->margin = EM_FWD_MARGIN_BYTES;
     }
-    uint64_t n = em_fwd_plan_kv_budget(p->heap, mem) / p->block_bytes;
+    /* the window pool first (every sequence's windows), the main pool the rest */
+    uint64_t budget = em_fwd_plan_kv_budget(p->heap, mem), win = p->parallel * window_blocks(p, ctx) * p->window_bytes;
+    uint64_t n = (budget > win ? budget - win : 0) / p->block_bytes;
     *range_bound = 0;
     if (p->range) {
         uint32_t d = p->hp.head_dim > p->hp.head_dim_v ? p->hp.head_dim : p->hp.head_dim_v;
@@ -281,7 +290,7 @@ int em_cmd_vram(int argc, char **argv)
     }
     p.step_tokens = EM_SERVE_STEP_TOKENS;
     p.parallel = users ? (uint32_t)users : cpu_device ? EM_SERVE_PARALLEL_CPU : EM_SERVE_PARALLEL_GPU;
-    p.block_bytes = em_fwd_kv_block_bytes_hp(&p.hp, p.kv_type);
+    em_fwd_kv_split_bytes(&p.hp, p.kv_type, &p.block_bytes, &p.window_bytes);
     if (m) {
         /* packed as on the device: its rows per workgroup (GPU kernels: 8) */
         em_vk_dev_info gpu = { .subgroup_size = 32 };
@@ -300,6 +309,14 @@ int em_cmd_vram(int argc, char **argv)
     uint64_t seq_blocks = blocks_of(n_ctx);
     uint64_t seqs = blocks / seq_blocks;
     uint64_t per_token = p.block_bytes / EM_KV_BLOCK;
+    /* a sliding-window model: its windowed layers' pool, and what a
+     * sequence would take with every layer kept for the whole context */
+    uint64_t win_blocks = window_blocks(&p, n_ctx), win_seq = win_blocks * p.window_bytes;
+    uint64_t seq_bytes = seq_blocks * p.block_bytes + win_seq;
+    uint64_t seq_bytes_full = seq_blocks * (p.block_bytes + p.window_bytes);
+    uint32_t n_win_layers = 0;
+    for (uint32_t il = 0; il < p.hp.n_layer; il++)
+        n_win_layers += em_hparams_window(&p.hp, il) != 0;
     uint64_t budget = em_fwd_plan_kv_budget(p.heap, &mem);
     uint64_t scratch = em_fwd_mem_scratch(&mem);
     uint64_t reserve = p.heap - p.heap * 8 / 10;
@@ -342,7 +359,7 @@ int em_cmd_vram(int argc, char **argv)
                          "model", m ? model_path : "shape", "memory", memory, "weights", weights,
                          "kv", "type", em_fwd_kv_type_name(p.kv_type), "bytes_per_token", (json_int_t)per_token,
                          "block_tokens", EM_KV_BLOCK, "block_bytes", (json_int_t)p.block_bytes, "ctx",
-                         (int)n_ctx, "bytes_per_sequence", (json_int_t)(seq_blocks * p.block_bytes),
+                         (int)n_ctx, "bytes_per_sequence", (json_int_t)seq_bytes,
                          "blocks_per_sequence", (int)seq_blocks, "scratch", sc, "overhead", "staging_bytes",
                          (json_int_t)mem.staging, "margin_bytes", (json_int_t)mem.margin, "reserve_bytes",
                          (json_int_t)reserve, "pool", "bytes", (json_int_t)budget, "blocks",
@@ -350,6 +367,15 @@ int em_cmd_vram(int argc, char **argv)
                          "fits", seqs > 0 && (!users || users_ctx > 0));
         if (root && m)
             json_object_set_new(root, "context_length", json_integer(p.hp.n_ctx_train));
+        if (root && p.window_bytes)   /* (bytes_per_token: the global layers') */
+            json_object_set_new(json_object_get(root, "kv"), "window",
+                                json_pack("{s:i, s:i, s:i, s:I, s:i, s:I, s:I, s:I}", "window", (int)p.hp.n_swa,
+                                          "layers", (int)n_win_layers, "global_layers",
+                                          (int)(p.hp.n_layer - n_win_layers), "block_bytes",
+                                          (json_int_t)p.window_bytes, "blocks_per_sequence", (int)win_blocks,
+                                          "bytes_per_sequence", (json_int_t)win_seq, "pool_bytes",
+                                          (json_int_t)(p.parallel * win_seq), "bytes_per_sequence_without",
+                                          (json_int_t)seq_bytes_full));
         if (root && unsupported.msg[0])   /* the figures are what it will take once it runs */
             json_object_set_new(root, "unsupported", json_string(unsupported.msg));
         if (root && users)
@@ -400,10 +426,20 @@ int em_cmd_vram(int argc, char **argv)
         uint32_t es = p.kv_type == EM_KV_Q8_0 ? 34 : 2;
         printf("KV cache  %s: %llu B per token (%u layers x %u KV heads x %u x 2 (K and V) x %s), "
                "blocks of %u tokens\n", em_fwd_kv_type_name(p.kv_type), (unsigned long long)per_token,
-               p.hp.n_layer, p.hp.n_head_kv, p.hp.head_dim, es == 2 ? "2 B" : "34/32 B", EM_KV_BLOCK);
-        human(a, sizeof a, seq_blocks * p.block_bytes);
-        printf("          per sequence of %u tokens: %llu B (%s, %llu blocks)\n", n_ctx,
-               (unsigned long long)(seq_blocks * p.block_bytes), a, (unsigned long long)seq_blocks);
+               p.hp.n_layer - n_win_layers, p.hp.n_head_kv, p.hp.head_dim, es == 2 ? "2 B" : "34/32 B",
+               EM_KV_BLOCK);
+        if (p.window_bytes) {
+            human(a, sizeof a, win_seq);
+            printf("          the %u sliding-window layers keep the last %u positions: %llu blocks, %s per "
+                   "sequence\n", n_win_layers, p.hp.n_swa, (unsigned long long)win_blocks, a);
+        }
+        human(a, sizeof a, seq_bytes);
+        printf("          per sequence of %u tokens: %llu B (%s, %llu blocks)", n_ctx, (unsigned long long)seq_bytes,
+               a, (unsigned long long)seq_blocks);
+        human(b, sizeof b, seq_bytes_full);
+        if (p.window_bytes)
+            printf("; every layer for the whole context: %s", b);
+        printf("\n");
         if (p.scratch_known) {
             human(a, sizeof a, scratch - mem.logits - mem.step);
             human(b, sizeof b, mem.logits);
@@ -422,6 +458,11 @@ int em_cmd_vram(int argc, char **argv)
         printf("KV pool   %s: %llu blocks = %llu sequences of %u tokens%s\n", a, (unsigned long long)blocks,
                (unsigned long long)seqs, n_ctx,
                range_bound ? " (bound by the device's storage-buffer range per layer)" : "");
+        if (p.window_bytes) {
+            human(a, sizeof a, p.parallel * win_seq);
+            printf("          of it the sliding-window layers' pool: %s (%u sequences x %llu blocks)\n", a,
+                   p.parallel, (unsigned long long)win_blocks);
+        }
         if (seqs > p.parallel && !users)
             printf("          (ember serve runs %u at once unless --parallel says more)\n", p.parallel);
         if (users) {
@@ -433,7 +474,7 @@ int em_cmd_vram(int argc, char **argv)
         }
     }
     fflush(stdout);
-    if (budget < p.block_bytes) {
+    if (budget < p.block_bytes + p.parallel * win_seq) {
         human(a, sizeof a, weights_total);
         human(b, sizeof b, scratch + mem.staging + mem.margin);
         human(c, sizeof c, p.heap * 8 / 10);
@@ -441,7 +482,7 @@ int em_cmd_vram(int argc, char **argv)
                                 "no room for the KV cache in the %s (80%%) of memory ember serve uses",
                              a, b, c);
     } else if (!seqs) {
-        human(a, sizeof a, seq_blocks * p.block_bytes);
+        human(a, sizeof a, seq_bytes);
         human(b, sizeof b, budget);
         status = em_cli_fail(1, "vram: one sequence of %u tokens does not fit: it needs %s of KV cache, "
                                 "%s is left", n_ctx, a, b);

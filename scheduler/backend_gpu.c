@@ -31,13 +31,20 @@ static int gpu_copy(void *ctx, const em_kv_copy *copies, uint32_t n, em_err *err
             return em_err_set(err, EM_ENOMEM, "scheduler: out of memory");
         g->cap = n;
     }
-    for (uint32_t i = 0; i < n; i++) {
-        g->src[i] = copies[i].src;
-        g->dst[i] = copies[i].dst;
-    }
     if (!g->f)
         return em_err_set(err, EM_EDEVICE, "the device could not be rebuilt after it failed");
-    return em_fwd_copy_blocks(g->f, g->src, g->dst, n, err);
+    int rc = 0;
+    for (uint32_t pool = 0; pool < 2 && !rc; pool++) {   /* the main pool's copies, the window pool's */
+        uint32_t m = 0;
+        for (uint32_t i = 0; i < n; i++)
+            if (copies[i].pool == pool) {
+                g->src[m] = copies[i].src;
+                g->dst[m++] = copies[i].dst;
+            }
+        if (m)
+            rc = em_fwd_copy_blocks(g->f, pool, g->src, g->dst, m, err);
+    }
+    return rc;
 }
 
 /* What every step does first: the test hang, a device that is gone, the batch. */
@@ -49,7 +56,7 @@ static int begin_step(gpu_ctx *g, const em_sched_batch *b, em_fwd_batch *fb, em_
     if (!g->f)
         return em_err_set(err, EM_EDEVICE, "the device could not be rebuilt after it failed");
     *fb = (em_fwd_batch){ b->n_tokens, b->tokens, b->pos, b->seq, b->n_logits, b->logit_rows, b->tables,
-                          b->decode };
+                          b->decode, b->tables_window };
     return 0;
 }
 
@@ -125,6 +132,8 @@ void em_sched_backend_gpu(struct em_fwd *f, struct em_vk *vk, uint32_t n_vocab, 
     *out = (em_sched_backend){
         .ctx = g, .n_vocab = n_vocab, .max_tokens = max_tokens, .max_logits = max_logits,
         .max_seqs = max_seqs, .max_ctx = max_ctx, .n_blocks = n_blocks,
+        .window = em_fwd_window(f),
+        .n_blocks_window = em_fwd_get_opts(f)->n_blocks_window,
         .copy = gpu_copy, .step = gpu_step, .destroy = gpu_destroy,
         .step_top = gpu_step_top, .row = gpu_row, .max_adj = max_logits * EM_FWD_STEER_ADJ,
     };

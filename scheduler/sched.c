@@ -152,6 +152,7 @@ static void add_rows(em_sched *s, em_request *r, uint32_t c, uint32_t *T, uint32
         (*T)++;
     }
     s->b_tables[r->slot] = em_kv_seq_table(s->kv, r->slot);
+    s->b_tables_w[r->slot] = em_kv_seq_table_window(s->kv, r->slot);
 }
 
 /* The next waiting request to admit: an aged background one first (so none
@@ -657,7 +658,8 @@ static void run_step(em_sched *s, const plan *p, double t0)
     em_err err = { 0 };
     int rc = p->n_copies ? s->be.copy(s->be.ctx, s->copies, p->n_copies, &err) : 0;
     if (!rc) {
-        em_sched_batch b = { p->T, s->b_tok, s->b_pos, s->b_seq, p->L, s->b_rows, s->b_tables, s->b_dec };
+        em_sched_batch b = { p->T, s->b_tok, s->b_pos, s->b_seq, p->L, s->b_rows, s->b_tables, s->b_dec,
+                             s->be.window ? s->b_tables_w : NULL };
         steer_rows(s, p->T, p->L);
         rc = s->on_device ? s->be.step_top(s->be.ctx, &b, s->steer, s->top, &err)
                           : s->be.step(s->be.ctx, &b, s->logits, &err);
@@ -803,7 +805,8 @@ int em_sched_create(const em_sched_opts *o, const em_sched_backend *backend,
     pthread_cond_init(&s->idle_cv, NULL);
     uint32_t T = s->be.max_tokens;
     s->max_copies = 4 * s->be.max_seqs + 64;
-    em_kv_opts ko = { s->be.n_blocks, s->be.max_seqs, s->be.max_ctx, s->o.prefix_cache };
+    em_kv_opts ko = { s->be.n_blocks, s->be.max_seqs, s->be.max_ctx, s->o.prefix_cache, s->be.window,
+                      s->be.n_blocks_window };
     int rc = em_kv_create(&ko, &s->kv, err);
     if (!rc)
         em_kv_get_stats(s->kv, &s->st.kv);
@@ -811,7 +814,8 @@ int em_sched_create(const em_sched_opts *o, const em_sched_backend *backend,
         rc = em_err_set(err, EM_EINVAL, "scheduler: the draft model's vocabulary has %u tokens, the model's %u",
                         s->dbe.n_vocab, s->be.n_vocab);
     if (!rc && s->has_draft) {
-        em_kv_opts dko = { s->dbe.n_blocks, s->dbe.max_seqs, s->dbe.max_ctx, s->o.prefix_cache };
+        em_kv_opts dko = { s->dbe.n_blocks, s->dbe.max_seqs, s->dbe.max_ctx, s->o.prefix_cache, s->dbe.window,
+                           s->dbe.n_blocks_window };
         uint32_t DT = s->dbe.max_tokens;
         s->d_max_copies = 4 * s->dbe.max_seqs + 64;
         rc = em_kv_create(&dko, &s->dkv, err);
@@ -822,9 +826,11 @@ int em_sched_create(const em_sched_opts *o, const em_sched_backend *backend,
             s->d_rows = malloc(DT * sizeof *s->d_rows);
             s->d_dec = malloc(DT * sizeof *s->d_dec);
             s->d_tables = calloc(s->dbe.max_seqs, sizeof *s->d_tables);
+            s->d_tables_w = calloc(s->dbe.max_seqs, sizeof *s->d_tables_w);
             s->d_copies = malloc(s->d_max_copies * sizeof *s->d_copies);
             s->d_logits = malloc((size_t)s->dbe.max_logits * s->dbe.n_vocab * sizeof *s->d_logits);
-            if (!s->d_tok || !s->d_pos || !s->d_seq || !s->d_rows || !s->d_dec || !s->d_tables || !s->d_copies ||
+            if (!s->d_tok || !s->d_pos || !s->d_seq || !s->d_rows || !s->d_dec || !s->d_tables || !s->d_tables_w ||
+                !s->d_copies ||
                 !s->d_logits)
                 rc = em_err_set(err, EM_ENOMEM, "scheduler: out of memory");
         }
@@ -838,6 +844,7 @@ int em_sched_create(const em_sched_opts *o, const em_sched_backend *backend,
         s->b_req = malloc(T * sizeof *s->b_req);
         s->b_cnt = malloc(T * sizeof *s->b_cnt);
         s->b_tables = calloc(s->be.max_seqs, sizeof *s->b_tables);
+        s->b_tables_w = calloc(s->be.max_seqs, sizeof *s->b_tables_w);
         s->snap = calloc(s->be.max_seqs, sizeof *s->snap);
         s->copies = malloc(s->max_copies * sizeof *s->copies);
         s->logits = malloc((size_t)s->be.max_logits * s->be.n_vocab * sizeof *s->logits);
@@ -861,7 +868,7 @@ int em_sched_create(const em_sched_opts *o, const em_sched_backend *backend,
             if (em_tokenizer_is_eog(tok, (int32_t)i))
                 s->eog[k++] = (int32_t)i;
         if (!s->b_tok || !s->b_pos || !s->b_seq || !s->b_rows || !s->b_dec || !s->b_req || !s->b_cnt ||
-            !s->b_tables || !s->snap || !s->copies || !s->logits || !s->allow || !s->eog)
+            !s->b_tables || !s->b_tables_w || !s->snap || !s->copies || !s->logits || !s->allow || !s->eog)
             rc = em_err_set(err, EM_ENOMEM, "scheduler: out of memory");
     }
     if (!rc && pthread_create(&s->th, NULL, thread_main, s) != 0)
@@ -892,10 +899,11 @@ void em_sched_destroy(em_sched *s)
         s->dbe.destroy(s->dbe.ctx);
     em_kv_destroy(s->kv);
     em_kv_destroy(s->dkv);
-    free(s->d_tok); free(s->d_pos); free(s->d_seq); free(s->d_rows); free(s->d_dec); free(s->d_tables);
+    free(s->d_tok); free(s->d_pos); free(s->d_seq); free(s->d_rows); free(s->d_dec);
+    free(s->d_tables); free(s->d_tables_w);
     free(s->d_copies); free(s->d_logits);
     free(s->b_tok); free(s->b_pos); free(s->b_seq); free(s->b_rows); free(s->b_dec); free(s->b_req);
-    free(s->b_cnt); free(s->b_tables); free(s->snap); free(s->copies); free(s->logits);
+    free(s->b_cnt); free(s->b_tables); free(s->b_tables_w); free(s->snap); free(s->copies); free(s->logits);
     free(s->allow); free(s->eog); free(s->steer); free(s->top); free(s->adj);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);

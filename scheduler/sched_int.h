@@ -100,7 +100,7 @@ struct em_sched {
     /* one step's batch (scheduler thread only) */
     int32_t            *b_tok, *b_pos, *b_seq, *b_rows;
     uint8_t            *b_dec;
-    const int32_t     **b_tables;
+    const int32_t     **b_tables, **b_tables_w;   /* per slot: the KV pools' tables */
     em_request        **b_req;       /* [max_tokens]: request of each row of the batch */
     em_request        **snap;        /* [max_seqs]: the running list as a step plans it */
     uint32_t           *b_cnt;       /* [max_tokens]: tokens of that request in the batch */
@@ -122,7 +122,7 @@ struct em_sched {
     em_kv              *dkv;
     int32_t            *d_tok, *d_pos, *d_seq, *d_rows;
     uint8_t            *d_dec;
-    const int32_t     **d_tables;
+    const int32_t     **d_tables, **d_tables_w;
     em_kv_copy         *d_copies;
     uint32_t            d_max_copies;
     float              *d_logits;

@@ -45,6 +45,7 @@ typedef struct {
     const int32_t *logit_rows;              /* [n_logits] indices into the tokens */
     const int32_t *const *tables;           /* [max_seqs] block tables */
     const uint8_t *decode;                  /* [n_tokens]: 1 for a generated token fed alone */
+    const int32_t *const *tables_window;    /* [max_seqs] window-pool tables (em_kv), NULL without */
 } em_sched_batch;
 
 typedef struct em_sched_backend {
@@ -55,6 +56,8 @@ typedef struct em_sched_backend {
     uint32_t max_seqs;      /* sequence slots */
     uint32_t max_ctx;       /* positions per sequence */
     uint32_t n_blocks;      /* KV pool blocks */
+    uint32_t window;        /* sliding-window layers' KV in a pool of their own (em_kv): the */
+    uint32_t n_blocks_window;  /* window and that pool's blocks; 0 and 0: none */
     /* Copy KV blocks (copy on write) before the next step. */
     int  (*copy)(void *ctx, const em_kv_copy *copies, uint32_t n, em_err *err);
     /* Run one step; logits[n_logits][n_vocab]. */

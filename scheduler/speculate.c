@@ -92,7 +92,8 @@ static int sched_draft_step(em_sched *s, uint32_t T, uint32_t L, uint32_t n_copi
     em_err err = { 0 };
     int rc = n_copies ? s->dbe.copy(s->dbe.ctx, s->d_copies, n_copies, &err) : 0;
     if (!rc) {
-        em_sched_batch b = { T, s->d_tok, s->d_pos, s->d_seq, L, s->d_rows, s->d_tables, s->d_dec };
+        em_sched_batch b = { T, s->d_tok, s->d_pos, s->d_seq, L, s->d_rows, s->d_tables, s->d_dec,
+                             s->dbe.window ? s->d_tables_w : NULL };
         rc = s->dbe.step(s->dbe.ctx, &b, s->d_logits, &err);
     }
     if (rc)
@@ -175,6 +176,7 @@ void sched_draft_phase(em_sched *s)
             T++;
         }
         s->d_tables[r->d_slot] = em_kv_seq_table(s->dkv, r->d_slot);
+        s->d_tables_w[r->d_slot] = em_kv_seq_table_window(s->dkv, r->d_slot);
         e[n].r = r;
         e[n].c = c;
         e[n].k = k;

@@ -276,6 +276,14 @@ static void metrics(web_conn *c)
     put(&t, "ember_kv_blocks{state=\"used\"} %u\nember_kv_blocks{state=\"cached\"} %u\n"
                 "ember_kv_blocks{state=\"free\"} %u\n", st.kv.used, st.kv.cached, st.kv.free);
     scalar(&t, "ember_kv_capacity_blocks", "gauge", "KV cache blocks in the pool.", st.kv.n_blocks);
+    if (st.kv.w_blocks) {   /* a sliding-window model: its windowed layers' pool */
+        family(&t, "ember_kv_window_blocks", "gauge",
+               "Blocks of the sliding-window layers' KV pool by state (each sequence holds its last window).");
+        put(&t, "ember_kv_window_blocks{state=\"used\"} %u\nember_kv_window_blocks{state=\"cached\"} %u\n"
+                    "ember_kv_window_blocks{state=\"free\"} %u\n", st.kv.w_used, st.kv.w_cached, st.kv.w_free);
+        scalar(&t, "ember_kv_window_capacity_blocks", "gauge", "Blocks in the sliding-window layers' KV pool.",
+               st.kv.w_blocks);
+    }
     scalar(&t, "ember_prefix_cache_lookups_total", "counter", "Prefix cache lookups (one per sequence admitted).",
            st.kv.lookups);
     scalar(&t, "ember_prefix_cache_hit_blocks_total", "counter", "KV blocks attached from the prefix cache.",

@@ -145,7 +145,7 @@ int em_engine_eval(em_engine *e, const int32_t *tokens, uint32_t n, uint32_t pos
             ss[j] = 0;
             rows[j] = all_logits ? (int32_t)j : (int32_t)(k - 1);
         }
-        em_fwd_batch b = { k, tokens + i, ps, ss, nl, rows, tables, NULL };
+        em_fwd_batch b = { k, tokens + i, ps, ss, nl, rows, tables, NULL, NULL };
         float *out = nl ? (all_logits ? logits + (size_t)i * V : logits) : NULL;
         int rc = em_fwd_step(e->fwd, &b, out, err);
         if (rc)

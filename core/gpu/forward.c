@@ -229,6 +229,9 @@ int em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **o
     f->bt_stride = (o->max_ctx + EM_KV_BLOCK - 1) / EM_KV_BLOCK;
     if (!f->o.n_blocks)
         f->o.n_blocks = o->max_seqs * f->bt_stride;
+    if (!hp->n_swa)
+        f->o.n_blocks_window = 0;
+    f->win_pool = f->o.n_blocks_window > 0;
     if (o->kv_type == EM_KV_Q8_0) {
         if (hp->head_dim % 32 || hp->head_dim_v % 32) {
             free(f);
@@ -239,6 +242,9 @@ int em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **o
         uint64_t rows = (uint64_t)f->o.n_blocks * hp->n_head_kv * EM_KV_BLOCK;
         f->kscale_off = (uint32_t)(rows * hp->head_dim / 2);     /* halves after the int8 rows */
         f->vscale_off = (uint32_t)(rows * hp->head_dim_v / 2);
+        rows = (uint64_t)f->o.n_blocks_window * hp->n_head_kv * EM_KV_BLOCK;
+        f->kscale_off_w = (uint32_t)(rows * hp->head_dim / 2);
+        f->vscale_off_w = (uint32_t)(rows * hp->head_dim_v / 2);
         f->k_rope = EM_K_ROPE_KV_Q8;
         f->k_dec = EM_K_ATTN_DEC_Q8;
         f->k_pre = EM_K_ATTN_PRE_Q8;
@@ -279,7 +285,8 @@ int em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **o
     f->off_dec = 3 * T + L;      /* (token, splits) pairs */
     f->off_tiles = 5 * T + L;    /* (first token, count) pairs */
     f->off_bt = 7 * T + L;
-    f->step_ints = f->off_bt + o->max_seqs * f->bt_stride;
+    f->off_bt_w = f->off_bt + o->max_seqs * f->bt_stride;   /* (sliding-window models) */
+    f->step_ints = f->off_bt_w + (hp->n_swa ? o->max_seqs * f->bt_stride : 0);
 
     int rc;
     f->layers = calloc(hp->n_layer, sizeof *f->layers);
@@ -530,6 +537,11 @@ static int record(em_fwd *f, em_vk_cmd *cmd, const shape *sh, em_err *err)
         uint32_t window = em_hparams_window(hp, il);
         pr.freq_off = window ? f->freq_swa_off : f->freq_off;
         pd.window = pp.window = window;
+        /* a windowed layer of the window pool: its tables and its Q8_0 scales */
+        int wp = window && f->win_pool;
+        pr.bt_off = pd.bt_off = pp.bt_off = wp ? f->off_bt_w : f->off_bt;
+        pr.kscale_off = pd.kscale_off = pp.kscale_off = wp ? f->kscale_off_w : f->kscale_off;
+        pr.vscale_off = pd.vscale_off = pp.vscale_off = wp ? f->vscale_off_w : f->vscale_off;
         if ((rc = site_record(f, cmd, &ly->qkv, T, f->E_st, f->qkv_st, P_QKV, err)))
             return rc;
         em_vk_cmd_barrier(cmd);
@@ -622,6 +634,19 @@ static int check_batch(const em_fwd *f, const em_fwd_batch *b, em_err *err)
         for (int32_t k = 0; k <= b->pos[i] / EM_KV_BLOCK; k++)
             if (t[k] < 0 || (uint32_t)t[k] >= f->o.n_blocks)
                 return em_err_set(err, EM_ERANGE, "block %d of slot %d is out of range", t[k], b->seq[i]);
+        if (!f->win_pool)
+            continue;
+        /* the window pool: the blocks of this token's window (the queries
+         * of a prefill tile read from its first token's window on: that
+         * token is in the step too) */
+        const int32_t *tw = b->tables_window ? b->tables_window[b->seq[i]] : NULL;
+        if (!tw)
+            return em_err_set(err, EM_ERANGE, "slot %d has no window-pool table", b->seq[i]);
+        uint32_t p = (uint32_t)b->pos[i];
+        for (uint32_t k = p + 1 > hp->n_swa ? (p + 1 - hp->n_swa) / EM_KV_BLOCK : 0; k <= p / EM_KV_BLOCK; k++)
+            if (tw[k] < 0 || (uint32_t)tw[k] >= f->o.n_blocks_window)
+                return em_err_set(err, EM_ERANGE, "window-pool block %d of slot %d (position %u's window) is out "
+                                  "of range", tw[k], b->seq[i], p);
     }
     for (uint32_t i = 0; i < b->n_logits; i++)
         if (b->logit_rows[i] < 0 || (uint32_t)b->logit_rows[i] >= b->n_tokens)
@@ -680,6 +705,8 @@ static int step(em_fwd *f, const em_fwd_batch *b, const em_sample_steer *steer, 
         int32_t s = b->seq[i];
         uint32_t nblk = (uint32_t)b->pos[i] / EM_KV_BLOCK + 1;
         memcpy(sp + f->off_bt + (uint32_t)s * f->bt_stride, b->tables[s], nblk * sizeof *sp);
+        if (f->win_pool)
+            memcpy(sp + f->off_bt_w + (uint32_t)s * f->bt_stride, b->tables_window[s], nblk * sizeof *sp);
     }
 
     /* attention work lists: decode queries one by one, each split by its
@@ -782,10 +809,11 @@ uint64_t em_fwd_kv_block_bytes(const em_model *m, uint32_t kv_type)
 }
 
 uint32_t em_fwd_kv_blocks(em_vk *vk, const em_model *m, uint32_t kv_type, uint64_t kv_mb,
-                          uint32_t max_seqs, uint32_t max_ctx, uint32_t max_tokens)
+                          uint32_t max_seqs, uint32_t max_ctx, uint32_t max_tokens, uint32_t *n_window)
 {
     const em_hparams *hp = em_model_hparams(m);
-    uint64_t per = em_fwd_kv_block_bytes(m, kv_type);
+    uint64_t per, per_w;
+    em_fwd_kv_split_bytes(hp, kv_type, &per, &per_w);
     uint64_t cap = (uint64_t)max_seqs * ((max_ctx + EM_KV_BLOCK - 1) / EM_KV_BLOCK);
     uint64_t bytes;
     if (kv_mb) {
@@ -801,6 +829,11 @@ uint32_t em_fwd_kv_blocks(em_vk *vk, const em_model *m, uint32_t kv_type, uint64
         }
         bytes = em_fwd_plan_kv_budget(di->device_local_bytes, &plan);
     }
+    /* the window pool first: every slot's windows */
+    uint64_t nw = (uint64_t)max_seqs * em_fwd_window_blocks(hp, max_tokens, max_ctx);
+    if (n_window)
+        *n_window = (uint32_t)nw;
+    bytes = bytes > nw * per_w ? bytes - nw * per_w : 0;
     uint64_t n = bytes / per;
     /* one layer's K (or V) must fit one storage-buffer binding */
     uint64_t per_layer = kv_row_bytes(kv_type, (uint64_t)hp->n_head_kv *
@@ -811,19 +844,25 @@ uint32_t em_fwd_kv_blocks(em_vk *vk, const em_model *m, uint32_t kv_type, uint64
         n = range_cap;
     if (n > cap)
         n = cap;
+    if (n_window && *n_window > range_cap)
+        *n_window = (uint32_t)range_cap;   /* (em_fwd_create then refuses what does not fit) */
     return (uint32_t)n;
 }
 
-int em_fwd_copy_blocks(em_fwd *f, const int32_t *src, const int32_t *dst, uint32_t n, em_err *err)
+int em_fwd_copy_blocks(em_fwd *f, uint32_t pool, const int32_t *src, const int32_t *dst, uint32_t n,
+                       em_err *err)
 {
     const em_hparams *hp = f->hp;
+    if (pool > 1 || (pool == 1 && !f->win_pool))
+        return em_err_set(err, EM_EINVAL, "forward: no KV pool %u", pool);
+    uint32_t n_blocks = pool ? f->o.n_blocks_window : f->o.n_blocks;
     /* f16: the block's rows; q8_0: the block's int8 rows and, apart, its scales */
     uint64_t kq = (uint64_t)hp->n_head_kv * hp->head_dim * EM_KV_BLOCK, vq = (uint64_t)hp->n_head_kv * hp->head_dim_v * EM_KV_BLOCK;
     int q8 = f->o.kv_type == EM_KV_Q8_0;
     uint64_t kb = q8 ? kq : kq * 2, vb = q8 ? vq : vq * 2;
     uint64_t ks = kq / 32 * 2, vs = vq / 32 * 2;
     for (uint32_t i = 0; i < n; i++)
-        if (src[i] < 0 || dst[i] < 0 || (uint32_t)src[i] >= f->o.n_blocks || (uint32_t)dst[i] >= f->o.n_blocks)
+        if (src[i] < 0 || dst[i] < 0 || (uint32_t)src[i] >= n_blocks || (uint32_t)dst[i] >= n_blocks)
             return em_err_set(err, EM_ERANGE, "forward: block copy %d -> %d out of range", src[i], dst[i]);
     if (!f->copy_cmd) {
         int rc = em_vk_cmd_create(f->vk, 0, &f->copy_cmd, err);
@@ -835,11 +874,14 @@ int em_fwd_copy_blocks(em_fwd *f, const int32_t *src, const int32_t *dst, uint32
         return rc;
     for (uint32_t il = 0; il < hp->n_layer; il++) {
         const layer *ly = &f->layers[il];
+        if ((uint32_t)(f->win_pool && em_hparams_window(hp, il)) != pool)
+            continue;   /* the other pool's layer */
         for (uint32_t i = 0; i < n; i++) {
             em_vk_cmd_copy(f->copy_cmd, &ly->kc, (uint64_t)src[i] * kb, &ly->kc, (uint64_t)dst[i] * kb, kb);
             em_vk_cmd_copy(f->copy_cmd, &ly->vc, (uint64_t)src[i] * vb, &ly->vc, (uint64_t)dst[i] * vb, vb);
             if (q8) {
-                uint64_t k0 = (uint64_t)f->kscale_off * 2, v0 = (uint64_t)f->vscale_off * 2;
+                uint64_t k0 = (uint64_t)(pool ? f->kscale_off_w : f->kscale_off) * 2;
+                uint64_t v0 = (uint64_t)(pool ? f->vscale_off_w : f->vscale_off) * 2;
                 em_vk_cmd_copy(f->copy_cmd, &ly->kc, k0 + (uint64_t)src[i] * ks, &ly->kc, k0 + (uint64_t)dst[i] * ks, ks);
                 em_vk_cmd_copy(f->copy_cmd, &ly->vc, v0 + (uint64_t)src[i] * vs, &ly->vc, v0 + (uint64_t)dst[i] * vs, vs);
             }
@@ -903,4 +945,9 @@ void em_fwd_mm_geometry(const em_fwd *f, uint32_t *lanes, uint32_t *rpw)
 const em_fwd_opts *em_fwd_get_opts(const em_fwd *f)
 {
     return &f->o;
+}
+
+uint32_t em_fwd_window(const em_fwd *f)
+{
+    return f->win_pool ? f->hp->n_swa : 0;
 }

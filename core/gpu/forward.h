@@ -31,6 +31,10 @@ typedef struct {
     uint32_t max_seqs;     /* sequence slots */
     uint32_t max_ctx;      /* positions per sequence */
     uint32_t n_blocks;     /* KV pool blocks; 0: max_seqs * ceil(max_ctx / EM_KV_BLOCK) */
+    uint32_t n_blocks_window; /* a model with sliding-window layers: their K/V in a pool of
+                            * this many blocks (em_kv's window pool; each step's batch then
+                            * carries its tables), the main pool holding the other layers';
+                            * 0: every layer in the main pool */
     uint32_t max_logits;   /* logit rows per step; 0: max_seqs */
     int      profile;      /* time every dispatch with GPU timestamps (em_fwd_profile) */
     uint32_t kv_type;      /* em_kv_type: EM_KV_F16 (default) or EM_KV_Q8_0 */
@@ -55,13 +59,26 @@ uint64_t em_fwd_kv_row_bytes(uint32_t kv_type, uint64_t n);
  * em_fwd_plan_kv_budget of the largest device-local heap (what the weights,
  * vectors, scratch for max_tokens-token steps of max_seqs sequences,
  * staging and the margin leave of 80% of it), capped at what one layer's
- * K or V binding can address and at what max_seqs x max_ctx can use. */
+ * K or V binding can address and at what max_seqs x max_ctx can use. A
+ * model with sliding-window layers gets their pool first, *n_window blocks
+ * (max_seqs x em_fwd_window_blocks; n_window may be NULL, and is 0 for a
+ * model without), and the main pool, of the other layers, what is left. */
 uint32_t em_fwd_kv_blocks(em_vk *vk, const em_model *m, uint32_t kv_type, uint64_t kv_mb,
-                          uint32_t max_seqs, uint32_t max_ctx, uint32_t max_tokens);
+                          uint32_t max_seqs, uint32_t max_ctx, uint32_t max_tokens, uint32_t *n_window);
+/* The window pool's blocks one sequence slot holds at most: those of
+ * window - 1 + max_tokens positions (what a step's queries see and write),
+ * plus one for a window that does not start at a block's start, at most the
+ * context's. 0 for a model without sliding windows. */
+uint32_t em_fwd_window_blocks(const em_hparams *hp, uint32_t max_tokens, uint32_t max_ctx);
+/* Device bytes of one block of each pool when the windowed layers have a
+ * pool of their own: *main of the other layers, *window of the windowed
+ * ones (0 for a model without sliding windows; *main is then
+ * em_fwd_kv_block_bytes_hp). */
+void em_fwd_kv_split_bytes(const em_hparams *hp, uint32_t kv_type, uint64_t *main, uint64_t *window);
 
 /* 0 if the forward pass has kernels for every part of a model of shape hp,
- * else EM_EUNSUPPORTED with what is missing (gemma3's post-norms, GELU and
- * sliding window so far). Needs no device. */
+ * else EM_EUNSUPPORTED with what is missing (a mixture of experts, a final
+ * logit soft cap). Needs no device. */
 int  em_fwd_model_supported(const em_hparams *hp, em_err *err);
 
 /* Repack and upload m's weights to vk (both borrowed; must outlive the em_fwd),
@@ -84,6 +101,9 @@ typedef struct {
                                     * NULL: a token alone in its run of consecutive
                                     * positions is a decode. Keeping the choice with the
                                     * token makes its result independent of the batch. */
+    const int32_t *const *tables_window; /* with n_blocks_window: [max_seqs] the window pool's
+                                    * tables (entries from the window of each slot's first
+                                    * position in the step on; before it, -1 or anything) */
 } em_fwd_batch;
 
 /* Run one step; logits receives [n_logits][n_vocab] (may be NULL when
@@ -104,9 +124,11 @@ int em_fwd_step_top(em_fwd *f, const em_fwd_batch *b, const em_sample_steer *ste
 /* Logit row i of the last step (steered, after em_fwd_step_top); borrowed. */
 const float *em_fwd_logits_row(const em_fwd *f, uint32_t i);
 
-/* Copy whole KV blocks (all layers' K and V), src[i] -> dst[i], before the
- * next step (copy on write of shared blocks). Arrays borrowed. */
-int em_fwd_copy_blocks(em_fwd *f, const int32_t *src, const int32_t *dst, uint32_t n, em_err *err);
+/* Copy whole KV blocks of one pool (pool 0: the main pool, all its layers'
+ * K and V; 1: the window pool's), src[i] -> dst[i], before the next step
+ * (copy on write of shared blocks). Arrays borrowed. */
+int em_fwd_copy_blocks(em_fwd *f, uint32_t pool, const int32_t *src, const int32_t *dst, uint32_t n,
+                       em_err *err);
 
 typedef struct {
     uint32_t dispatches;      /* in the last step's command buffer */
@@ -138,6 +160,9 @@ uint32_t em_fwd_profile(em_fwd *f, em_fwd_prof *out, uint32_t max, int reset);
 const char *em_fwd_variant(const em_fwd *f);
 /* The options f runs with (n_blocks and max_logits resolved); borrowed. */
 const em_fwd_opts *em_fwd_get_opts(const em_fwd *f);
+/* The sliding window whose layers keep their K/V in the window pool
+ * (o.n_blocks_window), 0 when there is none. */
+uint32_t em_fwd_window(const em_fwd *f);
 
 /* A pipeline f has built: the kernel (index in em_kernels[]), the matrix
  * kernel's tn and flags spec constants (0 for other kernels), and the

@@ -93,6 +93,9 @@ struct em_fwd {
     uint32_t pre_heads;            /* query heads per prefill attention workgroup */
     uint32_t k_rope, k_dec, k_pre; /* kernels for the KV element type */
     uint32_t kscale_off, vscale_off; /* Q8_0 KV: half index of the scales in a layer's K / V */
+    int      win_pool;             /* the windowed layers' K/V in a pool of their own (o.n_blocks_window) */
+    uint32_t kscale_off_w, vscale_off_w; /* the same for a layer of that pool */
+    uint32_t off_bt_w;             /* step buffer: the window pool's tables */
     em_vk_buf part;                /* split-K partials [query][H][nsplit][Dv + 2] */
     uint32_t  max_split;           /* splits per decode query (part holds T of them) */
     em_vk_dset *reduce_ds;

@@ -30,6 +30,25 @@ uint64_t em_fwd_kv_block_bytes_hp(const em_hparams *hp, uint32_t kv_type)
             em_fwd_kv_row_bytes(kv_type, (uint64_t)hp->n_head_kv * hp->head_dim_v));
 }
 
+void em_fwd_kv_split_bytes(const em_hparams *hp, uint32_t kv_type, uint64_t *main, uint64_t *window)
+{
+    uint64_t layer = em_fwd_kv_block_bytes_hp(hp, kv_type) / hp->n_layer;
+    uint32_t n_win = 0;
+    for (uint32_t il = 0; il < hp->n_layer; il++)
+        n_win += em_hparams_window(hp, il) != 0;
+    *main = layer * (hp->n_layer - n_win);
+    *window = layer * n_win;
+}
+
+uint32_t em_fwd_window_blocks(const em_hparams *hp, uint32_t max_tokens, uint32_t max_ctx)
+{
+    if (!hp->n_swa)
+        return 0;
+    uint64_t n = ((uint64_t)hp->n_swa - 1 + max_tokens + EM_KV_BLOCK - 1) / EM_KV_BLOCK + 1;
+    uint64_t ctx = ((uint64_t)max_ctx + EM_KV_BLOCK - 1) / EM_KV_BLOCK;
+    return (uint32_t)(n < ctx ? n : ctx);
+}
+
 uint64_t em_fwd_plan_vec_floats(const em_model *m)
 {
     const em_hparams *hp = em_model_hparams(m);
@@ -162,8 +181,10 @@ void em_fwd_plan_scratch(const em_hparams *hp, uint32_t max_tokens, uint32_t max
     mem->steer = em_topk_steer_words((uint32_t)L, L * EM_FWD_STEER_ADJ, hp->n_vocab) * 4;
     mem->cand = L * EM_TOPK_STRIDE * 4;
     /* tokens, positions, slots [T] each, gather [L], decode and tile pairs
-     * [2T] each, block tables [max_seqs][ceil(max_ctx / EM_KV_BLOCK)] */
-    mem->step = (7 * T + L + (uint64_t)max_seqs * (((uint64_t)max_ctx + EM_KV_BLOCK - 1) / EM_KV_BLOCK)) * 4;
+     * [2T] each, block tables [max_seqs][ceil(max_ctx / EM_KV_BLOCK)] (two
+     * sets for a sliding-window model: its window pool's) */
+    mem->step = (7 * T + L + (hp->n_swa ? 2 : 1) * (uint64_t)max_seqs *
+                                 (((uint64_t)max_ctx + EM_KV_BLOCK - 1) / EM_KV_BLOCK)) * 4;
     mem->staging = EM_FWD_STAGING_BYTES;
     mem->margin = EM_FWD_MARGIN_BYTES;
 }

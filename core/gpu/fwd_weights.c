@@ -293,9 +293,11 @@ int fwd_build_layer(em_fwd *f, uint32_t il, em_vk_progress *prog, em_err *err)
         ((rc = fwd_vec_tensor(f, w->q_norm, &ly->qn_off, err)) || (rc = fwd_vec_tensor(f, w->k_norm, &ly->kn_off, err))))
         return rc;
 
-    /* KV cache of this layer */
-    uint64_t kbytes = (uint64_t)f->o.n_blocks * kv_row_bytes(f->o.kv_type, hp->n_head_kv * hp->head_dim) * EM_KV_BLOCK;
-    uint64_t vbytes = (uint64_t)f->o.n_blocks * kv_row_bytes(f->o.kv_type, hp->n_head_kv * hp->head_dim_v) * EM_KV_BLOCK;
+    /* KV cache of this layer: the window pool's blocks for a windowed layer
+     * when it has a pool of its own */
+    uint64_t nb = f->win_pool && em_hparams_window(hp, il) ? f->o.n_blocks_window : f->o.n_blocks;
+    uint64_t kbytes = nb * kv_row_bytes(f->o.kv_type, hp->n_head_kv * hp->head_dim) * EM_KV_BLOCK;
+    uint64_t vbytes = nb * kv_row_bytes(f->o.kv_type, hp->n_head_kv * hp->head_dim_v) * EM_KV_BLOCK;
     if (kbytes > em_vk_info(f->vk)->max_storage_range || vbytes > em_vk_info(f->vk)->max_storage_range)
         return em_err_set(err, EM_EUNSUPPORTED,
                           "forward: a layer's KV cache (%llu MiB) exceeds the device's binding range; use fewer blocks",

@@ -172,7 +172,8 @@ int em_selftest_run(em_fwd *f, const em_model *m, em_selftest_report *rep, em_er
     if (o->max_tokens < N_PRE || o->max_ctx < n_all + 1 || o->n_blocks < 1 || o->max_logits < 1)
         return em_err_set(err, EM_EINVAL, "self-test: the forward pass is too small for it (%u tokens a step, "
                           "%u positions)", o->max_tokens, o->max_ctx);
-    int batch = o->max_seqs >= 2 && o->n_blocks >= 2 && o->max_logits >= 2 && o->max_tokens >= 1 + N_B;
+    int batch = o->max_seqs >= 2 && o->n_blocks >= 2 && (!o->n_blocks_window || o->n_blocks_window >= 2) &&
+                o->max_logits >= 2 && o->max_tokens >= 1 + N_B;
     uint32_t pre_rows = o->max_logits < N_PRE ? o->max_logits : N_PRE;   /* the last ones */
 
     int32_t ta[N_PRE + N_DEC + 1], tb[N_B];
@@ -201,7 +202,7 @@ int em_selftest_run(em_fwd *f, const em_model *m, em_selftest_report *rep, em_er
         goto done;
     rep->ref_ms = now_ms() - tr;
 
-    /* prefill: A's prompt in one step, block 0 */
+    /* prefill: A's prompt in one step, block 0 (of the window pool too, where there is one) */
     static const int32_t block0[1] = { 0 }, block1[1] = { 1 };
     int32_t pos[N_PRE + 1], seq[N_PRE + 1], rows[N_PRE + 1];
     uint8_t decode[N_PRE + 1];
@@ -213,7 +214,7 @@ int em_selftest_run(em_fwd *f, const em_model *m, em_selftest_report *rep, em_er
         decode[i] = 0;
     }
     double td = now_ms();
-    em_fwd_batch b = { N_PRE, ta, pos, seq, pre_rows, rows, tables, decode };
+    em_fwd_batch b = { N_PRE, ta, pos, seq, pre_rows, rows, tables, decode, tables };
     if ((rc = em_fwd_step(f, &b, dev, err)))
         goto done;
     rep->stage[EM_SELFTEST_PREFILL].device_ms = now_ms() - td;
@@ -231,7 +232,7 @@ int em_selftest_run(em_fwd *f, const em_model *m, em_selftest_report *rep, em_er
     for (uint32_t i = 0; i < N_DEC && !rc; i++) {
         int32_t p = (int32_t)(N_PRE + i), s0 = 0, row = 0;
         uint8_t one = 1;
-        em_fwd_batch bd = { 1, ta + N_PRE + i, &p, &s0, 1, &row, tables, &one };
+        em_fwd_batch bd = { 1, ta + N_PRE + i, &p, &s0, 1, &row, tables, &one, tables };
         rc = em_fwd_step(f, &bd, dec + (size_t)i * V, err);
     }
     if (rc) {
@@ -261,7 +262,7 @@ int em_selftest_run(em_fwd *f, const em_model *m, em_selftest_report *rep, em_er
         rows[0] = 0;
         rows[1] = N_B;
         td = now_ms();
-        em_fwd_batch bb = { 1 + N_B, tok, pos, seq, 2, rows, tables, decode };
+        em_fwd_batch bb = { 1 + N_B, tok, pos, seq, 2, rows, tables, decode, tables };
         if ((rc = em_fwd_step(f, &bb, dev, err)))
             goto done;
         rep->stage[EM_SELFTEST_BATCH].device_ms = now_ms() - td;

@@ -12,9 +12,19 @@
  * needs them (least recently used first); a new sequence with the same
  * prefix attaches them instead of recomputing.
  *
- * Invariant, checked by em_kv_check(): free + cached + used = n_blocks,
- * where used blocks have references, cached ones have none but are in the
- * prefix cache, free ones neither.
+ * A model with sliding-window layers (window > 0) keeps those layers' K/V
+ * in a second pool of n_blocks_window blocks: each slot has a second table,
+ * whose entries for positions no later query of the slot sees (before the
+ * last `window` positions of what is committed) are released at commit
+ * (-1 in the table; a registered block stays cached). The main pool holds
+ * the other layers for the whole context. A window block is registered in
+ * the prefix cache under the main pool's block before it, so a cached
+ * prefix is found when the main pool has all of it and the window pool the
+ * blocks its last window needs.
+ *
+ * Invariant, checked by em_kv_check() for each pool: free + cached + used =
+ * n_blocks, where used blocks have references, cached ones have none but
+ * are in the prefix cache, free ones neither.
  *
  * Not thread-safe: one owner (the scheduler thread) calls everything. All
  * pointers passed in are borrowed for the call. */
@@ -39,12 +49,15 @@ typedef struct {
     uint32_t max_seqs;      /* sequence slots */
     uint32_t max_ctx;       /* positions per sequence (table length = ceil(max_ctx / 16)) */
     int      prefix_cache;  /* 1: keep and share full blocks by prefix */
+    uint32_t window;        /* the sliding window (positions a query sees), 0: none */
+    uint32_t n_blocks_window; /* the window pool's size (with window) */
 } em_kv_opts;
 
 /* A block copy the device must make before the next step writes (copy on
  * write of a shared block). */
 typedef struct {
-    int32_t src, dst;
+    int32_t  src, dst;
+    uint32_t pool;   /* 0: the main pool, 1: the window pool */
 } em_kv_copy;
 
 typedef struct {
@@ -54,7 +67,8 @@ typedef struct {
     uint64_t evictions;     /* cached blocks reclaimed for new data */
     uint64_t cow_copies;    /* shared blocks copied before a write */
     uint64_t tokens_live;   /* committed positions of the open slots */
-    uint64_t tokens_alloc;  /* positions of the blocks those slots hold */
+    uint64_t tokens_alloc;  /* positions of the blocks those slots hold (main pool) */
+    uint32_t w_blocks, w_free, w_cached, w_used;   /* the window pool (0 without one) */
 } em_kv_stats;
 
 int  em_kv_create(const em_kv_opts *o, em_kv **out, em_err *err);
@@ -78,17 +92,24 @@ uint32_t em_kv_seq_match(em_kv *kv, int32_t slot, const int32_t *tokens, uint32_
  * ceil(n / 16), evicting cached blocks least recently used first, and
  * copy-on-write any shared block that positions [from, n) write into
  * (a block registered in the prefix cache and not shared is unregistered
- * instead, its content is about to change). Copies are appended to
- * copies[*n_copies] (room for max_copies; EM_ERANGE if short). EM_EBUSY,
- * with nothing changed, when the pool cannot supply the blocks. */
+ * instead, its content is about to change). With a window, the window
+ * table from the window of position `from` on (EM_ESTATE when positions
+ * it needs were released: from must not go below what was committed by
+ * more than the commit kept). Copies are appended to copies[*n_copies]
+ * (room for max_copies; EM_ERANGE if short). EM_EBUSY, with nothing
+ * changed, when a pool cannot supply the blocks. */
 int em_kv_seq_reserve(em_kv *kv, int32_t slot, uint32_t from, uint32_t n,
                       em_kv_copy *copies, uint32_t max_copies, uint32_t *n_copies, em_err *err);
 
 /* Record that positions [0, n) hold the K/V of tokens[0..n) (the slot's
- * whole history) and register every newly full block in the prefix cache. */
+ * whole history), register every newly full block in the prefix cache, and
+ * (window) release the window blocks before the window of position n. */
 void em_kv_seq_commit(em_kv *kv, int32_t slot, const int32_t *tokens, uint32_t n);
 
-/* Shrink the slot to n positions (releasing whole blocks past them). */
+/* Shrink the slot to n positions (releasing whole blocks past them). With
+ * a window, to no less than the last commit's window reaches back: below
+ * it, the positions the next queries read are gone and the slot's next
+ * reserve is refused (the scheduler truncates only to what it committed). */
 void em_kv_seq_truncate(em_kv *kv, int32_t slot, uint32_t n);
 
 /* Open a new slot sharing every block of src (references counted); writes
@@ -98,10 +119,12 @@ int em_kv_seq_fork(em_kv *kv, int32_t src, int32_t *dst, em_err *err);
 /* The slot's block table (borrowed; valid until the next call that changes
  * the slot) and its number of blocks. */
 const int32_t *em_kv_seq_table(const em_kv *kv, int32_t slot);
+/* The window pool's table (same indexing; -1 where released), NULL without a window. */
+const int32_t *em_kv_seq_table_window(const em_kv *kv, int32_t slot);
 uint32_t       em_kv_seq_blocks(const em_kv *kv, int32_t slot);
 uint32_t       em_kv_seq_len(const em_kv *kv, int32_t slot);   /* committed positions */
 
-/* Blocks a new allocation can get now: free + evictable cached. */
+/* Blocks a new allocation can get now from the main pool: free + evictable cached. */
 uint32_t em_kv_available(const em_kv *kv);
 
 /* Forget every cached block (the prefix cache's finished prefixes): each

@@ -263,9 +263,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     em_vk_opts vo = EM_VK_OPTS_INIT;
     if (em_vk_create(&vo, &S.vk, &err))
         skip("no Vulkan device", err.msg);
-    uint32_t blocks = em_fwd_kv_blocks(S.vk, S.m, 0, 0, SEQS, N_CTX, STEP);
+    uint32_t nbw = 0, blocks = em_fwd_kv_blocks(S.vk, S.m, 0, 0, SEQS, N_CTX, STEP, &nbw);
     em_fwd_opts fo = { .max_tokens = STEP, .max_seqs = SEQS, .max_ctx = N_CTX, .n_blocks = blocks,
-                       .max_logits = SEQS, .kv_type = 0 };
+                       .n_blocks_window = nbw, .max_logits = SEQS, .kv_type = 0 };
     em_sched_backend be;
     em_sched_opts sco;
     em_sched_opts_init(&sco);

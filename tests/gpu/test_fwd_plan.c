@@ -3,8 +3,9 @@
  * device and its stats (packed weight bytes, activation + logits + step
  * bytes, KV pool bytes) equal to what em_fwd_plan_weights,
  * em_fwd_plan_scratch and em_fwd_kv_block_bytes planned, for both KV types
- * and with the device's kernels and the GPU kernels (EMBER_VK_AS_GPU). The
- * figures `ember vram` prints are these. */
+ * and with the device's kernels and the GPU kernels (EMBER_VK_AS_GPU); a
+ * sliding-window model with and without its window pool. The figures
+ * `ember vram` prints are these. */
 #include <stdio.h>
 #include <string.h>
 
@@ -25,11 +26,12 @@ static void check_model(em_vk *vk, const char *path)
     }
     const em_hparams *hp = em_model_hparams(m);
     const em_vk_dev_info *di = em_vk_info(vk);
-    for (uint32_t kv = 0; kv < 2; kv++) {
+    for (uint32_t kvw = 0; kvw < (hp->n_swa ? 4 : 2); kvw++) {
+        uint32_t kv = kvw % 2, nbw = kvw / 2 ? 3 * em_fwd_window_blocks(hp, 64, 100) : 0;
         if (kv == EM_KV_Q8_0 && hp->head_dim % 32)
             continue;
         em_fwd_opts o = { .max_tokens = 64, .max_seqs = 3, .max_ctx = 100, .n_blocks = 21,
-                          .max_logits = 2, .kv_type = kv };
+                          .n_blocks_window = nbw, .max_logits = 2, .kv_type = kv };
         em_fwd *f = NULL;
         CHECK_OK(em_fwd_create(vk, m, &o, &f, &err), err);
         if (!f)
@@ -51,8 +53,12 @@ static void check_model(em_vk *vk, const char *path)
         CHECK(by_type == plan.weights);
         CHECKF(em_fwd_mem_scratch(&plan) == st.act_bytes, "%s: planned scratch %llu, allocated %llu", path,
                (unsigned long long)em_fwd_mem_scratch(&plan), (unsigned long long)st.act_bytes);
-        CHECKF(21 * em_fwd_kv_block_bytes(m, kv) == st.kv_bytes, "%s: planned KV %llu, allocated %llu", path,
-               (unsigned long long)(21 * em_fwd_kv_block_bytes(m, kv)), (unsigned long long)st.kv_bytes);
+        uint64_t kv_main, kv_win;
+        em_fwd_kv_split_bytes(hp, kv, &kv_main, &kv_win);
+        uint64_t kv_plan = nbw ? 21 * kv_main + nbw * kv_win : 21 * em_fwd_kv_block_bytes(m, kv);
+        CHECKF(kv_plan == st.kv_bytes, "%s: planned KV %llu, allocated %llu (window pool %u blocks)", path,
+               (unsigned long long)kv_plan, (unsigned long long)st.kv_bytes, nbw);
+        CHECK(kv_main + kv_win == em_fwd_kv_block_bytes(m, kv) && (kv_win > 0) == (hp->n_swa > 0));
         /* a model with BF16 tensors (run as F16) grows on the device;
          * one without pads only rows */
         CHECK(plan.weights >= em_model_weight_bytes(m) / 2);

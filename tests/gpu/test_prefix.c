@@ -33,7 +33,7 @@ static int feed(int32_t slot, const int32_t *tokens, uint32_t from, uint32_t n, 
             src[i] = cp[i].src;
             dst[i] = cp[i].dst;
         }
-        rc = em_fwd_copy_blocks(f, src, dst, ncp, &e);
+        rc = em_fwd_copy_blocks(f, 0, src, dst, ncp, &e);
     }
     uint32_t T = n - from;
     int32_t pos[256], seq[256], rows[256];
@@ -45,7 +45,7 @@ static int feed(int32_t slot, const int32_t *tokens, uint32_t from, uint32_t n, 
         rows[i] = (int32_t)i;
     }
     if (!rc) {
-        em_fwd_batch b = { T, tokens + from, pos, seq, T, rows, tables, NULL };
+        em_fwd_batch b = { T, tokens + from, pos, seq, T, rows, tables, NULL, NULL };
         rc = em_fwd_step(f, &b, lg, &e);
     }
     if (!rc)
@@ -73,7 +73,7 @@ static void run(em_vk *vk, const em_model *m, uint32_t kv_type)
         CHECKF(0, "%s", e.msg);
         return;
     }
-    em_kv_opts ko = { 64, 4, 256, 1 };
+    em_kv_opts ko = { 64, 4, 256, 1, 0, 0 };
     CHECK(em_kv_create(&ko, &kv, &e) == 0);
     int32_t px[120], py[120];
     for (int i = 0; i < 120; i++) {
@@ -105,7 +105,7 @@ static void run(em_vk *vk, const em_model *m, uint32_t kv_type)
     em_kv_seq_close(kv, z);
     /* reference: py from scratch in a pool without a cache */
     em_kv_destroy(kv);
-    em_kv_opts ko2 = { 64, 4, 256, 0 };
+    em_kv_opts ko2 = { 64, 4, 256, 0, 0, 0 };
     CHECK(em_kv_create(&ko2, &kv, &e) == 0);
     CHECK(em_kv_seq_open(kv, &c, NULL) == 0);
     feed(c, py, 0, 120, la);

@@ -7,6 +7,12 @@
  * splits follow its own context length). No KV block is leaked afterwards.
  * The model must be one whose greedy output depends on the context (checked:
  * most outputs vary), else attention and KV bugs pass unseen.
+ * A model with sliding-window layers (synth gemma3: a window of 16) keeps
+ * their K/V in the window pool (em_kv): released as the windows move on,
+ * the prefix cache finding a prefix's last window there; the alone runs
+ * keep every layer in one pool for the whole context (a forward pass
+ * without a window pool), so the outputs' equality checks the window pool
+ * too, and no block of either pool may be leaked.
  * (After a preemption a recomputed history goes through the prefill path,
  * which rounds differently from decode; the pool here is large enough that
  * no request is preempted, and the test checks that none was.)
@@ -100,10 +106,15 @@ int main(int argc, char **argv)
     vo.cpu_threads = 0;   /* a tiny model */
     em_vk *vk = gpu_open("sched_gpu", &vo);
     em_fwd_opts fo = { .max_tokens = 128, .max_seqs = 16, .max_ctx = 512, .n_blocks = 16 * 32,
+                       .n_blocks_window = 16 * em_fwd_window_blocks(em_model_hparams(m), 128, 512),
                        .max_logits = 16 };
-    em_fwd *f = NULL;
+    em_fwd_opts fo_alone = fo;
+    fo_alone.n_blocks_window = 0;
+    em_fwd *f = NULL, *f_alone = NULL;
     CHECKF(em_fwd_create(vk, m, &fo, &f, &e) == 0, "%s", e.msg);
-    if (!f) {
+    CHECKF(!f || em_fwd_create(vk, m, &fo_alone, &f_alone, &e) == 0, "%s", e.msg);
+    if (!f || !f_alone) {
+        em_fwd_destroy(f);
         gpu_close(vk);
         return test_summary("sched_gpu");
     }
@@ -121,8 +132,8 @@ int main(int argc, char **argv)
                                                              : 3 + test_rand(&seed) % (V - 3));
     }
 
-    /* alone: one request at a time, nothing cached */
-    em_sched *s = start(f, vk, m, tok, 0, 128);
+    /* alone: one request at a time, nothing cached, no window pool */
+    em_sched *s = start(f_alone, vk, m, tok, 0, 128);
     for (int i = 0; i < N_REQ && s; i++) {
         alone[i] = q[i];
         collect(submit(s, &alone[i]), &alone[i]);
@@ -172,12 +183,18 @@ int main(int argc, char **argv)
         em_sched_get_stats(s, &st);
         CHECKF(st.kv.used == 0 && st.kv.free + st.kv.cached == st.kv.n_blocks,
                "blocks leaked: used %u free %u cached %u", st.kv.used, st.kv.free, st.kv.cached);
+        CHECKF(st.kv.w_used == 0 && st.kv.w_free + st.kv.w_cached == st.kv.w_blocks,
+               "window-pool blocks leaked: used %u free %u cached %u", st.kv.w_used, st.kv.w_free, st.kv.w_cached);
+        CHECKF(st.kv.w_blocks == fo.n_blocks_window, "window pool of %u blocks, the forward pass's %u",
+               st.kv.w_blocks, fo.n_blocks_window);
         CHECK(st.kv.hit_blocks > 0);
-        printf("%s: %d of %d requests equal alone; %llu steps, %llu prefix-cache block hits\n", argv[1],
-               equal, N_REQ, (unsigned long long)st.steps, (unsigned long long)st.kv.hit_blocks);
+        printf("%s: %d of %d requests equal alone; %llu steps, %llu prefix-cache block hits; window pool %u "
+               "blocks\n", argv[1], equal, N_REQ, (unsigned long long)st.steps,
+               (unsigned long long)st.kv.hit_blocks, st.kv.w_blocks);
     }
     em_sched_destroy(s);
     em_fwd_destroy(f);
+    em_fwd_destroy(f_alone);
     gpu_close(vk);
     em_tokenizer_destroy(tok);
     em_model_close(m);

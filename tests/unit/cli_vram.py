@@ -250,8 +250,25 @@ if os.path.exists(path):
         f32 = [t["params"] for t in d["weights"]["types"] if t["type"] == "F32"]
         eq("gemma3 F32 vector parameters", f32, [6 * (4 * 256 + 2 * 128) + 256])
         eq("gemma3 vector bytes", d["weights"]["vector_bytes"], (7936 + 2 * 64 + 4) * 4)
+        # the KV cache: the one global layer (every 6th) for the whole context,
+        # 128 x 2 (K, V) x 2 B per token; the 5 windowed layers (window 16) in
+        # their own pool, per sequence the blocks of 15 + 512 (a step's tokens)
+        # positions + 1 = 34 of 5 x 16 x 512 B; the pool: the budget less 64
+        # sequences' windows, in global blocks of 16 x 512 B
+        kv = d["kv"]
+        eq("gemma3 bytes per token (global layer)", kv["bytes_per_token"], 512)
+        w = kv.get("window", {})
+        eq("gemma3 window", (w.get("window"), w.get("layers"), w.get("global_layers")), (16, 5, 1))
+        eq("gemma3 window blocks per sequence", w.get("blocks_per_sequence"), 34)
+        eq("gemma3 window block bytes", w.get("block_bytes"), 5 * 16 * 512)
+        eq("gemma3 bytes per sequence", kv["bytes_per_sequence"], 128 * 16 * 512 + 34 * 5 * 16 * 512)
+        eq("gemma3 bytes per sequence, every layer whole", w.get("bytes_per_sequence_without"), 128 * 16 * 6 * 512)
+        eq("gemma3 window pool bytes", w.get("pool_bytes"), 64 * 34 * 5 * 16 * 512)
+        eq("gemma3 pool blocks", d["pool"]["blocks"], (d["pool"]["bytes"] - 64 * 34 * 5 * 16 * 512) // (16 * 512))
     rc, out, err = run("--model", path, "--mem-gb", "1")
     check(rc == 0 and "\nnote " not in out, f"gemma3 text: {rc} {out}")
+    check("the 5 sliding-window layers keep the last 16 positions: 34 blocks" in out and
+          "every layer for the whole context: 6.0 MiB" in out, f"gemma3 text: {out}")
 
 # ---- SmolLM2-135M-Instruct Q4_1: 30 layers, width 576, 9 heads / 3 KV heads
 # of 64, FFN 1536, vocabulary 49152, context 8192, tied embeddings (Q8_0);
