@@ -392,20 +392,24 @@ int em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **o
     }
     em_vk_progress_end(&prog);
 
-    /* inverse rope frequencies, computed in double; sliding-window layers
-     * have their own base and no frequency scale (as core/run/ref.c) */
+    /* the rotary angles, computed in double as core/run/ref.c's
+     * (em_hparams_rope; sliding-window layers have their own); YaRN's
+     * factor on q and k becomes its square on the attention scale */
     for (int swa = 0; swa < (hp->n_swa ? 2 : 1); swa++) {
         uint32_t nf = hp->n_rot / 2, *off = swa ? &f->freq_swa_off : &f->freq_off;
-        if ((rc = fwd_vec_add(f, NULL, nf, off, err)))
+        double *theta = malloc((nf + 1) * sizeof *theta);
+        if (!theta) {
+            rc = em_err_set(err, EM_ENOMEM, "forward: out of memory");
             goto fail;
-        const em_gguf_tensor *ff = em_model_rope_freqs(m);
-        for (uint32_t i = 0; i < nf; i++) {
-            double v = swa ? pow(hp->rope_base_swa, -2.0 * i / hp->n_rot)
-                           : hp->rope_freq_scale * pow(hp->rope_base, -2.0 * i / hp->n_rot);
-            if (ff)
-                v /= ((const float *)ff->data)[i];
-            f->vecs_host[*off + i] = (float)v;
         }
+        const em_gguf_tensor *ff = em_model_rope_freqs(m);
+        em_hparams_rope(hp, swa, ff ? (const float *)ff->data : NULL, theta, &f->rope_mscale[swa]);
+        if (!(rc = fwd_vec_add(f, NULL, nf, off, err)))
+            for (uint32_t i = 0; i < nf; i++)
+                f->vecs_host[*off + i] = (float)theta[i];
+        free(theta);
+        if (rc)
+            goto fail;
     }
     if ((uint64_t)f->n_vecs * 4 > f->vecs.size) {
         rc = em_err_set(err, EM_ESTATE, "forward: vecs buffer sized wrong");
@@ -542,6 +546,8 @@ static int record(em_fwd *f, em_vk_cmd *cmd, const shape *sh, em_err *err)
         pr.bt_off = pd.bt_off = pp.bt_off = wp ? f->off_bt_w : f->off_bt;
         pr.kscale_off = pd.kscale_off = pp.kscale_off = wp ? f->kscale_off_w : f->kscale_off;
         pr.vscale_off = pd.vscale_off = pp.vscale_off = wp ? f->vscale_off_w : f->vscale_off;
+        float ms = f->rope_mscale[window ? 1 : 0];
+        pd.scale = pp.scale = scale * ms * ms;
         if ((rc = site_record(f, cmd, &ly->qkv, T, f->E_st, f->qkv_st, P_QKV, err)))
             return rc;
         em_vk_cmd_barrier(cmd);

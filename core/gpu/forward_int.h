@@ -110,6 +110,7 @@ struct em_fwd {
     em_vk_dset *embed_ds[MAX_CHUNKS];   /* the embedding lookup, one per chunk of embd */
     uint32_t  out_norm_off, freq_off;
     uint32_t  freq_swa_off;        /* the sliding-window layers' rope frequencies */
+    float     rope_mscale[2];      /* YaRN's factor on q and k (global, windowed layers; else 1) */
     em_vk_dset *norm_add_ds;       /* post-norm models: gu -> x (norm_add.comp) */
 
     pipe_entry pipes[MAX_PIPES];

@@ -1,5 +1,6 @@
 /* model.c — read architecture hyperparameters and locate/check every weight
- * tensor of a llama / qwen2 / qwen3 / qwen3moe / gemma3 GGUF model. */
+ * tensor of a llama / qwen2 / qwen3 / qwen3moe / gpt-oss / gemma3 GGUF
+ * model; the rotary angles every engine uses. */
 #include "core/model/model.h"
 
 #include <math.h>
@@ -132,6 +133,7 @@ static int read_gemma3(loader *L)
     if (hp->n_swa == 0 || hp->swa_pattern == 0)
         return em_err_set(L->err, EM_EFORMAT, "%s: gemma3 sliding window %u, pattern %u: both must be positive",
                           L->path, hp->n_swa, hp->swa_pattern);
+    hp->rope_freq_scale_swa = 1.0f;
     if (!(hp->rope_base_swa > 0) || !(hp->logit_softcap >= 0) || !isfinite(hp->logit_softcap))
         return em_err_set(L->err, EM_EFORMAT, "%s: implausible windowed rope base or logit soft cap", L->path);
     hp->embd_scale = sqrtf((float)hp->n_embd);
@@ -165,6 +167,13 @@ static int read_hparams(loader *L)
         hp->arch = EM_ARCH_QWEN3MOE;
         hp->rope_type = EM_ROPE_NEOX;
         hp->has_qk_norm = 1;
+    } else if (em_gguf_str_eq(s, "gpt-oss")) {
+        hp->arch = EM_ARCH_GPTOSS;
+        hp->rope_type = EM_ROPE_NEOX;
+        hp->has_qkv_bias = 1;
+        hp->has_out_bias = 1;
+        hp->has_attn_sinks = 1;
+        hp->ffn_oai = 1;
     } else if (em_gguf_str_eq(s, "gemma3")) {
         hp->arch = EM_ARCH_GEMMA3;
         hp->rope_type = EM_ROPE_NEOX;
@@ -173,7 +182,7 @@ static int read_hparams(loader *L)
         hp->ffn_gelu = 1;
     } else {
         return em_err_set(L->err, EM_EUNSUPPORTED,
-                          "%s: architecture '%.*s' is not supported (supported: llama, qwen2, qwen3, qwen3moe, gemma3)",
+                          "%s: architecture '%.*s' is not supported (supported: llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma3)",
                           L->path, (int)(s.len > 64 ? 64 : s.len), s.ptr);
     }
     snprintf(hp->arch_name, sizeof hp->arch_name, "%.*s", (int)s.len, s.ptr);
@@ -218,23 +227,42 @@ static int read_hparams(loader *L)
     char key[128];
     snprintf(key, sizeof key, "%s.rope.scaling.type", hp->arch_name);
     if (em_gguf_get_str(m->g, key, &s, NULL) == 0 && !em_gguf_str_eq(s, "none")) {
-        if (!em_gguf_str_eq(s, "linear"))
-            return em_err_set(L->err, EM_EUNSUPPORTED, "%s: rope scaling '%.*s' is not supported",
+        int yarn = em_gguf_str_eq(s, "yarn");
+        if (!yarn && !em_gguf_str_eq(s, "linear"))
+            return em_err_set(L->err, EM_EUNSUPPORTED, "%s: rope scaling '%.*s' is not supported (linear, yarn)",
                               L->path, (int)(s.len > 32 ? 32 : s.len), s.ptr);
         if ((rc = arch_f32(L, "rope.scaling.factor", &factor, 1.0f)))
             return rc;
+        if (yarn && ((rc = arch_u32(L, "rope.scaling.original_context_length", &hp->yarn_orig_ctx, 1,
+                                    hp->n_ctx_train)) ||
+                     (rc = arch_f32(L, "rope.scaling.yarn_beta_fast", &hp->yarn_beta_fast, 32.0f)) ||
+                     (rc = arch_f32(L, "rope.scaling.yarn_beta_slow", &hp->yarn_beta_slow, 1.0f))))
+            return rc;
+        if (yarn && (hp->yarn_orig_ctx == 0 || !(hp->yarn_beta_fast > 0 && hp->yarn_beta_fast < 1e4f) ||
+                     !(hp->yarn_beta_slow > 0 && hp->yarn_beta_slow < 1e4f)))
+            return em_err_set(L->err, EM_EFORMAT, "%s: YaRN original context %u, beta_fast %g, beta_slow %g: "
+                              "implausible", L->path, hp->yarn_orig_ctx, hp->yarn_beta_fast, hp->yarn_beta_slow);
     }
     if (!(factor >= 1e-3f && factor <= 1e3f) || !(hp->rope_base > 0) ||
         !(hp->rms_eps > 0 && hp->rms_eps < 1))
         return em_err_set(L->err, EM_EFORMAT, "%s: implausible rope base, scaling or norm epsilon",
                           L->path);
     hp->rope_freq_scale = 1.0f / factor;
+    hp->rope_base_swa = hp->rope_base;
+    hp->rope_freq_scale_swa = hp->rope_freq_scale;
     hp->embd_scale = 1.0f;
     hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
     if (hp->arch == EM_ARCH_GEMMA3 && (rc = read_gemma3(L)))
         return rc;
-    if (hp->arch == EM_ARCH_QWEN3MOE && (rc = read_moe(L)))
+    if ((hp->arch == EM_ARCH_QWEN3MOE || hp->arch == EM_ARCH_GPTOSS) && (rc = read_moe(L)))
         return rc;
+    if (hp->arch == EM_ARCH_GPTOSS) {   /* a window on every other layer (the even ones) */
+        hp->swa_pattern = 2;
+        if ((rc = arch_u32(L, "attention.sliding_window", &hp->n_swa, 0, 0)))
+            return rc;
+        if (hp->n_swa == 0)
+            return em_err_set(L->err, EM_EFORMAT, "%s: gpt-oss sliding window 0: it must be positive", L->path);
+    }
 
     /* vocabulary: <arch>.vocab_size, else the token list, else token_embd rows */
     const em_gguf_tensor *te = em_gguf_find_tensor(m->g, "token_embd.weight");
@@ -303,9 +331,15 @@ static int find_weights(loader *L)
         NEED(bq, "attn_q.bias", q_dim, 0, !hp->has_qkv_bias);
         NEED(bk, "attn_k.bias", k_dim, 0, !hp->has_qkv_bias);
         NEED(bv, "attn_v.bias", v_dim, 0, !hp->has_qkv_bias);
+        NEED(bo, "attn_output.bias", hp->n_embd, 0, !hp->has_out_bias);
+        NEED(attn_sinks, "attn_sinks.weight", hp->n_head, 0, !hp->has_attn_sinks);
         NEED(q_norm, "attn_q_norm.weight", hp->head_dim, 0, !hp->has_qk_norm);
         NEED(k_norm, "attn_k_norm.weight", hp->head_dim, 0, !hp->has_qk_norm);
-        NEED(ffn_norm, "ffn_norm.weight", hp->n_embd, 0, 0);
+        if (hp->arch == EM_ARCH_GPTOSS) {
+            NEED(ffn_norm, "post_attention_norm.weight", hp->n_embd, 0, 0);
+        } else {
+            NEED(ffn_norm, "ffn_norm.weight", hp->n_embd, 0, 0);
+        }
         int moe = hp->n_expert > 0;
         if (moe) {
             NEED(ffn_gate_inp, "ffn_gate_inp.weight", hp->n_embd, hp->n_expert, 0);
@@ -317,17 +351,25 @@ static int find_weights(loader *L)
             NEED3(w_up_exps, "ffn_up_exps.weight", hp->n_embd, hp->n_ff_exp);
             NEED3(w_down_exps, "ffn_down_exps.weight", hp->n_ff_exp, hp->n_embd);
 #undef NEED3
+            int b = hp->ffn_oai;   /* (gpt-oss: the router's and experts' biases) */
+            NEED(b_gate_inp, "ffn_gate_inp.bias", hp->n_expert, 0, !b);
+            NEED(b_gate_exps, "ffn_gate_exps.bias", hp->n_ff_exp, hp->n_expert, !b);
+            NEED(b_up_exps, "ffn_up_exps.bias", hp->n_ff_exp, hp->n_expert, !b);
+            NEED(b_down_exps, "ffn_down_exps.bias", hp->n_embd, hp->n_expert, !b);
         } else {
             NEED(w_gate, "ffn_gate.weight", hp->n_embd, hp->n_ff, 0);
             NEED(w_up, "ffn_up.weight", hp->n_embd, hp->n_ff, 0);
             NEED(w_down, "ffn_down.weight", hp->n_ff, hp->n_embd, 0);
         }
-        NEED(post_attn_norm, "post_attention_norm.weight", hp->n_embd, 0, !hp->has_post_norms);
-        NEED(post_ffn_norm, "post_ffw_norm.weight", hp->n_embd, 0, !hp->has_post_norms);
+        if (hp->has_post_norms) {   /* (gpt-oss's post_attention_norm is its FFN norm) */
+            NEED(post_attn_norm, "post_attention_norm.weight", hp->n_embd, 0, 0);
+            NEED(post_ffn_norm, "post_ffw_norm.weight", hp->n_embd, 0, 0);
+        }
 #undef NEED
         /* norms and biases are added elementwise in f32: they must be plain types */
-        const em_gguf_tensor *vec[] = { w->attn_norm, w->ffn_norm, w->bq, w->bk, w->bv,
-                                        w->q_norm, w->k_norm, w->post_attn_norm, w->post_ffn_norm };
+        const em_gguf_tensor *vec[] = { w->attn_norm, w->ffn_norm, w->bq, w->bk, w->bv, w->bo, w->attn_sinks,
+                                        w->q_norm, w->k_norm, w->post_attn_norm, w->post_ffn_norm, w->b_gate_inp,
+                                        w->b_gate_exps, w->b_up_exps, w->b_down_exps };
         for (size_t i = 0; i < sizeof vec / sizeof vec[0]; i++)
             if (vec[i] && vec[i]->type != EM_T_F32 && vec[i]->type != EM_T_F16)
                 return em_err_set(L->err, EM_EUNSUPPORTED, "%s: tensor '%s' must be F32 or F16, not %s",
@@ -382,4 +424,34 @@ void em_tensor_row(const em_gguf_tensor *t, uint64_t row, float *dst)
 {
     uint64_t row_bytes = t->nbytes / (t->nelem / t->ne[0]);
     em_dequant_row(t->type, (const uint8_t *)t->data + row * row_bytes, dst, (int64_t)t->ne[0]);
+}
+
+void em_hparams_rope(const em_hparams *hp, int swa, const float *ff, double *theta, float *mscale)
+{
+    double base = swa ? hp->rope_base_swa : hp->rope_base, scale = swa ? hp->rope_freq_scale_swa : hp->rope_freq_scale;
+    uint32_t n = hp->n_rot;
+    double lo = 0, hi = 0;
+    *mscale = 1.0f;
+    if (hp->yarn_orig_ctx) {
+        /* the pairs whose wavelength makes beta turns over the original
+         * context: below `lo` extrapolated, above `hi` interpolated */
+        double c = 2.0 * log(base);
+        lo = floor(n * log(hp->yarn_orig_ctx / (hp->yarn_beta_fast * 2 * M_PI)) / c);
+        hi = ceil(n * log(hp->yarn_orig_ctx / (hp->yarn_beta_slow * 2 * M_PI)) / c);
+        lo = lo > 0 ? lo : 0;
+        hi = hi < n - 1 ? hi : n - 1;
+        *mscale = (float)(1.0 + 0.1 * log(1.0 / scale));
+    }
+    for (uint32_t i = 0; i < n / 2; i++) {
+        double extrap = pow(base, -2.0 * i / n);
+        if (ff)
+            extrap /= ff[i];
+        double t = scale * extrap;
+        if (hp->yarn_orig_ctx) {
+            double y = ((double)i - lo) / (hi - lo > 0.001 ? hi - lo : 0.001);
+            double mix = 1.0 - (y < 0 ? 0 : y > 1 ? 1 : y);   /* 1: the unscaled angle */
+            t = t * (1 - mix) + extrap * mix;
+        }
+        theta[i] = t;
+    }
 }

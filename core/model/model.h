@@ -14,7 +14,7 @@
 #include "core/err.h"
 #include "core/model/gguf.h"
 
-typedef enum { EM_ARCH_LLAMA, EM_ARCH_QWEN2, EM_ARCH_QWEN3, EM_ARCH_GEMMA3, EM_ARCH_QWEN3MOE } em_arch;
+typedef enum { EM_ARCH_LLAMA, EM_ARCH_QWEN2, EM_ARCH_QWEN3, EM_ARCH_GEMMA3, EM_ARCH_QWEN3MOE, EM_ARCH_GPTOSS } em_arch;
 typedef enum { EM_ROPE_NORM, EM_ROPE_NEOX } em_rope_type;
 
 typedef struct {
@@ -33,7 +33,11 @@ typedef struct {
     uint32_t     n_rot;          /* rotated dims per head (<= head_dim) */
     em_rope_type rope_type;
     float        rope_base;      /* theta */
-    float        rope_freq_scale;/* 1 / linear scaling factor */
+    float        rope_freq_scale;/* 1 / the linear or YaRN scaling factor */
+    /* YaRN (rope.scaling.type = yarn; 0 yarn_orig_ctx: none): the context
+     * the model was trained at before scaling, the ramp's corners */
+    uint32_t     yarn_orig_ctx;
+    float        yarn_beta_fast, yarn_beta_slow;
     float        rms_eps;
     int          has_qkv_bias;   /* qwen2 */
     int          has_qk_norm;    /* qwen3 */
@@ -46,18 +50,33 @@ typedef struct {
     float        logit_softcap;  /* logits = c * tanh(logits / c) when > 0 */
     uint32_t     n_swa;          /* sliding window (positions a query sees, itself included); 0: none */
     uint32_t     swa_pattern;    /* every swa_pattern-th layer is global, the others windowed */
-    float        rope_base_swa;  /* the windowed layers' rope base (their freq scale is 1) */
+    float        rope_base_swa;  /* the windowed layers' rope base and freq scale (gemma3: their */
+    float        rope_freq_scale_swa; /* own base, scale 1; gpt-oss: the others') */
     /* mixture of experts (qwen3moe; 0 for a dense model): a router picks
      * n_expert_used of n_expert SiLU-gated experts of n_ff_exp rows per
      * token, weighted by the router's softmax renormalised over the chosen */
     uint32_t     n_expert;
     uint32_t     n_expert_used;
     uint32_t     n_ff_exp;
+    /* gpt-oss (the others: 0): experts with biases and OpenAI's clamped
+     * SwiGLU; attention sinks and an output-projection bias */
+    int          ffn_oai;
+    int          has_attn_sinks;
+    int          has_out_bias;
 } em_hparams;
 
 /* The most experts a mixture-of-experts model may have (Qwen3-235B-A22B:
  * 128; DeepSeek-V3: 256). */
 #define EM_MAX_EXPERTS 256
+
+/* The rotary angle per position of each pair i < n_rot / 2 of a layer's
+ * heads (swa: a sliding-window layer's), theta[i], and the factor mscale
+ * that cos and sin are multiplied by (1 but with YaRN), as llama.cpp
+ * computes them: base^(-2i / n_rot) times the frequency scale, divided by
+ * ff[i] (Llama 3's rope_freqs, or NULL); with YaRN each pair mixes that
+ * (interpolated) and the unscaled angle by its ramp between the corner
+ * pairs beta_fast and beta_slow, and mscale is 1 + 0.1 ln(1 / scale). */
+void em_hparams_rope(const em_hparams *hp, int swa, const float *ff, double *theta, float *mscale);
 
 /* The window of layer il: hp->n_swa for a windowed layer, 0 for a global one. */
 static inline uint32_t em_hparams_window(const em_hparams *hp, uint32_t il)
@@ -71,11 +90,13 @@ typedef struct {
     const em_gguf_tensor *wq;         /* [n_embd, n_head*head_dim] */
     const em_gguf_tensor *wk;         /* [n_embd, n_head_kv*head_dim] */
     const em_gguf_tensor *wv;         /* [n_embd, n_head_kv*head_dim_v] */
-    const em_gguf_tensor *bq, *bk, *bv; /* biases (qwen2) or NULL */
+    const em_gguf_tensor *bq, *bk, *bv; /* biases (qwen2, gpt-oss) or NULL */
+    const em_gguf_tensor *bo;         /* [n_embd] output-projection bias (gpt-oss) or NULL */
+    const em_gguf_tensor *attn_sinks; /* [n_head] one extra logit per head (gpt-oss) or NULL */
     const em_gguf_tensor *q_norm;     /* [head_dim] (qwen3) or NULL */
     const em_gguf_tensor *k_norm;     /* [head_dim] (qwen3) or NULL */
     const em_gguf_tensor *wo;         /* [n_head*head_dim_v, n_embd] */
-    const em_gguf_tensor *ffn_norm;   /* [n_embd] */
+    const em_gguf_tensor *ffn_norm;   /* [n_embd] (gpt-oss: post_attention_norm) */
     const em_gguf_tensor *w_gate;     /* [n_embd, n_ff] (NULL in a mixture of experts) */
     const em_gguf_tensor *w_up;       /* [n_embd, n_ff] (NULL in a mixture of experts) */
     const em_gguf_tensor *w_down;     /* [n_ff, n_embd] (NULL in a mixture of experts) */
@@ -85,6 +106,10 @@ typedef struct {
     const em_gguf_tensor *w_gate_exps;    /* [n_embd, n_ff_exp, n_expert] */
     const em_gguf_tensor *w_up_exps;      /* [n_embd, n_ff_exp, n_expert] */
     const em_gguf_tensor *w_down_exps;    /* [n_ff_exp, n_embd, n_expert] */
+    const em_gguf_tensor *b_gate_inp;     /* [n_expert] (gpt-oss) or NULL */
+    const em_gguf_tensor *b_gate_exps;    /* [n_ff_exp, n_expert] (gpt-oss) or NULL */
+    const em_gguf_tensor *b_up_exps;      /* [n_ff_exp, n_expert] (gpt-oss) or NULL */
+    const em_gguf_tensor *b_down_exps;    /* [n_embd, n_expert] (gpt-oss) or NULL */
     const em_gguf_tensor *post_attn_norm; /* [n_embd] (gemma3) or NULL */
     const em_gguf_tensor *post_ffn_norm;  /* [n_embd] (gemma3) or NULL */
 } em_layer_weights;

@@ -15,6 +15,8 @@ typedef struct {
     float *bq, *bk, *bv;           /* [H*D], [Hk*D], [Hk*Dv] or NULL */
     float *q_norm, *k_norm;        /* [D] or NULL */
     float *post_attn_norm, *post_ffn_norm;   /* [E] or NULL (gemma3) */
+    float *bo, *sinks;             /* [E], [H] or NULL (gpt-oss) */
+    float *b_inp, *b_gate, *b_up, *b_down;   /* [n_expert], [n_expert][F], .., [n_expert][E] or NULL */
 } ref_layer_vecs;
 
 struct em_ref {
@@ -24,6 +26,8 @@ struct em_ref {
     ref_layer_vecs   *lv;          /* [n_layer] */
     float *out_norm;               /* [E] */
     float *rope_ff;                /* [n_rot/2] or NULL */
+    double *theta[2];              /* [n_rot/2] rotary angles: the global layers', the windowed ones' */
+    float  mscale[2];
     float *x, *xb, *xb2;           /* [E] residual stream, normed, scratch */
     float *router, *xe;            /* mixture of experts: [n_expert] router, [E] one expert's output */
     float *q, *k, *v;              /* [H*D], [Hk*D], [Hk*Dv] */
@@ -66,15 +70,13 @@ void em_ref_matvec(uint32_t type, const void *w, uint64_t ne0, uint64_t ne1,
 }
 
 void em_ref_rope(float *x, int n_heads, int head_dim, int n_rot, int pos, em_rope_type type,
-                 float base, float freq_scale, const float *freq_factors)
+                 const double *theta, float mscale)
 {
     for (int h = 0; h < n_heads; h++) {
         float *xh = x + h * head_dim;
         for (int i = 0; i < n_rot / 2; i++) {
-            double theta = (double)pos * freq_scale * pow(base, -2.0 * i / n_rot);
-            if (freq_factors)
-                theta /= freq_factors[i];
-            float c = (float)cos(theta), s = (float)sin(theta);
+            double t = (double)pos * theta[i];
+            float c = (float)cos(t) * mscale, s = (float)sin(t) * mscale;
             int i0 = type == EM_ROPE_NORM ? 2 * i : i;
             int i1 = type == EM_ROPE_NORM ? 2 * i + 1 : i + n_rot / 2;
             float x0 = xh[i0], x1 = xh[i1];
@@ -86,7 +88,7 @@ void em_ref_rope(float *x, int n_heads, int head_dim, int n_rot, int pos, em_rop
 
 void em_ref_attention(const float *q, const float *k, const float *v, int n_kv,
                       int n_head, int n_head_kv, int head_dim, int head_dim_v,
-                      int kv_stride_k, int kv_stride_v, float scale, float *out)
+                      int kv_stride_k, int kv_stride_v, float scale, const float *sinks, float *out)
 {
     int group = n_head / n_head_kv;
     float *score = malloc((size_t)(n_kv > 0 ? n_kv : 1) * sizeof *score);
@@ -105,7 +107,10 @@ void em_ref_attention(const float *q, const float *k, const float *v, int n_kv,
             if (score[t] > max)
                 max = score[t];
         }
-        double sum = 0;
+        float sk = sinks ? sinks[h] : 0;
+        if (sinks && sk > max)
+            max = sk;
+        double sum = sinks ? expf(sk - max) : 0;
         for (int t = 0; t < n_kv; t++) {
             score[t] = expf(score[t] - max);
             sum += score[t];
@@ -129,6 +134,14 @@ void em_ref_geglu(float *out, const float *gate, const float *up, int n)
     for (int i = 0; i < n; i++) {
         float g = gate[i];
         out[i] = 0.5f * g * (1.0f + tanhf(c * g * (1.0f + 0.044715f * g * g))) * up[i];
+    }
+}
+
+void em_ref_swiglu_oai(float *out, const float *gate, const float *up, int n)
+{
+    for (int i = 0; i < n; i++) {
+        float g = fminf(gate[i], 7.0f), u = fminf(fmaxf(up[i], -7.0f), 7.0f);
+        out[i] = g / (1.0f + expf(-1.702f * g)) * (u + 1.0f);
     }
 }
 
@@ -185,9 +198,22 @@ int em_ref_create(const em_model *m, uint32_t n_ctx, em_ref **out, em_err *err)
         lv->k_norm = load_vec(w->k_norm, &fail);
         lv->post_attn_norm = load_vec(w->post_attn_norm, &fail);
         lv->post_ffn_norm = load_vec(w->post_ffn_norm, &fail);
+        lv->bo = load_vec(w->bo, &fail);
+        lv->sinks = load_vec(w->attn_sinks, &fail);
+        lv->b_inp = load_vec(w->b_gate_inp, &fail);
+        lv->b_gate = load_vec(w->b_gate_exps, &fail);
+        lv->b_up = load_vec(w->b_up_exps, &fail);
+        lv->b_down = load_vec(w->b_down_exps, &fail);
     }
     r->out_norm = load_vec(em_model_out_norm(m), &fail);
     r->rope_ff = load_vec(em_model_rope_freqs(m), &fail);
+    for (int swa = 0; swa < 2 && !fail; swa++) {
+        r->theta[swa] = malloc((hp->n_rot / 2 + 1) * sizeof *r->theta[swa]);
+        if (!r->theta[swa])
+            fail = 1;
+        else
+            em_hparams_rope(hp, swa, r->rope_ff, r->theta[swa], &r->mscale[swa]);
+    }
     r->x = calloc(E, sizeof(float));
     r->xb = calloc(E > od ? E : od, sizeof(float));
     r->xb2 = calloc(E, sizeof(float));
@@ -221,7 +247,9 @@ void em_ref_destroy(em_ref *r)
         ref_layer_vecs *lv = &r->lv[il];
         free(lv->attn_norm); free(lv->ffn_norm); free(lv->bq); free(lv->bk); free(lv->bv);
         free(lv->q_norm); free(lv->k_norm); free(lv->post_attn_norm); free(lv->post_ffn_norm);
+        free(lv->bo); free(lv->sinks); free(lv->b_inp); free(lv->b_gate); free(lv->b_up); free(lv->b_down);
     }
+    free(r->theta[0]); free(r->theta[1]);
     free(r->lv);
     free(r->out_norm); free(r->rope_ff);
     free(r->x); free(r->xb); free(r->xb2); free(r->q); free(r->k); free(r->v);
@@ -235,6 +263,13 @@ static void matvec_t(const em_gguf_tensor *t, const float *x, float *y)
     em_ref_matvec(t->type, t->data, t->ne[0], t->ne[1], x, y);
 }
 
+static void add_bias(float *y, const float *b, size_t n)
+{
+    if (b)
+        for (size_t i = 0; i < n; i++)
+            y[i] += b[i];
+}
+
 /* y[ne1] = expert e's matrix of the 3-D tensor t (its rows e * ne1 ..) times x */
 static void matvec_expert(const em_gguf_tensor *t, uint32_t e, const float *x, float *y)
 {
@@ -242,23 +277,33 @@ static void matvec_expert(const em_gguf_tensor *t, uint32_t e, const float *x, f
     em_ref_matvec(t->type, (const uint8_t *)t->data + e * mat_bytes, t->ne[0], t->ne[1], x, y);
 }
 
-/* The mixture-of-experts FFN of one token (qwen3moe): the router's logits,
- * their softmax, the n_expert_used most probable experts (the lower index
- * first on a tie) weighted by their probabilities renormalised to sum 1;
- * out[E] = sum over them of weight * down(silu(gate(xb)) * up(xb)). */
-static void moe_ffn(em_ref *r, const em_layer_weights *w, const float *xb, float *out)
+/* softmax of v[n] in place */
+static void softmax(float *v, uint32_t n)
+{
+    float mx = v[0];
+    for (uint32_t e = 1; e < n; e++)
+        mx = fmaxf(mx, v[e]);
+    double sum = 0;
+    for (uint32_t e = 0; e < n; e++)
+        sum += v[e] = expf(v[e] - mx);
+    for (uint32_t e = 0; e < n; e++)
+        v[e] = (float)(v[e] / sum);
+}
+
+/* The mixture-of-experts FFN of one token: the router's logits (+ bias),
+ * the n_expert_used largest (the lower index first on a tie), weighted by
+ * their softmax probabilities renormalised to sum 1 (qwen3moe; gpt-oss's
+ * softmax of the chosen logits alone is the same weights);
+ * out[E] = sum over them of weight * down(act(gate(xb), up(xb))),
+ * with the experts' biases where the model has them (gpt-oss: its clamped
+ * SwiGLU, ffn_oai; else SiLU-gated). */
+static void moe_ffn(em_ref *r, const em_layer_weights *w, const ref_layer_vecs *lv, const float *xb, float *out)
 {
     const em_hparams *hp = r->hp;
     uint32_t ne = hp->n_expert, k = hp->n_expert_used, F = hp->n_ff_exp, E = hp->n_embd;
     matvec_t(w->ffn_gate_inp, xb, r->router);
-    float mx = r->router[0];
-    for (uint32_t e = 1; e < ne; e++)
-        mx = fmaxf(mx, r->router[e]);
-    double sum = 0;
-    for (uint32_t e = 0; e < ne; e++)
-        sum += r->router[e] = expf(r->router[e] - mx);
-    for (uint32_t e = 0; e < ne; e++)
-        r->router[e] = (float)(r->router[e] / sum);
+    add_bias(r->router, lv->b_inp, ne);
+    softmax(r->router, ne);   /* (monotonic: the same top-k as the logits') */
     uint32_t pick[EM_MAX_EXPERTS];
     uint8_t taken[EM_MAX_EXPERTS] = { 0 };
     double wsum = 0;
@@ -278,20 +323,17 @@ static void moe_ffn(em_ref *r, const em_layer_weights *w, const float *xb, float
         uint32_t e = pick[j];
         matvec_expert(w->w_gate_exps, e, xb, r->hg);                    /* hg[F] */
         matvec_expert(w->w_up_exps, e, xb, r->hu);                      /* hu[F] */
-        em_ref_swiglu(r->hg, r->hg, r->hu, (int)F);
+        add_bias(r->hg, lv->b_gate ? lv->b_gate + (size_t)e * F : NULL, F);
+        add_bias(r->hu, lv->b_up ? lv->b_up + (size_t)e * F : NULL, F);
+        (hp->ffn_oai ? em_ref_swiglu_oai : em_ref_swiglu)(r->hg, r->hg, r->hu, (int)F);
         matvec_expert(w->w_down_exps, e, r->hg, r->xe);                 /* xe[E] */
+        add_bias(r->xe, lv->b_down ? lv->b_down + (size_t)e * E : NULL, E);
         float wt = (float)(r->router[e] / wsum);
         for (uint32_t i = 0; i < E; i++)
             out[i] += wt * r->xe[i];
     }
 }
 
-static void add_bias(float *y, const float *b, size_t n)
-{
-    if (b)
-        for (size_t i = 0; i < n; i++)
-            y[i] += b[i];
-}
 
 int em_ref_forward(em_ref *r, int32_t token, uint32_t pos, float *logits, em_err *err)
 {
@@ -333,17 +375,17 @@ int em_ref_forward(em_ref *r, int32_t token, uint32_t pos, float *logits, em_err
         /* a windowed layer: its own rope base, unscaled, and the last
          * `window` positions (this one included) */
         uint32_t window = em_hparams_window(hp, il);
-        float base = window ? hp->rope_base_swa : hp->rope_base;
-        float fscale = window ? 1.0f : hp->rope_freq_scale;
-        em_ref_rope(r->q, H, D, (int)hp->n_rot, (int)pos, hp->rope_type, base, fscale, r->rope_ff);
-        em_ref_rope(r->k, Hk, D, (int)hp->n_rot, (int)pos, hp->rope_type, base, fscale, r->rope_ff);
+        int sw = window != 0;
+        em_ref_rope(r->q, H, D, (int)hp->n_rot, (int)pos, hp->rope_type, r->theta[sw], r->mscale[sw]);
+        em_ref_rope(r->k, Hk, D, (int)hp->n_rot, (int)pos, hp->rope_type, r->theta[sw], r->mscale[sw]);
         memcpy(kc + (size_t)pos * kd, r->k, (size_t)kd * sizeof(float));
         memcpy(vc + (size_t)pos * vd, r->v, (size_t)vd * sizeof(float));
 
         uint32_t first = window && pos + 1 > window ? pos + 1 - window : 0;
         em_ref_attention(r->q, kc + (size_t)first * kd, vc + (size_t)first * vd, (int)(pos + 1 - first), H, Hk,
-                         D, Dv, kd, vd, hp->attn_scale, r->att_out);    /* att_out[H*Dv] */
+                         D, Dv, kd, vd, hp->attn_scale, lv->sinks, r->att_out);   /* att_out[H*Dv] */
         matvec_t(w->wo, r->att_out, r->xb2);                            /* xb2[E] */
+        add_bias(r->xb2, lv->bo, (size_t)E);
         if (lv->post_attn_norm)
             em_ref_rmsnorm(r->xb2, r->xb2, lv->post_attn_norm, E, hp->rms_eps);
         for (int i = 0; i < E; i++)
@@ -351,7 +393,7 @@ int em_ref_forward(em_ref *r, int32_t token, uint32_t pos, float *logits, em_err
 
         em_ref_rmsnorm(r->xb, r->x, lv->ffn_norm, E, hp->rms_eps);
         if (hp->n_expert) {
-            moe_ffn(r, w, r->xb, r->xb2);                               /* xb2[E] */
+            moe_ffn(r, w, lv, r->xb, r->xb2);                           /* xb2[E] */
         } else {
             matvec_t(w->w_gate, r->xb, r->hg);                          /* hg[F] */
             matvec_t(w->w_up, r->xb, r->hu);                            /* hu[F] */

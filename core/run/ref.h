@@ -38,23 +38,29 @@ void em_ref_matvec(uint32_t type, const void *w, uint64_t ne0, uint64_t ne1,
 
 /* Rotate n_heads heads of head_dim in x[n_heads*head_dim] for position pos.
  * NORM rotates pairs (2i, 2i+1); NEOX pairs (i, i + n_rot/2). Only the first
- * n_rot dims of each head rotate. theta_i = pos * freq_scale * base^(-2i/n_rot)
- * / freq_factors[i] (freq_factors may be NULL). */
+ * n_rot dims of each head rotate, pair i by the angle pos * theta[i]
+ * (em_hparams_rope), and the result is multiplied by mscale (YaRN's). */
 void em_ref_rope(float *x, int n_heads, int head_dim, int n_rot, int pos, em_rope_type type,
-                 float base, float freq_scale, const float *freq_factors);
+                 const double *theta, float mscale);
 
 /* Causal attention of one query position over n_kv cached positions:
  * q[n_head*head_dim], k[n_kv][n_head_kv*head_dim], v[n_kv][n_head_kv*head_dim_v]
  * (rows kv_stride_k / kv_stride_v floats apart), out[n_head*head_dim_v].
- * Query head h reads KV head h / (n_head / n_head_kv). scale: hp->attn_scale. */
+ * Query head h reads KV head h / (n_head / n_head_kv). scale: hp->attn_scale.
+ * sinks (NULL: none; gpt-oss): head h's softmax has one more logit,
+ * sinks[h] (unscaled), that adds to the denominator and nothing to out. */
 void em_ref_attention(const float *q, const float *k, const float *v, int n_kv,
                       int n_head, int n_head_kv, int head_dim, int head_dim_v,
-                      int kv_stride_k, int kv_stride_v, float scale, float *out);
+                      int kv_stride_k, int kv_stride_v, float scale, const float *sinks, float *out);
 
 /* out[n] = gelu(gate[n]) * up[n], GELU in its tanh form (gemma3). out may alias gate. */
 void em_ref_geglu(float *out, const float *gate, const float *up, int n);
 
 /* out[n] = silu(gate[n]) * up[n] */
 void em_ref_swiglu(float *out, const float *gate, const float *up, int n);
+
+/* OpenAI's clamped SwiGLU (gpt-oss experts): with g = min(gate, 7) and
+ * u = clamp(up, -7, 7), out = g * sigmoid(1.702 g) * (u + 1). out may alias gate. */
+void em_ref_swiglu_oai(float *out, const float *gate, const float *up, int n);
 
 #endif

@@ -205,7 +205,7 @@ static void scenario(em_vk *vk, uint32_t H, uint32_t Hk, uint32_t D, uint32_t Dv
             q[i] = qkv[(size_t)t * qkv_st + i];
         uint32_t first = window && n_kv > window ? n_kv - window : 0;
         em_ref_attention(q, kr + (size_t)first * kd, vr + (size_t)first * vd, (int)(n_kv - first), (int)H, (int)Hk,
-                         (int)D, (int)Dv, (int)kd, (int)vd, scale, ref);
+                         (int)D, (int)Dv, (int)kd, (int)vd, scale, NULL, ref);
         for (uint32_t i = 0; i < H * Dv; i++) {
             double e = fabs((double)out[(size_t)t * out_st + i] - ref[i]);
             if (!isfinite(e))

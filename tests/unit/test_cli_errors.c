@@ -517,6 +517,18 @@ int main(void)
               NULL },
         };
         check_variants("synth-qwen3moe-256-F16", mv, sizeof mv / sizeof mv[0], dir, toks, out);
+        /* gpt-oss: its window, its sinks and its experts' biases */
+        static const synth_variant ov[] = {
+            { "good", NULL, NULL, 0, NULL, NULL, "gpt-oss is a mixture of experts" },
+            { "window0", NULL, "gpt-oss.attention.sliding_window", 0, NULL, "gpt-oss sliding window 0", NULL },
+            { "nowindow", "gpt-oss.attention.sliding_window", NULL, 0, NULL, "gpt-oss.attention.sliding_window",
+              NULL },
+            { "nosinks", NULL, NULL, 0, "blk.2.attn_sinks.weight", "missing tensor 'blk.2.attn_sinks.weight'", NULL },
+            { "nobias", NULL, NULL, 0, "blk.0.ffn_up_exps.bias", "missing tensor 'blk.0.ffn_up_exps.bias'", NULL },
+            { "yarnctx0", NULL, "gpt-oss.rope.scaling.original_context_length", 0, NULL, "YaRN original context 0",
+              NULL },
+        };
+        check_variants("synth-gptoss-192-F16", ov, sizeof ov / sizeof ov[0], dir, toks, out);
 
         /* an embedding padded past the tokenizer: the padding ids have no
          * text and are never generated (they used to vanish from the text) */
