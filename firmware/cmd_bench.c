@@ -405,6 +405,10 @@ int em_cmd_bench(int argc, char **argv)
         printf("device      %s (%s), %s\n", di->name, di->type_name, em_fwd_variant(fwd));
         printf("model       %s: %s, %.1fM parameters, %.1f MB packed weights on the device\n",
                model_path, hp->name, em_model_n_params(m) / 1e6, st.weight_bytes / 1e6);
+        if (hp->n_expert)
+            printf("experts     %u of %u per token: %.1fM parameters active, %.2f MB of weights a decode step "
+                   "reads\n", hp->n_expert_used, hp->n_expert, em_model_n_params_active(m) / 1e6,
+                   st.decode_bytes / 1e6);
         printf("KV cache    %u blocks of %u tokens = %u tokens, %.1f MiB (%s), one sequence\n", kv_blocks,
                EM_KV_BLOCK, kv_blocks * EM_KV_BLOCK, kv_bytes / 1048576.0, em_fwd_kv_type_name(kv_type));
         printf("ceilings    read %.2f GB/s, FMA %.1f GFLOP/s (measured now, best of two)\n", read_gbps, fma_gflops);

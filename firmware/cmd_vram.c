@@ -344,6 +344,11 @@ int em_cmd_vram(int argc, char **argv)
         json_t *weights = json_pack("{s:o, s:I, s:I, s:I}", "types", types, "file_bytes",
                                     (json_int_t)file_total, "device_bytes", (json_int_t)mem.weights,
                                     "vector_bytes", (json_int_t)mem.vecs);
+        if (m && p.hp.n_expert)
+            json_object_set_new(weights, "experts", json_pack("{s:i, s:i, s:I, s:I}", "count", (int)p.hp.n_expert,
+                                                              "used", (int)p.hp.n_expert_used, "params",
+                                                              (json_int_t)em_model_n_params(m), "active_params",
+                                                              (json_int_t)em_model_n_params_active(m)));
         if (!m) {
             json_object_set_new(weights, "params", json_real(n_params));
             json_object_set_new(weights, "bits", json_real(bits));
@@ -418,6 +423,10 @@ int em_cmd_vram(int argc, char **argv)
             human(c, sizeof c, mem.vecs);
             printf("          file %s; on the device %s of matrices (BF16 as F16) "
                    "+ %s of f32 vectors\n", a, b, c);
+            if (p.hp.n_expert)
+                printf("          a mixture of experts: %u of %u per token, %llu of %llu parameters active\n",
+                       p.hp.n_expert_used, p.hp.n_expert, (unsigned long long)em_model_n_params_active(m),
+                       (unsigned long long)em_model_n_params(m));
         } else {
             human(a, sizeof a, mem.weights);
             count_words(b, sizeof b, n_params);

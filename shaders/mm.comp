@@ -24,7 +24,18 @@
 // norm weight; BIAS adds a bias; ADD_OUT accumulates into y (residual);
 // SWIGLU treats row pairs (2j, 2j+1) as (gate_j, up_j) and writes
 // silu(gate) * up to column j (with GELU: gelu(gate) * up, GELU's tanh
-// form); GATHER_IN reads input row idx[t] of the step buffer instead of row t.
+// form; with OAI: gpt-oss's clamped min(gate, 7) * sigmoid(1.702 min(gate, 7))
+// * (clamp(up, -7, 7) + 1)); GATHER_IN reads input row idx[t] of the step
+// buffer instead of row t.
+//
+// EXPERT (mixture of experts): the matrix is MK... experts' matrices of N
+// rows each, stacked (each padded to whole row groups); the grid's z is the
+// expert (within this chunk of them, from row0 / N on); a workgroup runs
+// only the (token, slot) pairs the router sent to its expert, listed by
+// moe_route.comp in the step buffer: at gather_off, (count, start) per
+// expert, start an int index into step of its pair list, a pair p being
+// token p / MK's j-th choice (p % MK). Output row p; input row p, or with
+// EXPERT_TOK the token p / MK. An expert no token chose reads nothing.
 #version 450
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
@@ -36,8 +47,10 @@ layout(local_size_x_id = 0) in;                // L lanes: the subgroup size
 layout(constant_id = 1) const uint RPW = 8;    // rows per workgroup (multiple of 8)
 layout(constant_id = 2) const uint TN = 1;     // tokens per pass
 layout(constant_id = 3) const uint FLAGS = 0;
+layout(constant_id = 4) const uint MK = 1;     // EXPERT: experts each token uses
 
 const uint F_NORM_IN = 1u, F_BIAS = 2u, F_ADD_OUT = 4u, F_SWIGLU = 8u, F_GATHER_IN = 16u, F_GELU = 32u;
+const uint F_EXPERT = 64u, F_EXPERT_TOK = 128u, F_OAI = 256u;
 
 // The packed weights are a uniform texel buffer of uvec4 texels: llvmpipe
 // fetches texels through its texture path, about half the cost of its
@@ -486,20 +499,30 @@ void main()
 {
     const uint L = gl_WorkGroupSize.x;
     const uint lane = gl_SubgroupInvocationID;   // = the local index: one subgroup (required size)
-    const uint g = gl_WorkGroupID.x;
-    const uint r0 = g * RPW;
+    const bool expert = (FLAGS & F_EXPERT) != 0u;
+    // the weights' row group (an expert's groups follow the previous one's),
+    // and this workgroup's rows within its matrix
+    const uint z = expert ? gl_WorkGroupID.z : 0u;
+    const uint g = gl_WorkGroupID.x + z * (pc.N / RPW);
+    const uint r0 = gl_WorkGroupID.x * RPW;
     const uint nb = pc.K / (EU * UPB);
     const uint n_units = pc.K / EU;
     const uint xs4 = pc.x_stride / 4u;
+    const uint ex = pc.row0 / max(pc.N, 1u) + z;   // EXPERT: the expert, in the whole stack
+    const uint T = expert ? uint(step[pc.gather_off + 2u * ex]) : pc.T;
+    const uint lstart = expert ? uint(step[pc.gather_off + 2u * ex + 1u]) : 0u;
 
-    for (uint t0 = gl_WorkGroupID.y * TN; t0 < pc.T; t0 += TN * gl_NumWorkGroups.y) {
+    for (uint t0 = gl_WorkGroupID.y * TN; t0 < T; t0 += TN * gl_NumWorkGroups.y) {
         float acc[RPW][TN];
         float ss[TN];
-        uint xrow[TN];
+        uint xrow[TN], orow[TN];   // input and output rows
         for (uint t = 0u; t < TN; t++) {
             ss[t] = 0.0;
-            const uint tt = min(t0 + t, pc.T - 1u);
-            xrow[t] = ((FLAGS & F_GATHER_IN) != 0u ? uint(step[pc.gather_off + tt]) : tt) * xs4;
+            const uint tt = min(t0 + t, T - 1u);
+            const uint p = expert ? uint(step[lstart + tt]) : tt;
+            orow[t] = p;
+            xrow[t] = ((FLAGS & F_GATHER_IN) != 0u ? uint(step[pc.gather_off + tt])
+                       : (FLAGS & F_EXPERT_TOK) != 0u ? p / MK : p) * xs4;
             for (uint r = 0u; r < RPW; r++)
                 acc[r][t] = 0.0;
         }
@@ -609,19 +632,26 @@ void main()
             LANE_STEP(64u) LANE_STEP(32u) LANE_STEP(16u) LANE_STEP(8u) LANE_STEP(4u) LANE_STEP(2u) LANE_STEP(1u)
 #undef LANE_STEP
             const uint p = k * L + lane, t = p % TN, n = r0 + (swiglu ? 2u : 1u) * (p / TN), tt = t0 + t;
-            if (p >= cols * TN || n >= pc.N || tt >= pc.T)
+            if (p >= cols * TN || n >= pc.N || tt >= T)
                 continue;
             float sc = 1.0;
-            for (uint i = 0u; i < TN; i++)
+            uint orow_t = 0u;
+            for (uint i = 0u; i < TN; i++) {
                 sc = i == t ? scale[i] : sc;
+                orow_t = i == t ? orow[i] : orow_t;
+            }
             float val = v[0] * sc, up = w[0] * sc;
             if ((FLAGS & F_BIAS) != 0u) {
-                const uint bi = pc.bias_off + pc.row0 + n, bu = pc.bias_off + pc.row0 + min(n + 1u, pc.N - 1u);
+                const uint b0 = pc.bias_off + pc.row0 + z * pc.N;   // (an expert's rows after the previous one's)
+                const uint bi = b0 + n, bu = b0 + min(n + 1u, pc.N - 1u);
                 val += vecs4[bi / 4u][bi % 4u];
                 up += vecs4[bu / 4u][bu % 4u];
             }
-            const uint yi = tt * pc.y_stride + pc.y_off + (swiglu ? n / 2u : n);
-            if (swiglu)
+            const uint yi = orow_t * pc.y_stride + pc.y_off + (swiglu ? n / 2u : n);
+            if (swiglu && (FLAGS & F_OAI) != 0u) {
+                const float gc = min(val, 7.0);
+                y[yi] = gc / (1.0 + exp(-1.702 * gc)) * (clamp(up, -7.0, 7.0) + 1.0);
+            } else if (swiglu)
                 y[yi] = ffn_gate(val, (FLAGS & F_GELU) != 0u) * up;
             else if ((FLAGS & F_ADD_OUT) != 0u)
                 y[yi] += val;

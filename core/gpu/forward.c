@@ -54,11 +54,12 @@ int fwd_get_pipe(em_fwd *f, uint32_t k, uint32_t tn, uint32_t flags, em_vk_pipe 
     }
     if (f->n_pipes == MAX_PIPES)
         return em_err_set(err, EM_ENOMEM, "forward: too many pipeline variants");
-    uint32_t spec[4];
     uint32_t n_spec = 0;
+    uint32_t spec[5];
     if (k >= EM_K_MM_F32 && k <= EM_K_MM_Q6_K) {
         spec[0] = f->L; spec[1] = f->RPW; spec[2] = tn; spec[3] = flags;
-        n_spec = 4;
+        spec[4] = f->hp->n_expert_used ? f->hp->n_expert_used : 1;
+        n_spec = 5;
     } else if (k >= EM_K_EMBED_F32 && k <= EM_K_EMBED_Q6_K) {
         spec[0] = f->RPW;        /* rows per packed group */
         spec[1] = f->embd.L.C;   /* blocks per chunk */
@@ -143,14 +144,19 @@ static int site_record(em_fwd *f, em_vk_cmd *cmd, const site *s, uint32_t T, uin
                 return em_err_set(err, EM_EUNSUPPORTED,
                                   "forward: rows of %u elements exceed this device's loop budget",
                                   pm->L.K_pad);
+            /* stacked experts: a workgroup column per expert of the chunk
+             * (each of rows_per rows), the route at the start of moe */
+            uint32_t gz = s->experts ? ch->rows / s->rows_per : 1;
+            if (s->experts)
+                gx = s->rows_per / f->RPW;
             em_pc_mm pc = {
-                .K = pm->L.K_pad, .k_real = s->k_real, .N = ch->rows, .T = T,
+                .K = pm->L.K_pad, .k_real = s->k_real, .N = s->experts ? s->rows_per : ch->rows, .T = T,
                 .x_stride = x_stride, .y_stride = y_stride,
-                .y_off = s->y_off[p] + ((s->flags & EM_MM_SWIGLU) ? ch->row0 / 2 : ch->row0),
+                .y_off = s->experts ? 0 : s->y_off[p] + ((s->flags & EM_MM_SWIGLU) ? ch->row0 / 2 : ch->row0),
                 .row0 = ch->row0, .norm_off = s->norm_off, .bias_off = s->bias_off[p],
-                .gather_off = f->off_gather, .eps = f->hp->rms_eps,
+                .gather_off = s->experts ? 0 : f->off_gather, .eps = f->hp->rms_eps,
             };
-            em_vk_cmd_dispatch(cmd, pipe, ch->dset, &pc, gx, gy, 1);
+            em_vk_cmd_dispatch(cmd, pipe, ch->dset, &pc, gx, gy, gz);
             mark(f, cmd, kind);
         }
     }
@@ -194,10 +200,13 @@ static void choose_variant(em_fwd *f)
 
 int em_fwd_model_supported(const em_hparams *hp, em_err *err)
 {
-    if (hp->n_expert)
+    if (hp->n_expert && (hp->has_attn_sinks || hp->ffn_oai))
         return em_err_set(err, EM_EUNSUPPORTED,
                           "forward: %s is a mixture of experts, which the Vulkan kernels do not run yet: "
                           "ember run, chat, logits and perplexity run it with --backend cpu", hp->arch_name);
+    if (hp->n_expert_used > EM_MOE_MAX_USED)
+        return em_err_set(err, EM_EUNSUPPORTED, "forward: %s uses %u experts per token; the router kernel takes "
+                          "at most %u", hp->arch_name, hp->n_expert_used, EM_MOE_MAX_USED);
     if (hp->logit_softcap > 0)
         return em_err_set(err, EM_EUNSUPPORTED,
                           "forward: this %s model caps its logits (final_logit_softcapping), which the Vulkan "
@@ -316,11 +325,24 @@ int em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **o
         { &f->step, plan.step, EM_VK_MEM_UPLOAD },
         { &f->dummy, plan.dummy, EM_VK_MEM_DEVICE },
         { &f->part, plan.part, EM_VK_MEM_DEVICE },
+        { &f->rl, plan.moe_rl, EM_VK_MEM_DEVICE },
+        { &f->mh, plan.moe_mh, EM_VK_MEM_DEVICE },
+        { &f->ye, plan.moe_ye, EM_VK_MEM_DEVICE },
+        { &f->moe, plan.moe_route, EM_VK_MEM_DEVICE },
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        if (!bufs[i].bytes)   /* (a dense model's expert buffers) */
+            continue;
         if ((rc = em_vk_alloc(vk, bufs[i].kind, bufs[i].bytes, bufs[i].b, err)))
             goto fail;
         f->st.act_bytes += bufs[i].bytes;
+    }
+    if (hp->n_expert) {   /* strides and the route's layout: em_fwd_plan_scratch's */
+        f->rl_st = fwd_round_up(hp->n_expert, 32);
+        f->mh_st = fwd_round_up(hp->n_ff_exp, 32);
+        f->moe_list_off = 2 * hp->n_expert;
+        f->moe_sel_off = f->moe_list_off + T * hp->n_expert_used;
+        f->moe_w_off = f->moe_sel_off + T * hp->n_expert_used;
     }
     /* split-K partials for every query of a step at up to max_split splits
      * each, within one binding: a constant of the engine, so that a token's
@@ -328,7 +350,7 @@ int em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **o
     f->max_split = em_fwd_plan_max_split(hp, T, binding);
     /* the vecs buffer must exist before descriptor sets are made: size it
      * first (norms, biases, q/k norms, inverse frequencies) */
-    if ((rc = em_vk_alloc(vk, EM_VK_MEM_DEVICE, em_fwd_plan_vec_floats(m) * 4, &f->vecs, err)))
+    if ((rc = em_vk_alloc(vk, EM_VK_MEM_DEVICE, em_fwd_plan_vec_floats(m, f->RPW) * 4, &f->vecs, err)))
         goto fail;
 
     {
@@ -343,6 +365,13 @@ int em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **o
         if (hp->has_post_norms && ((rc = fwd_get_pipe(f, EM_K_NORM_ADD, 0, 0, &np, err)) ||
                                    (rc = em_vk_dset_create(vk, np, nb, &f->norm_add_ds, err))))
             goto fail;
+        em_vk_pipe *mrp, *mcp;
+        em_vk_buf mrb[2] = { f->rl, f->moe }, mcb[4] = { f->ye, f->moe, f->vecs, f->x };
+        if (hp->n_expert && ((rc = fwd_get_pipe(f, EM_K_MOE_ROUTE, 0, 0, &mrp, err)) ||
+                             (rc = em_vk_dset_create(vk, mrp, mrb, &f->route_ds, err)) ||
+                             (rc = fwd_get_pipe(f, EM_K_MOE_COMBINE, 0, 0, &mcp, err)) ||
+                             (rc = em_vk_dset_create(vk, mcp, mcb, &f->combine_ds, err))))
+            goto fail;
         f->steer_adj_max = L * EM_FWD_STEER_ADJ;
     }
     em_vk_progress prog;
@@ -354,7 +383,7 @@ int em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **o
     /* output: final norm fused, rows gathered from the step's logit list */
     {
         const em_gguf_tensor *te = em_model_tok_embd(m), *to = em_model_output(m);
-        row_src es = { { te }, 1, 0 };
+        row_src es = { { te }, 1, 0, 0, 0 };
         uint64_t before = f->st.weight_bytes;
         if ((rc = fwd_pmat_build(f, &es, &f->embd, &prog, err)))
             goto fail_prog;
@@ -369,15 +398,17 @@ int em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **o
             s->part[0] = f->embd;        /* tied: the same device memory */
             s->part[0].n_chunks = f->embd.n_chunks;
         } else {
-            row_src os = { { to }, 1, 0 };
+            row_src os = { { to }, 1, 0, 0, 0 };
             if ((rc = fwd_pmat_build(f, &os, &s->part[0], &prog, err)))
                 goto fail_prog;
         }
         if ((rc = fwd_site_bind(f, s, &f->x, &f->logits, err)))
             goto fail_prog;
         /* a decode step reads one row of an embedding table that is not
-         * also the output matrix */
+         * also the output matrix, and of the experts those one token chose */
         f->st.decode_bytes = f->st.weight_bytes - (to == te ? 0 : embd_bytes);
+        if (hp->n_expert)
+            f->st.decode_bytes -= f->st.expert_bytes / hp->n_expert * (hp->n_expert - hp->n_expert_used);
         /* the lookup binds each chunk of the table (a large vocabulary's
          * table passes one binding: 152k x 896 at Q8_0 is 145 MB) */
         em_vk_pipe *ep;
@@ -460,6 +491,9 @@ void em_fwd_destroy(em_fwd *f)
         fwd_site_free(f, &ly->wo);
         fwd_site_free(f, &ly->gu);
         fwd_site_free(f, &ly->down);
+        fwd_site_free(f, &ly->router);
+        fwd_site_free(f, &ly->egu);
+        fwd_site_free(f, &ly->edown);
         em_vk_free(f->vk, &ly->kc);
         em_vk_free(f->vk, &ly->vc);
     }
@@ -469,7 +503,7 @@ void em_fwd_destroy(em_fwd *f)
     for (uint32_t c = 0; c < MAX_CHUNKS; c++)
         em_vk_dset_destroy(f->vk, f->embed_ds[c]);
     em_vk_buf *b[] = { &f->x, &f->qkv, &f->att, &f->hf, &f->gu, &f->logits, &f->step, &f->vecs,
-                       &f->dummy, &f->part, &f->steer, &f->cand };
+                       &f->dummy, &f->part, &f->steer, &f->cand, &f->rl, &f->mh, &f->ye, &f->moe };
     for (size_t i = 0; i < sizeof b / sizeof b[0]; i++)
         em_vk_free(f->vk, b[i]);
     free(f->layers);
@@ -490,6 +524,42 @@ static int norm_add(em_fwd *f, em_vk_cmd *cmd, em_pc_norm_add *pn, uint32_t norm
     pn->norm_off = norm_off;
     em_vk_cmd_dispatch(cmd, p, f->norm_add_ds, pn, 1, pn->T, 1);
     mark(f, cmd, kind);
+    em_vk_cmd_barrier(cmd);
+    return 0;
+}
+
+/* A mixture-of-experts FFN for T tokens: the router's logits (FFN norm
+ * fused), the route (moe_route.comp: each token's experts and weights, the
+ * pairs per expert), the experts' gate/up and down products over the pairs
+ * routed to them (mm.comp EXPERT: an expert no token chose reads nothing),
+ * the weighted sum added to the residual (moe_combine.comp); barriers
+ * between, and after. */
+static int moe_record(em_fwd *f, em_vk_cmd *cmd, const layer *ly, uint32_t T, em_err *err)
+{
+    const em_hparams *hp = f->hp;
+    uint32_t K = hp->n_expert_used;
+    em_vk_pipe *p;
+    int rc;
+    if ((rc = site_record(f, cmd, &ly->router, T, f->E_st, f->rl_st, P_GU, err)))
+        return rc;
+    em_vk_cmd_barrier(cmd);
+    em_pc_moe_route pr = { T, hp->n_expert, K, f->rl_st, f->moe_list_off, f->moe_sel_off, f->moe_w_off };
+    if ((rc = fwd_get_pipe(f, EM_K_MOE_ROUTE, 0, 0, &p, err)))
+        return rc;
+    em_vk_cmd_dispatch(cmd, p, f->route_ds, &pr, 1, 1, 1);
+    mark(f, cmd, P_GU);
+    em_vk_cmd_barrier(cmd);
+    if ((rc = site_record(f, cmd, &ly->egu, T, f->E_st, f->mh_st, P_GU, err)))
+        return rc;
+    em_vk_cmd_barrier(cmd);
+    if ((rc = site_record(f, cmd, &ly->edown, T, f->mh_st, f->E_st, P_DOWN, err)))
+        return rc;
+    em_vk_cmd_barrier(cmd);
+    em_pc_moe_combine pc = { hp->n_embd, T, K, f->E_st, f->E_st, f->moe_sel_off, f->moe_w_off, ly->b_down_off };
+    if ((rc = fwd_get_pipe(f, EM_K_MOE_COMBINE, 0, 0, &p, err)))
+        return rc;
+    em_vk_cmd_dispatch(cmd, p, f->combine_ds, &pc, (hp->n_embd + 63) / 64, T, 1);
+    mark(f, cmd, P_DOWN);
     em_vk_cmd_barrier(cmd);
     return 0;
 }
@@ -584,6 +654,11 @@ static int record(em_fwd *f, em_vk_cmd *cmd, const shape *sh, em_err *err)
         em_vk_cmd_barrier(cmd);
         if (post && (rc = norm_add(f, cmd, &pn, ly->post_attn_off, P_WO, err)))
             return rc;
+        if (hp->n_expert) {
+            if ((rc = moe_record(f, cmd, ly, T, err)))
+                return rc;
+            continue;
+        }
         if (ly->gu_fused) {
             if ((rc = site_record(f, cmd, &ly->gu, T, f->E_st, f->F_st, P_GU, err)))
                 return rc;

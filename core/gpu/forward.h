@@ -135,7 +135,9 @@ typedef struct {
     uint32_t barriers;
     uint64_t weight_bytes;    /* device bytes of packed weights */
     uint64_t decode_bytes;    /* of those, the bytes a decode step streams: all but an
-                               * embedding table that is not also the output matrix */
+                               * embedding table that is not also the output matrix, and
+                               * of a mixture of experts' the share one token's experts hold */
+    uint64_t expert_bytes;    /* of weight_bytes, a mixture of experts' expert matrices */
     uint64_t kv_bytes;        /* device bytes of the KV pool */
     uint64_t act_bytes;       /* activations + step + logits buffers */
     double   last_record_us;  /* host time recording the last step (0 when replayed) */

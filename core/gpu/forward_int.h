@@ -41,6 +41,7 @@ typedef struct {
     uint32_t flags;
     uint32_t norm_off;            /* vecs offset of the norm weight (NORM_IN) */
     uint32_t k_real;
+    uint32_t experts, rows_per;   /* EXPERT: stacked matrices of rows_per (padded) rows */
 } site;
 
 typedef struct {
@@ -50,6 +51,8 @@ typedef struct {
     em_vk_dset *rope_ds, *dec_ds, *pre_ds, *swiglu_ds;
     uint32_t  qn_off, kn_off;
     uint32_t  post_attn_off, post_ffn_off;   /* post-norm models: vecs offsets of the norms */
+    site      router, egu, edown;  /* mixture of experts: the router, the experts' gate/up and down */
+    uint32_t  b_down_off;          /* vecs offset of the experts' down biases, UINT32_MAX: none */
 } layer;
 
 typedef struct {
@@ -110,6 +113,12 @@ struct em_fwd {
     em_vk_dset *embed_ds[MAX_CHUNKS];   /* the embedding lookup, one per chunk of embd */
     uint32_t  out_norm_off, freq_off;
     uint32_t  freq_swa_off;        /* the sliding-window layers' rope frequencies */
+    /* mixture of experts: router logits [T][rl_st], the pairs' hidden rows
+     * [T*K][mh_st] and outputs [T*K][E_st], the route (moe_route.comp) */
+    em_vk_buf rl, mh, ye, moe;
+    uint32_t  rl_st, mh_st;
+    uint32_t  moe_list_off, moe_sel_off, moe_w_off;
+    em_vk_dset *route_ds, *combine_ds;
     float     rope_mscale[2];      /* YaRN's factor on q and k (global, windowed layers; else 1) */
     em_vk_dset *norm_add_ds;       /* post-norm models: gu -> x (norm_add.comp) */
 
@@ -133,6 +142,8 @@ typedef struct {
     const em_gguf_tensor *t[MAX_PARTS];
     uint32_t n;
     int      interleave;   /* rows alternate t[0], t[1] (gate/up pairs) */
+    uint32_t experts;      /* > 0: 3-D tensors, their matrices stacked, each padded to rows_per rows */
+    uint32_t rows_per;
 } row_src;
 
 static inline uint32_t fwd_round_up(uint32_t v, uint32_t a) { return (v + a - 1) / a * a; }
@@ -152,6 +163,9 @@ void fwd_pmat_free(em_fwd *f, pmat *pm);
 /* Descriptor sets binding each chunk of each part of s to in -> out; free
  * the site's matrices. */
 int  fwd_site_bind(em_fwd *f, site *s, const em_vk_buf *in, const em_vk_buf *out, em_err *err);
+/* The same with `stepb` in the step buffer's place (an expert site reads the route there). */
+int  fwd_site_bind_step(em_fwd *f, site *s, const em_vk_buf *in, const em_vk_buf *out, const em_vk_buf *stepb,
+                        em_err *err);
 void fwd_site_free(em_fwd *f, site *s);
 /* Layer il: its matrices packed and bound, its vectors, its KV cache. */
 int  fwd_build_layer(em_fwd *f, uint32_t il, em_vk_progress *prog, em_err *err);

@@ -49,17 +49,20 @@ uint32_t em_fwd_window_blocks(const em_hparams *hp, uint32_t max_tokens, uint32_
     return (uint32_t)(n < ctx ? n : ctx);
 }
 
-uint64_t em_fwd_plan_vec_floats(const em_model *m)
+uint64_t em_fwd_plan_vec_floats(const em_model *m, uint32_t rows)
 {
     const em_hparams *hp = em_model_hparams(m);
     uint64_t nv = 0;
     for (uint32_t il = 0; il < hp->n_layer; il++) {
         const em_layer_weights *w = em_model_layer(m, il);
         const em_gguf_tensor *v[] = { w->attn_norm, w->ffn_norm, w->bq, w->bk, w->bv,
-                                      w->q_norm, w->k_norm, w->post_attn_norm, w->post_ffn_norm };
+                                      w->q_norm, w->k_norm, w->post_attn_norm, w->post_ffn_norm,
+                                      w->b_gate_inp, w->b_down_exps };
         for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
             if (v[i])
                 nv += round_up64(v[i]->nelem, 4);
+        if (w->b_gate_exps)   /* (the experts' gate/up biases in their packed rows' order: fwd_weights.c) */
+            nv += round_up64((uint64_t)hp->n_expert * round_up64(2 * hp->n_ff_exp, rows), 4);
     }
     /* the output norm, the rope frequencies (a second table for sliding-window layers) */
     return nv + round_up64(hp->n_embd, 4) + (hp->n_swa ? 2 : 1) * round_up64(hp->n_rot / 2, 4) + 4;
@@ -73,7 +76,9 @@ static int plan_mat(const em_gguf_tensor *const *t, uint32_t n, uint32_t rows, u
 {
     uint32_t N = 0;
     for (uint32_t i = 0; i < n; i++)
-        N += (uint32_t)(t[i]->ne[1] * t[i]->ne[2]);   /* (3-D: the experts' rows one after another) */
+        N += (uint32_t)t[i]->ne[1];
+    if (t[0]->ne[2] > 1)   /* stacked experts (gate/up pairs together), each padded to whole row groups */
+        N = (uint32_t)(t[0]->ne[2] * round_up64(N, rows));
     em_wpack_layout L;
     int rc = em_wpack_layout_for(t[0]->type, (uint32_t)t[0]->ne[0], N, rows, lanes, &L, err);
     if (rc)
@@ -105,12 +110,11 @@ int em_fwd_plan_weights(const em_model *m, uint32_t rows, uint32_t lanes, em_fwd
         const em_gguf_tensor *gu[2] = { w->w_gate, w->w_up };
         if (!rc)
             rc = plan_mat(&w->wo, 1, rows, lanes, mem, err);
-        if (!rc && hp->n_expert) {
-            /* (a mixture of experts has no kernels yet: the figures of its
-             * router and of every expert's rows as plain matrices) */
-            const em_gguf_tensor *mt[] = { w->ffn_gate_inp, w->w_gate_exps, w->w_up_exps, w->w_down_exps };
-            for (size_t i = 0; i < 4 && !rc; i++)
-                rc = plan_mat(&mt[i], 1, rows, lanes, mem, err);
+        if (!rc && hp->n_expert) {   /* the router; the experts' gate/up pairs and down (fwd_weights.c) */
+            const em_gguf_tensor *egu[2] = { w->w_gate_exps, w->w_up_exps };
+            if (!(rc = plan_mat(&w->ffn_gate_inp, 1, rows, lanes, mem, err)) &&
+                !(rc = plan_mat(egu, 2, rows, lanes, mem, err)))
+                rc = plan_mat(&w->w_down_exps, 1, rows, lanes, mem, err);
             continue;
         }
         if (!rc && w->w_gate->type == w->w_up->type)
@@ -125,7 +129,7 @@ int em_fwd_plan_weights(const em_model *m, uint32_t rows, uint32_t lanes, em_fwd
         rc = plan_mat(&te, 1, rows, lanes, mem, err);
     if (!rc && to != te)   /* tied: the output reuses the embedding's memory */
         rc = plan_mat(&to, 1, rows, lanes, mem, err);
-    mem->vecs = em_fwd_plan_vec_floats(m) * 4;
+    mem->vecs = em_fwd_plan_vec_floats(m, rows) * 4;
     return rc;
 }
 
@@ -175,6 +179,14 @@ void em_fwd_plan_scratch(const em_hparams *hp, uint32_t max_tokens, uint32_t max
      * query one binding allows (one split writes no partials) */
     uint32_t splits = em_fwd_plan_max_split(hp, max_tokens, max_binding);
     mem->part = (splits > 1 ? T * splits : 1) * em_fwd_plan_part_unit(hp);
+    /* a mixture of experts: router logits [T][NE], each (token, expert)
+     * pair's hidden row [T*K][F_exp] and output [T*K][E], and the route:
+     * (count, start) per expert, the pair lists, choices and weights [T*K] */
+    uint64_t TK = T * hp->n_expert_used;
+    mem->moe_rl = hp->n_expert ? T * round_up64(hp->n_expert, 32) * 4 : 0;
+    mem->moe_mh = hp->n_expert ? TK * round_up64(hp->n_ff_exp, 32) * 4 : 0;
+    mem->moe_ye = hp->n_expert ? TK * round32(hp->n_embd) * 4 : 0;
+    mem->moe_route = hp->n_expert ? (2 * (uint64_t)hp->n_expert + 3 * TK) * 4 : 0;
     mem->dummy = 256;
     mem->logits = L * hp->n_vocab * 4;                          /* [L][V] readback */
     /* per row: 4 header words, a mask, adjustments of 3 words; the summary */
@@ -191,8 +203,8 @@ void em_fwd_plan_scratch(const em_hparams *hp, uint32_t max_tokens, uint32_t max
 
 uint64_t em_fwd_mem_scratch(const em_fwd_mem *mem)
 {
-    return mem->x + mem->qkv + mem->att + mem->hf + mem->gu + mem->part + mem->dummy + mem->logits +
-           mem->steer + mem->cand + mem->step;
+    return mem->x + mem->qkv + mem->att + mem->hf + mem->gu + mem->part + mem->moe_rl + mem->moe_mh + mem->moe_ye +
+           mem->moe_route + mem->dummy + mem->logits + mem->steer + mem->cand + mem->step;
 }
 
 uint64_t em_fwd_plan_kv_budget(uint64_t heap, const em_fwd_mem *mem)

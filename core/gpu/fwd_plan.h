@@ -23,6 +23,7 @@ typedef struct {
     uint64_t weights_by_type[EM_T_COUNT];/* of those, by the tensors' GGUF type */
     uint64_t vecs;                       /* f32 norms, biases, rope frequencies */
     uint64_t x, qkv, att, hf, gu, part;  /* device activations (shapes in fwd_plan.c) */
+    uint64_t moe_rl, moe_mh, moe_ye, moe_route; /* a mixture of experts' (0 for a dense model) */
     uint64_t dummy;                      /* the bound-but-unused buffer */
     uint64_t logits;                     /* readback: [max_logits][n_vocab] f32 */
     uint64_t steer;                      /* upload: per row temperature, adjustments, mask */
@@ -37,8 +38,10 @@ typedef struct {
  * weights_by_type and vecs. EM_EUNSUPPORTED for a type with no GPU path. */
 int em_fwd_plan_weights(const em_model *m, uint32_t rows, uint32_t lanes, em_fwd_mem *mem,
                         em_err *err);
-/* Floats of m's vectors buffer (norms, biases, q/k norms, rope frequencies). */
-uint64_t em_fwd_plan_vec_floats(const em_model *m);
+/* Floats of m's vectors buffer (norms, biases, q/k norms, rope frequencies)
+ * for matrix workgroups of `rows` rows (the experts' biases are padded as
+ * their rows are). */
+uint64_t em_fwd_plan_vec_floats(const em_model *m, uint32_t rows);
 /* Logit rows a step can hold when one binding holds max_binding bytes (0:
  * no limit): want, or fewer for a large vocabulary (the logits, steering
  * and candidate buffers are one binding each); 0 when not even one row
@@ -57,7 +60,7 @@ uint32_t em_fwd_plan_max_split(const em_hparams *hp, uint32_t max_tokens, uint64
  * figures; only hp's shape is read. */
 void em_fwd_plan_scratch(const em_hparams *hp, uint32_t max_tokens, uint32_t max_seqs,
                          uint32_t max_ctx, uint32_t max_logits, uint64_t max_binding, em_fwd_mem *mem);
-/* x + qkv + att + hf + gu + part + dummy + logits + steer + cand + step. */
+/* x + qkv + att + hf + gu + part + the moe buffers + dummy + logits + steer + cand + step. */
 uint64_t em_fwd_mem_scratch(const em_fwd_mem *mem);
 /* Bytes left for the KV pool on a heap of heap bytes: 80% of it (ember
  * serve leaves 20% to the driver and other processes) less weights,

@@ -56,6 +56,16 @@ static const void *src_row(const row_src *s, uint32_t r)
 {
     const em_gguf_tensor *t;
     uint64_t row;
+    if (s->experts) {   /* expert e's matrix, padded: NULL (zeros) past its rows */
+        uint32_t e = r / s->rows_per, i = r % s->rows_per;
+        uint32_t k = s->interleave ? i & 1 : 0;
+        row = s->interleave ? i / 2 : i;
+        t = s->t[k];
+        if (row >= t->ne[1])
+            return NULL;
+        uint64_t row_bytes = t->nbytes / (t->ne[1] * t->ne[2]);
+        return (const uint8_t *)t->data + ((uint64_t)e * t->ne[1] + row) * row_bytes;
+    }
     if (s->interleave) {
         t = s->t[r & 1];
         row = r >> 1;
@@ -79,6 +89,8 @@ int fwd_pmat_build(em_fwd *f, const row_src *s, pmat *pm, em_vk_progress *prog, 
     uint32_t N = 0;
     for (uint32_t i = 0; i < s->n; i++)
         N += (uint32_t)s->t[i]->ne[1];
+    if (s->experts)
+        N = s->experts * s->rows_per;
     int rc = em_wpack_layout_for(s->t[0]->type, (uint32_t)s->t[0]->ne[0], N, f->RPW, f->L, &pm->L, err);
     if (rc)
         return em_err_prefix(err, rc, "tensor '%s'", s->t[0]->name);
@@ -90,10 +102,14 @@ int fwd_pmat_build(em_fwd *f, const row_src *s, pmat *pm, em_vk_progress *prog, 
     if (limit > (1ull << 30))
         limit = 1ull << 30;
     uint32_t gpc = (uint32_t)(limit / L->group_qw_bytes);   /* groups per chunk */
+    if (s->experts)   /* whole experts per chunk */
+        gpc = gpc / (s->rows_per / L->R) * (s->rows_per / L->R);
     if (gpc == 0)
         return em_err_set(err, EM_EUNSUPPORTED,
-                          "tensor '%s': one row group (%llu bytes) exceeds the device's binding range",
-                          s->t[0]->name, (unsigned long long)L->group_qw_bytes);
+                          "tensor '%s': one %s (%llu bytes) exceeds the device's binding range", s->t[0]->name,
+                          s->experts ? "expert's matrix" : "row group",
+                          (unsigned long long)(s->experts ? L->group_qw_bytes * (s->rows_per / L->R)
+                                                          : L->group_qw_bytes));
     uint32_t n_chunks = (L->n_groups + gpc - 1) / gpc;
     if (n_chunks > MAX_CHUNKS)
         return em_err_set(err, EM_EUNSUPPORTED, "tensor '%s' is too large (%u chunks)",
@@ -165,6 +181,12 @@ void fwd_pmat_free(em_fwd *f, pmat *pm)
 /* Descriptor sets binding each chunk of each part to in -> out. */
 int fwd_site_bind(em_fwd *f, site *s, const em_vk_buf *in, const em_vk_buf *out, em_err *err)
 {
+    return fwd_site_bind_step(f, s, in, out, &f->step, err);
+}
+
+int fwd_site_bind_step(em_fwd *f, site *s, const em_vk_buf *in, const em_vk_buf *out, const em_vk_buf *stepb,
+                       em_err *err)
+{
     em_vk_pipe *pipe;
     int rc = fwd_get_pipe(f, em_fwd_mm_kernel(s->part[0].L.type), 1, s->flags, &pipe, err);
     if (rc)
@@ -172,7 +194,7 @@ int fwd_site_bind(em_fwd *f, site *s, const em_vk_buf *in, const em_vk_buf *out,
     for (uint32_t p = 0; p < s->n_parts; p++) {
         for (uint32_t c = 0; c < s->part[p].n_chunks; c++) {
             mat_chunk *ch = &s->part[p].ch[c];
-            em_vk_buf b[6] = { ch->qw, ch->sc, *in, *out, f->vecs, f->step };
+            em_vk_buf b[6] = { ch->qw, ch->sc, *in, *out, f->vecs, *stepb };
             if ((rc = em_vk_dset_create(f->vk, pipe, b, &ch->dset, err)))
                 return rc;
         }
@@ -186,6 +208,79 @@ void fwd_site_free(em_fwd *f, site *s)
         fwd_pmat_free(f, &s->part[p]);
 }
 
+
+/* A mixture-of-experts FFN (core/gpu/forward.c records it): the router
+ * (the FFN norm fused, its bias), the experts' gate/up pairs interleaved
+ * and down, each expert padded to whole row groups, their biases in the
+ * packed order, the down biases for moe_combine.comp. */
+static int fwd_build_moe(em_fwd *f, layer *ly, const em_layer_weights *w, em_vk_progress *prog, em_err *err)
+{
+    const em_hparams *hp = f->hp;
+    uint32_t E = hp->n_embd, F = hp->n_ff_exp, NE = hp->n_expert;
+    int rc;
+    if (w->w_gate_exps->type != w->w_up_exps->type)
+        return em_err_set(err, EM_EUNSUPPORTED, "forward: '%s' and '%s' have different types (%s, %s): the "
+                          "expert kernels take gate and up of one type", w->w_gate_exps->name, w->w_up_exps->name,
+                          em_ttype_name(w->w_gate_exps->type), em_ttype_name(w->w_up_exps->type));
+    site *s = &ly->router;
+    s->flags = EM_MM_NORM_IN | (w->b_gate_inp ? EM_MM_BIAS : 0);
+    s->k_real = E;
+    s->n_parts = 1;
+    if ((rc = fwd_vec_tensor(f, w->ffn_norm, &s->norm_off, err)) ||
+        (w->b_gate_inp && (rc = fwd_vec_tensor(f, w->b_gate_inp, &s->bias_off[0], err))))
+        return rc;
+    {
+        row_src src = { { w->ffn_gate_inp }, 1, 0, 0, 0 };
+        if ((rc = fwd_pmat_build(f, &src, &s->part[0], prog, err)) ||
+            (rc = fwd_site_bind(f, s, &f->x, &f->rl, err)))
+            return rc;
+    }
+    uint64_t before = f->st.weight_bytes;
+    s = &ly->egu;
+    s->experts = NE;
+    s->rows_per = fwd_round_up(2 * F, f->RPW);
+    s->flags = EM_MM_NORM_IN | EM_MM_SWIGLU | EM_MM_EXPERT | EM_MM_EXPERT_TOK | (hp->ffn_oai ? EM_MM_OAI : 0) |
+               (w->b_gate_exps ? EM_MM_BIAS : 0);
+    s->k_real = E;
+    s->n_parts = 1;
+    s->norm_off = ly->router.norm_off;
+    if (w->b_gate_exps) {   /* the gate/up biases in the packed rows' order */
+        if ((rc = fwd_vec_add(f, NULL, NE * s->rows_per, &s->bias_off[0], err)))
+            return rc;
+        float *bg = f->vecs_host + s->bias_off[0];
+        float *tmp = malloc((size_t)2 * NE * F * sizeof *tmp);
+        if (!tmp)
+            return em_err_set(err, EM_ENOMEM, "forward: out of memory");
+        em_dequant_row(w->b_gate_exps->type, w->b_gate_exps->data, tmp, (int64_t)NE * F);
+        em_dequant_row(w->b_up_exps->type, w->b_up_exps->data, tmp + (size_t)NE * F, (int64_t)NE * F);
+        for (uint32_t e = 0; e < NE; e++)
+            for (uint32_t i = 0; i < 2 * F; i++)
+                bg[(size_t)e * s->rows_per + i] = tmp[(size_t)(i & 1) * NE * F + (size_t)e * F + i / 2];
+        free(tmp);
+    }
+    {
+        row_src src = { { w->w_gate_exps, w->w_up_exps }, 2, 1, NE, s->rows_per };
+        if ((rc = fwd_pmat_build(f, &src, &s->part[0], prog, err)) ||
+            (rc = fwd_site_bind_step(f, s, &f->x, &f->mh, &f->moe, err)))
+            return rc;
+    }
+    s = &ly->edown;
+    s->experts = NE;
+    s->rows_per = fwd_round_up(E, f->RPW);
+    s->flags = EM_MM_EXPERT;
+    s->k_real = F;
+    s->n_parts = 1;
+    {
+        row_src src = { { w->w_down_exps }, 1, 0, NE, s->rows_per };
+        if ((rc = fwd_pmat_build(f, &src, &s->part[0], prog, err)) ||
+            (rc = fwd_site_bind_step(f, s, &f->mh, &f->ye, &f->moe, err)))
+            return rc;
+    }
+    f->st.expert_bytes += f->st.weight_bytes - before;
+    if (w->b_down_exps && (rc = fwd_vec_tensor(f, w->b_down_exps, &ly->b_down_off, err)))
+        return rc;
+    return 0;
+}
 
 int fwd_build_layer(em_fwd *f, uint32_t il, em_vk_progress *prog, em_err *err)
 {
@@ -213,7 +308,7 @@ int fwd_build_layer(em_fwd *f, uint32_t il, em_vk_progress *prog, em_err *err)
     const em_gguf_tensor *qkv_t[3] = { w->wq, w->wk, w->wv };
     uint32_t rows_before[3] = { 0, qd, qd + kd };
     if (w->wq->type == w->wk->type && w->wk->type == w->wv->type) {
-        row_src src = { { w->wq, w->wk, w->wv }, 3, 0 };
+        row_src src = { { w->wq, w->wk, w->wv }, 3, 0, 0, 0 };
         s->n_parts = 1;
         s->y_off[0] = 0;
         s->bias_off[0] = bias_off;
@@ -222,7 +317,7 @@ int fwd_build_layer(em_fwd *f, uint32_t il, em_vk_progress *prog, em_err *err)
     } else {
         s->n_parts = 3;
         for (int i = 0; i < 3; i++) {
-            row_src src = { { qkv_t[i] }, 1, 0 };
+            row_src src = { { qkv_t[i] }, 1, 0, 0, 0 };
             s->y_off[i] = rows_before[i];
             s->bias_off[i] = bias_off + rows_before[i];
             if ((rc = fwd_pmat_build(f, &src, &s->part[i], prog, err)))
@@ -243,50 +338,56 @@ int fwd_build_layer(em_fwd *f, uint32_t il, em_vk_progress *prog, em_err *err)
     s->n_parts = 1;
     s->k_real = hp->n_head * hp->head_dim_v;
     {
-        row_src src = { { w->wo }, 1, 0 };
+        row_src src = { { w->wo }, 1, 0, 0, 0 };
         if ((rc = fwd_pmat_build(f, &src, &s->part[0], prog, err)) ||
             (rc = fwd_site_bind(f, s, &f->att, post ? &f->gu : &f->x, err)))
             return rc;
     }
 
-    /* gate/up: interleaved pairs with the SwiGLU epilogue when they share a type */
-    s = &ly->gu;
-    s->k_real = hp->n_embd;
-    if ((rc = fwd_vec_tensor(f, w->ffn_norm, &s->norm_off, err)))
-        return rc;
-    ly->gu_fused = w->w_gate->type == w->w_up->type;
-    if (ly->gu_fused) {
-        row_src src = { { w->w_gate, w->w_up }, 2, 1 };
-        s->flags = EM_MM_NORM_IN | EM_MM_SWIGLU | (hp->ffn_gelu ? EM_MM_GELU : 0);
-        s->n_parts = 1;
-        if ((rc = fwd_pmat_build(f, &src, &s->part[0], prog, err)) ||
-            (rc = fwd_site_bind(f, s, &f->x, &f->hf, err)))
+    ly->b_down_off = UINT32_MAX;
+    if (hp->n_expert) {
+        if ((rc = fwd_build_moe(f, ly, w, prog, err)))
             return rc;
     } else {
-        s->flags = EM_MM_NORM_IN;
-        s->n_parts = 2;
-        s->y_off[1] = hp->n_ff;
-        row_src g = { { w->w_gate }, 1, 0 }, u = { { w->w_up }, 1, 0 };
-        if ((rc = fwd_pmat_build(f, &g, &s->part[0], prog, err)) ||
-            (rc = fwd_pmat_build(f, &u, &s->part[1], prog, err)) ||
-            (rc = fwd_site_bind(f, s, &f->x, &f->gu, err)))
+        /* gate/up: interleaved pairs with the SwiGLU epilogue when they share a type */
+        s = &ly->gu;
+        s->k_real = hp->n_embd;
+        if ((rc = fwd_vec_tensor(f, w->ffn_norm, &s->norm_off, err)))
             return rc;
-        em_vk_pipe *sp;
-        em_vk_buf b[2] = { f->gu, f->hf };
-        if ((rc = fwd_get_pipe(f, EM_K_SWIGLU, 0, 0, &sp, err)) ||
-            (rc = em_vk_dset_create(f->vk, sp, b, &ly->swiglu_ds, err)))
-            return rc;
-    }
+        ly->gu_fused = w->w_gate->type == w->w_up->type;
+        if (ly->gu_fused) {
+            row_src src = { { w->w_gate, w->w_up }, 2, 1, 0, 0 };
+            s->flags = EM_MM_NORM_IN | EM_MM_SWIGLU | (hp->ffn_gelu ? EM_MM_GELU : 0);
+            s->n_parts = 1;
+            if ((rc = fwd_pmat_build(f, &src, &s->part[0], prog, err)) ||
+                (rc = fwd_site_bind(f, s, &f->x, &f->hf, err)))
+                return rc;
+        } else {
+            s->flags = EM_MM_NORM_IN;
+            s->n_parts = 2;
+            s->y_off[1] = hp->n_ff;
+            row_src g = { { w->w_gate }, 1, 0, 0, 0 }, u = { { w->w_up }, 1, 0, 0, 0 };
+            if ((rc = fwd_pmat_build(f, &g, &s->part[0], prog, err)) ||
+                (rc = fwd_pmat_build(f, &u, &s->part[1], prog, err)) ||
+                (rc = fwd_site_bind(f, s, &f->x, &f->gu, err)))
+                return rc;
+            em_vk_pipe *sp;
+            em_vk_buf b[2] = { f->gu, f->hf };
+            if ((rc = fwd_get_pipe(f, EM_K_SWIGLU, 0, 0, &sp, err)) ||
+                (rc = em_vk_dset_create(f->vk, sp, b, &ly->swiglu_ds, err)))
+                return rc;
+        }
 
-    s = &ly->down;
-    s->flags = post ? 0 : EM_MM_ADD_OUT;
-    s->n_parts = 1;
-    s->k_real = hp->n_ff;
-    {
-        row_src src = { { w->w_down }, 1, 0 };
-        if ((rc = fwd_pmat_build(f, &src, &s->part[0], prog, err)) ||
-            (rc = fwd_site_bind(f, s, &f->hf, post ? &f->gu : &f->x, err)))
-            return rc;
+        s = &ly->down;
+        s->flags = post ? 0 : EM_MM_ADD_OUT;
+        s->n_parts = 1;
+        s->k_real = hp->n_ff;
+        {
+            row_src src = { { w->w_down }, 1, 0, 0, 0 };
+            if ((rc = fwd_pmat_build(f, &src, &s->part[0], prog, err)) ||
+                (rc = fwd_site_bind(f, s, &f->hf, post ? &f->gu : &f->x, err)))
+                return rc;
+        }
     }
 
     if (hp->has_qk_norm &&

@@ -456,7 +456,8 @@ done:
 
 const char *em_kcheck_flags_name(uint32_t flags, char *buf, size_t cap)
 {
-    static const char *const names[] = { "norm_in", "bias", "add_out", "swiglu", "gather_in", "gelu" };
+    static const char *const names[] = { "norm_in", "bias", "add_out", "swiglu", "gather_in", "gelu", "expert",
+                                         "expert_tok", "oai" };
     size_t n = 0;
     buf[0] = 0;
     for (uint32_t i = 0; i < sizeof names / sizeof names[0]; i++)

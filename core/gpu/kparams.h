@@ -10,10 +10,14 @@
 
 #include "core/run/kv.h"   /* EM_KV_BLOCK, em_kv_type */
 
-/* shaders/mm.comp: spec constants 0 L (lanes), 1 RPW (rows per workgroup), 2 TN, 3 FLAGS */
+/* shaders/mm.comp: spec constants 0 L (lanes), 1 RPW (rows per workgroup), 2 TN, 3 FLAGS,
+ * 4 MK (experts per token, EXPERT) */
 enum {
     EM_MM_NORM_IN = 1, EM_MM_BIAS = 2, EM_MM_ADD_OUT = 4, EM_MM_SWIGLU = 8, EM_MM_GATHER_IN = 16,
-    EM_MM_GELU = 32,   /* with SWIGLU: GELU (tanh form) gates instead of SiLU */
+    EM_MM_GELU = 32,       /* with SWIGLU: GELU (tanh form) gates instead of SiLU */
+    EM_MM_EXPERT = 64,     /* stacked expert matrices, each run on the pairs routed to it */
+    EM_MM_EXPERT_TOK = 128,/* with EXPERT: the input rows are the pairs' tokens */
+    EM_MM_OAI = 256,       /* with SWIGLU: gpt-oss's clamped SwiGLU */
 };
 
 typedef struct {
@@ -148,6 +152,20 @@ typedef struct {
     uint32_t F, T, gu_stride, h_stride;
 } em_pc_swiglu;
 _Static_assert(offsetof(em_pc_swiglu, h_stride) == 12 && sizeof(em_pc_swiglu) == 16, "swiglu push layout");
+
+/* shaders/moe_route.comp (one workgroup) */
+typedef struct {
+    uint32_t T, NE, K, rl_stride, list_off, sel_off, w_off;
+} em_pc_moe_route;
+_Static_assert(offsetof(em_pc_moe_route, w_off) == 24 && sizeof(em_pc_moe_route) == 28, "moe_route push layout");
+#define EM_MOE_MAX_USED 16u   /* experts per token moe_route.comp takes */
+
+/* shaders/moe_combine.comp */
+typedef struct {
+    uint32_t E, T, K, ye_stride, x_stride, sel_off, w_off, bias_off;
+} em_pc_moe_combine;
+_Static_assert(offsetof(em_pc_moe_combine, bias_off) == 28 && sizeof(em_pc_moe_combine) == 32,
+               "moe_combine push layout");
 
 /* shaders/norm_add.comp: x[t] += rmsnorm(y[t]) * w */
 typedef struct {

@@ -83,11 +83,15 @@ static void other_names(const em_fwd_pipe_info *pi, uint32_t n, int s, char *out
         const char *name = em_kernels[pi[i].kernel].name;
         int dec = strncmp(name, "attn_dec", 8) == 0 || strcmp(name, "attn_reduce") == 0;
         int pre = strncmp(name, "attn_pre", 8) == 0;
-        if (mm_type(pi[i].kernel) >= 0 || pi[i].kernel == EM_K_TOPK || (s == EM_SELFTEST_PREFILL && dec) ||
-            (s == EM_SELFTEST_DECODE && pre))
+        int expert = mm_type(pi[i].kernel) >= 0 && (pi[i].flags & EM_MM_EXPERT);   /* (not checked alone) */
+        if ((mm_type(pi[i].kernel) >= 0 && !expert) || pi[i].kernel == EM_K_TOPK ||
+            (s == EM_SELFTEST_PREFILL && dec) || (s == EM_SELFTEST_DECODE && pre))
             continue;
+        char tn[24] = "";
+        if (expert)
+            snprintf(tn, sizeof tn, " (experts, tn=%u)", pi[i].tn);
         if (len < cap)
-            len += (size_t)snprintf(out + len, cap - len, "%s%s", len ? ", " : "", name);
+            len += (size_t)snprintf(out + len, cap - len, "%s%s%s", len ? ", " : "", name, tn);
     }
 }
 
@@ -122,7 +126,7 @@ static int kernel_checks(em_fwd *f, const em_model *m, const em_fwd_pipe_info *p
                 snprintf(k->detail, sizeof k->detail, "%s", why);
             continue;
         }
-        if (type < 0)
+        if (type < 0 || (pi[i].flags & EM_MM_EXPERT))   /* (an expert product: the stages check it) */
             continue;
         em_selftest_kernel_result *k = &rep->kernel[rep->n_kernels++];
         char fl[48];

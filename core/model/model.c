@@ -417,6 +417,17 @@ const em_gguf_tensor *em_model_out_norm(const em_model *m) { return m->out_norm;
 const em_gguf_tensor *em_model_output(const em_model *m) { return m->output; }
 const em_gguf_tensor *em_model_rope_freqs(const em_model *m) { return m->rope_freqs; }
 const em_gguf *em_model_gguf(const em_model *m) { return m->g; }
+uint64_t em_model_n_params_active(const em_model *m)
+{
+    const em_hparams *hp = &m->hp;
+    uint64_t experts = 0;
+    for (uint32_t il = 0; hp->n_expert && il < hp->n_layer; il++) {
+        const em_layer_weights *w = &m->layers[il];
+        experts += w->w_gate_exps->nelem + w->w_up_exps->nelem + w->w_down_exps->nelem;
+    }
+    return m->n_params - (hp->n_expert ? experts / hp->n_expert * (hp->n_expert - hp->n_expert_used) : 0);
+}
+
 uint64_t em_model_weight_bytes(const em_model *m) { return m->weight_bytes; }
 uint64_t em_model_n_params(const em_model *m) { return m->n_params; }
 

@@ -135,6 +135,9 @@ const em_gguf          *em_model_gguf(const em_model *m);
 uint64_t em_model_weight_bytes(const em_model *m);
 /* Parameter count (elements of all weight tensors). */
 uint64_t em_model_n_params(const em_model *m);
+/* The parameters one token uses: of a mixture of experts the experts'
+ * share n_expert_used / n_expert only; em_model_n_params otherwise. */
+uint64_t em_model_n_params_active(const em_model *m);
 
 /* Dequantize row `row` of a 2-D tensor into dst[t->ne[0]]. */
 void em_tensor_row(const em_gguf_tensor *t, uint64_t row, float *dst);

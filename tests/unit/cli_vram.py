@@ -270,6 +270,21 @@ if os.path.exists(path):
     check("the 5 sliding-window layers keep the last 16 positions: 34 blocks" in out and
           "every layer for the whole context: 6.0 MiB" in out, f"gemma3 text: {out}")
 
+# ---- a mixture of experts (synth qwen3moe: 2 layers of 8 experts, 2 used, of
+# 256 x 256 x 3 F16 each): total and active parameters, the experts counted
+# at 2 of 8; the device bytes of the experts padded per expert --------------
+path = os.path.join(SHARED, "models", "synth", "synth-qwen3moe-256-F16.gguf")
+if os.path.exists(path):
+    d = vram_json("--model", path, "--mem-gb", "1")
+    if d:
+        x = d["weights"].get("experts", {})
+        experts = 2 * 3 * 256 * 256 * 8
+        eq("qwen3moe experts", (x.get("count"), x.get("used")), (8, 2))
+        eq("qwen3moe active parameters", x.get("params", 0) - x.get("active_params", 0), experts * 6 // 8)
+        check("unsupported" not in d, f"qwen3moe: no unsupported note: {d}")
+    rc, out, err = run("--model", path, "--mem-gb", "1")
+    check(rc == 0 and "a mixture of experts: 2 of 8 per token" in out, f"qwen3moe text: {out}")
+
 # ---- SmolLM2-135M-Instruct Q4_1: 30 layers, width 576, 9 heads / 3 KV heads
 # of 64, FFN 1536, vocabulary 49152, context 8192, tied embeddings (Q8_0);
 # every layer matrix Q4_1 (20 B per 32), which ember reads as the file has
