@@ -38,7 +38,10 @@ layout(push_constant) uniform Push {
     float scale;
     uint kscale_off, vscale_off;   // KV_Q8: half index of the K / V scales
     uint window;         // a sliding-window layer: the last `window` positions (0: all)
+    uint sink_off;       // vecs offset of the heads' sink logits (gpt-oss); 0xFFFFFFFF: none
 } pc;
+
+layout(std430, binding = 6) readonly buffer Vecs { float vecs[]; };
 
 #include "kvread.glsl"
 
@@ -118,12 +121,20 @@ void main()
     float L = 0.0;
     for (uint i = 0u; i < WG; i++)
         L += mred[i];
+    // a sink: one more logit in the softmax, no value (unsplit here; split,
+    // attn_reduce.comp adds it): against the common max of both
+    float fs = 1.0;
+    if (pc.sink_off != 0xFFFFFFFFu && my_split == 1u) {
+        const float sk = vecs[pc.sink_off + h], M2 = max(M, sk);
+        fs = exp(M - M2);
+        L = L * fs + exp(sk - M2);
+    }
     for (uint d = lane; d < DV; d += WG) {
         float v = 0.0;
         for (uint i = 0u; i < WG; i++)
             v += red[i * DV + d];
         if (my_split == 1u) {
-            att[t * pc.out_stride + h * DV + d] = L > 0.0 ? v / L : 0.0;
+            att[t * pc.out_stride + h * DV + d] = L > 0.0 ? v * fs / L : 0.0;
         } else {
             part[((di * pc.H + h) * pc.nsplit + split) * (DV + 2u) + 2u + d] = v;
         }

@@ -37,7 +37,10 @@ layout(push_constant) uniform Push {
     float scale;
     uint kscale_off, vscale_off;   // KV_Q8: half index of the K / V scales
     uint window;         // a sliding-window layer: the last `window` positions (0: all)
+    uint sink_off;       // vecs offset of the heads' sink logits (gpt-oss); 0xFFFFFFFF: none
 } pc;
+
+layout(std430, binding = 6) readonly buffer Vecs { float vecs[]; };
 
 #include "kvread.glsl"
 
@@ -123,11 +126,18 @@ void main()
     for (uint g = 0u; g < G; g++) {
         const uint h = h0 + g;
         const uint pb = ((di * pc.H + h) * pc.nsplit + split) * (DV + 2u);
+        // a sink (unsplit; split: attn_reduce.comp): one more logit, no value
+        float lg = l[g], fs = 1.0;
+        if (pc.sink_off != 0xFFFFFFFFu && my_split == 1u) {
+            const float sk = vecs[pc.sink_off + h], M2 = max(m[g], sk);
+            fs = exp(m[g] - M2);
+            lg = lg * fs + exp(sk - M2);
+        }
         for (uint i = 0u; i < 2u * CV; i++) {
             const uint d = 4u * (2u * lane * CV + i);
             const vec4 r = o[g * 2u * CV + i];
             if (my_split == 1u) {
-                const vec4 v = l[g] > 0.0 ? r / l[g] : vec4(0.0);
+                const vec4 v = lg > 0.0 ? r * fs / lg : vec4(0.0);
                 const uint a = t * pc.out_stride + h * DV + d;
                 att[a] = v.x; att[a + 1u] = v.y; att[a + 2u] = v.z; att[a + 3u] = v.w;
             } else {

@@ -50,7 +50,10 @@ layout(push_constant) uniform Push {
     float scale;
     uint kscale_off, vscale_off;   // KV_Q8: half index of the K / V scales
     uint window;         // a sliding-window layer: each query sees its last `window` positions (0: all)
+    uint sink_off;       // vecs offset of the heads' sink logits (gpt-oss); 0xFFFFFFFF: none
 } pc;
+
+layout(std430, binding = 5) readonly buffer Vecs { float vecs[]; };
 
 #include "kvread.glsl"
 
@@ -174,9 +177,16 @@ void main()
     }
     if (live) {
         for (uint g = 0u; g < G; g++) {
+            // a sink: one more logit in the softmax, no value
+            float lg = l[g], fs = 1.0;
+            if (pc.sink_off != 0xFFFFFFFFu) {
+                const float sk = vecs[pc.sink_off + h0 + g], M2 = max(m[g], sk);
+                fs = exp(m[g] - M2);
+                lg = lg * fs + exp(sk - M2);
+            }
             for (uint d4 = 0u; d4 < DV / 4u; d4++) {
                 const uint a = t * pc.out_stride + (h0 + g) * DV + 4u * d4;
-                const vec4 r = o[g * (DV / 4u) + d4] / l[g];
+                const vec4 r = o[g * (DV / 4u) + d4] * fs / lg;
                 att[a] = r.x;
                 att[a + 1u] = r.y;
                 att[a + 2u] = r.z;

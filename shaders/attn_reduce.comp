@@ -12,7 +12,10 @@ layout(std430, binding = 2) writeonly buffer OUT { float att[]; };
 
 layout(push_constant) uniform Push {
     uint H, Dv, nsplit, out_stride, list_off;   // nsplit: the partials' stride
+    uint sink_off;      // vecs offset of the heads' sink logits (gpt-oss); 0xFFFFFFFF: none
 } pc;
+
+layout(std430, binding = 3) readonly buffer Vecs { float vecs[]; };
 
 void main()
 {
@@ -25,7 +28,10 @@ void main()
     float M = -1e30;
     for (uint s = 0u; s < ns; s++)
         M = max(M, part[base + s * (pc.Dv + 2u)]);
-    float L = 0.0;
+    const bool sink = pc.sink_off != 0xFFFFFFFFu;
+    if (sink)   // one more logit in the softmax, no value
+        M = max(M, vecs[pc.sink_off + h]);
+    float L = sink ? exp(vecs[pc.sink_off + h] - M) : 0.0;
     for (uint s = 0u; s < ns; s++)
         L += part[base + s * (pc.Dv + 2u) + 1u] * exp(part[base + s * (pc.Dv + 2u)] - M);
     for (uint d = lane; d < pc.Dv; d += 64u) {

@@ -200,10 +200,6 @@ static void choose_variant(em_fwd *f)
 
 int em_fwd_model_supported(const em_hparams *hp, em_err *err)
 {
-    if (hp->n_expert && (hp->has_attn_sinks || hp->ffn_oai))
-        return em_err_set(err, EM_EUNSUPPORTED,
-                          "forward: %s is a mixture of experts, which the Vulkan kernels do not run yet: "
-                          "ember run, chat, logits and perplexity run it with --backend cpu", hp->arch_name);
     if (hp->n_expert_used > EM_MOE_MAX_USED)
         return em_err_set(err, EM_EUNSUPPORTED, "forward: %s uses %u experts per token; the router kernel takes "
                           "at most %u", hp->arch_name, hp->n_expert_used, EM_MOE_MAX_USED);
@@ -355,7 +351,7 @@ int em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **o
 
     {
         em_vk_pipe *rp, *tp, *np;
-        em_vk_buf rb[3] = { f->step, f->part, f->att }, tb[3] = { f->logits, f->steer, f->cand };
+        em_vk_buf rb[4] = { f->step, f->part, f->att, f->vecs }, tb[3] = { f->logits, f->steer, f->cand };
         em_vk_buf nb[3] = { f->gu, f->vecs, f->x };
         if ((rc = fwd_get_pipe(f, EM_K_ATTN_REDUCE, 0, 0, &rp, err)) ||
             (rc = em_vk_dset_create(vk, rp, rb, &f->reduce_ds, err)) ||
@@ -596,14 +592,14 @@ static int record(em_fwd *f, em_vk_cmd *cmd, const shape *sh, em_err *err)
     em_pc_attn_dec pd = {
         hp->n_head, hp->n_head_kv, hp->head_dim, hp->head_dim_v, f->qkv_st, f->att_st,
         f->off_pos, f->off_seq, f->off_bt, f->bt_stride, f->off_dec, sh->nsplit, scale,
-        f->kscale_off, f->vscale_off, 0,
+        f->kscale_off, f->vscale_off, 0, EM_NO_SINKS,
     };
     em_pc_attn_pre pp = {
         hp->n_head, hp->n_head_kv, hp->head_dim, hp->head_dim_v, f->qkv_st, f->att_st,
         f->off_pos, f->off_seq, f->off_bt, f->bt_stride, f->off_tiles, scale,
-        f->kscale_off, f->vscale_off, 0,
+        f->kscale_off, f->vscale_off, 0, EM_NO_SINKS,
     };
-    em_pc_attn_reduce pred = { hp->n_head, hp->head_dim_v, sh->nsplit, f->att_st, f->off_dec };
+    em_pc_attn_reduce pred = { hp->n_head, hp->head_dim_v, sh->nsplit, f->att_st, f->off_dec, EM_NO_SINKS };
     em_pc_swiglu ps = { hp->n_ff, T, f->gu_st, f->F_st };
     em_pc_norm_add pn = { hp->n_embd, T, f->gu_st, f->E_st, 0, hp->rms_eps };
     for (uint32_t il = 0; il < hp->n_layer; il++) {
@@ -618,6 +614,7 @@ static int record(em_fwd *f, em_vk_cmd *cmd, const shape *sh, em_err *err)
         pr.vscale_off = pd.vscale_off = pp.vscale_off = wp ? f->vscale_off_w : f->vscale_off;
         float ms = f->rope_mscale[window ? 1 : 0];
         pd.scale = pp.scale = scale * ms * ms;
+        pd.sink_off = pp.sink_off = pred.sink_off = ly->sink_off;
         if ((rc = site_record(f, cmd, &ly->qkv, T, f->E_st, f->qkv_st, P_QKV, err)))
             return rc;
         em_vk_cmd_barrier(cmd);

@@ -53,6 +53,7 @@ typedef struct {
     uint32_t  post_attn_off, post_ffn_off;   /* post-norm models: vecs offsets of the norms */
     site      router, egu, edown;  /* mixture of experts: the router, the experts' gate/up and down */
     uint32_t  b_down_off;          /* vecs offset of the experts' down biases, UINT32_MAX: none */
+    uint32_t  sink_off;            /* vecs offset of the heads' attention sinks, EM_NO_SINKS: none */
 } layer;
 
 typedef struct {

@@ -57,7 +57,7 @@ uint64_t em_fwd_plan_vec_floats(const em_model *m, uint32_t rows)
         const em_layer_weights *w = em_model_layer(m, il);
         const em_gguf_tensor *v[] = { w->attn_norm, w->ffn_norm, w->bq, w->bk, w->bv,
                                       w->q_norm, w->k_norm, w->post_attn_norm, w->post_ffn_norm,
-                                      w->b_gate_inp, w->b_down_exps };
+                                      w->b_gate_inp, w->b_down_exps, w->bo, w->attn_sinks };
         for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
             if (v[i])
                 nv += round_up64(v[i]->nelem, 4);

@@ -334,9 +334,13 @@ int fwd_build_layer(em_fwd *f, uint32_t il, em_vk_progress *prog, em_err *err)
                  (rc = fwd_vec_tensor(f, w->post_ffn_norm, &ly->post_ffn_off, err))))
         return rc;
     s = &ly->wo;
-    s->flags = post ? 0 : EM_MM_ADD_OUT;
+    s->flags = (post ? 0 : EM_MM_ADD_OUT) | (w->bo ? EM_MM_BIAS : 0);
     s->n_parts = 1;
     s->k_real = hp->n_head * hp->head_dim_v;
+    ly->sink_off = EM_NO_SINKS;
+    if ((w->bo && (rc = fwd_vec_tensor(f, w->bo, &s->bias_off[0], err))) ||
+        (w->attn_sinks && (rc = fwd_vec_tensor(f, w->attn_sinks, &ly->sink_off, err))))
+        return rc;
     {
         row_src src = { { w->wo }, 1, 0, 0, 0 };
         if ((rc = fwd_pmat_build(f, &src, &s->part[0], prog, err)) ||
@@ -409,13 +413,14 @@ int fwd_build_layer(em_fwd *f, uint32_t il, em_vk_progress *prog, em_err *err)
     f->st.kv_bytes += kbytes + vbytes;
     em_vk_pipe *rp, *dp, *pp;
     em_vk_buf rb[5] = { f->qkv, f->vecs, f->step, ly->kc, ly->vc };
-    em_vk_buf db[6] = { f->qkv, f->step, ly->kc, ly->vc, f->att, f->part };
+    em_vk_buf db[7] = { f->qkv, f->step, ly->kc, ly->vc, f->att, f->part, f->vecs };
+    em_vk_buf pb[6] = { f->qkv, f->step, ly->kc, ly->vc, f->att, f->vecs };
     if ((rc = fwd_get_pipe(f, f->k_rope, 0, 0, &rp, err)) ||
         (rc = em_vk_dset_create(f->vk, rp, rb, &ly->rope_ds, err)) ||
         (rc = fwd_get_pipe(f, f->k_dec, 0, 0, &dp, err)) ||
         (rc = em_vk_dset_create(f->vk, dp, db, &ly->dec_ds, err)) ||
         (rc = fwd_get_pipe(f, f->k_pre, 0, 0, &pp, err)) ||
-        (rc = em_vk_dset_create(f->vk, pp, db, &ly->pre_ds, err)))
+        (rc = em_vk_dset_create(f->vk, pp, pb, &ly->pre_ds, err)))
         return rc;
     return 0;
 }

@@ -107,12 +107,14 @@ typedef struct {
     float    scale;
     uint32_t kscale_off, vscale_off;   /* Q8_0 KV: half index of the scales */
     uint32_t window;                   /* a sliding-window layer's positions (0: all) */
+    uint32_t sink_off;                 /* vecs offset of the heads' sink logits; EM_NO_SINKS: none */
 } em_pc_attn_dec;
 _Static_assert(offsetof(em_pc_attn_dec, qkv_stride) == 16, "attn_dec push layout");
 _Static_assert(offsetof(em_pc_attn_dec, list_off) == 40, "attn_dec push layout");
 _Static_assert(offsetof(em_pc_attn_dec, scale) == 48, "attn_dec push layout");
-_Static_assert(offsetof(em_pc_attn_dec, window) == 60 && sizeof(em_pc_attn_dec) == 64,
+_Static_assert(offsetof(em_pc_attn_dec, sink_off) == 64 && sizeof(em_pc_attn_dec) == 68,
                "attn_dec push layout");
+#define EM_NO_SINKS 0xFFFFFFFFu
 
 /* shaders/attn_pre.comp */
 typedef struct {
@@ -123,17 +125,19 @@ typedef struct {
     float    scale;
     uint32_t kscale_off, vscale_off;   /* Q8_0 KV: half index of the scales */
     uint32_t window;                   /* a sliding-window layer's positions (0: all) */
+    uint32_t sink_off;                 /* vecs offset of the heads' sink logits; EM_NO_SINKS: none */
 } em_pc_attn_pre;
 _Static_assert(offsetof(em_pc_attn_pre, list_off) == 40, "attn_pre push layout");
 _Static_assert(offsetof(em_pc_attn_pre, scale) == 44, "attn_pre push layout");
-_Static_assert(offsetof(em_pc_attn_pre, window) == 56 && sizeof(em_pc_attn_pre) == 60,
+_Static_assert(offsetof(em_pc_attn_pre, sink_off) == 60 && sizeof(em_pc_attn_pre) == 64,
                "attn_pre push layout");
 
 /* shaders/attn_reduce.comp */
 typedef struct {
     uint32_t H, Dv, nsplit, out_stride, list_off;
+    uint32_t sink_off;                 /* vecs offset of the heads' sink logits; EM_NO_SINKS: none */
 } em_pc_attn_reduce;
-_Static_assert(offsetof(em_pc_attn_reduce, list_off) == 16 && sizeof(em_pc_attn_reduce) == 20,
+_Static_assert(offsetof(em_pc_attn_reduce, sink_off) == 20 && sizeof(em_pc_attn_reduce) == 24,
                "attn_reduce push layout");
 
 /* decode attention: most KV splits per token, and prefill tile width */

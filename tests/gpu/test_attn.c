@@ -22,6 +22,7 @@ static int dec_grouped;           /* attn_dec_g.comp: one workgroup per KV head 
 static int pre_shuf;              /* attn_pre.comp with SHUF: rows shared by subgroupShuffle (ember: CPUs);
                                      2: and all the query heads of a KV head in one workgroup (ember: CPUs) */
 static uint32_t window;           /* a sliding-window layer: positions a query sees (0: all) */
+static int sinks;                 /* gpt-oss's attention sinks: one more logit per head */
 static float frand(void) { return (float)((double)(test_rand(&seed) >> 11) / 9007199254740992.0) * 2 - 1; }
 
 static em_vk_buf mkbuf(em_vk *vk, const void *data, size_t n)
@@ -132,11 +133,17 @@ static void scenario(em_vk *vk, uint32_t H, uint32_t Hk, uint32_t D, uint32_t Dv
     uint32_t kso = kv_q8 ? (uint32_t)(kn / 2) : 0, vso = kv_q8 ? (uint32_t)(vn / 2) : 0;
     em_vk_buf bo = mkbuf(vk, NULL, (size_t)T * out_st * 4);
     em_vk_buf bp = mkbuf(vk, NULL, (size_t)T * H * EM_ATTN_MAX_SPLIT * (Dv + 2) * 4);
+    /* the sinks at vecs offset 4 (after four unused floats), of either sign */
+    float vecs[4 + 64] = { 0 }, *sk = sinks ? vecs + 4 : NULL;
+    for (uint32_t h = 0; h < H && sinks; h++)
+        sk[h] = 3 * frand();
+    uint32_t sink_off = sinks ? 4 : EM_NO_SINKS;
+    em_vk_buf bvec = mkbuf(vk, vecs, sizeof vecs);
     float scale = 1.0f / sqrtf((float)D);
     em_vk_pipe *p = NULL, *pr = NULL;
     em_vk_dset *ds = NULL, *dr = NULL;
     em_vk_cmd *cmd = NULL;
-    em_vk_buf b6[6] = { bq, bs, bk, bv, bo, bp };
+    em_vk_buf b7[7] = { bq, bs, bk, bv, bo, bp, bvec }, bpre[6] = { bq, bs, bk, bv, bo, bvec };
     int rc;
     uint32_t spec[4] = { dec_lanes, D, Dv, H / Hk };
     em_hparams hp = { .n_head = H, .n_head_kv = Hk, .head_dim = D, .head_dim_v = Dv };
@@ -152,25 +159,25 @@ static void scenario(em_vk *vk, uint32_t H, uint32_t Hk, uint32_t D, uint32_t Dv
         rc = em_vk_pipe_create(vk, &em_kernels[kv_q8 ? EM_K_ATTN_PRE_Q8 : EM_K_ATTN_PRE], spec + 1, 2, 0, &p, &err);
     CHECK_OK(rc, err);
     if (!rc)
-        rc = em_vk_dset_create(vk, p, b6, &ds, &err);
+        rc = em_vk_dset_create(vk, p, n_q == 1 ? b7 : bpre, &ds, &err);
     if (!rc && n_q == 1 && nsplit > 1) {
-        em_vk_buf b3[3] = { bs, bp, bo };
+        em_vk_buf b3[4] = { bs, bp, bo, bvec };
         if (!(rc = em_vk_pipe_create(vk, &em_kernels[EM_K_ATTN_REDUCE], NULL, 0, 0, &pr, &err)))
             rc = em_vk_dset_create(vk, pr, b3, &dr, &err);
     }
     if (!rc && !(rc = em_vk_cmd_create(vk, 0, &cmd, &err)) && !(rc = em_vk_cmd_begin(cmd, &err))) {
         if (n_q == 1) {
             em_pc_attn_dec pc = { H, Hk, D, Dv, qkv_st, out_st, off_pos, off_seq, off_bt, bt_stride,
-                                  off_list, nsplit, scale, kso, vso, window };
+                                  off_list, nsplit, scale, kso, vso, window, sink_off };
             em_vk_cmd_dispatch(cmd, p, ds, &pc, dec_grouped ? Hk : H, nsplit, n_list);
             if (nsplit > 1) {
-                em_pc_attn_reduce pcr = { H, Dv, nsplit, out_st, off_list };
+                em_pc_attn_reduce pcr = { H, Dv, nsplit, out_st, off_list, sink_off };
                 em_vk_cmd_barrier(cmd);
                 em_vk_cmd_dispatch(cmd, pr, dr, &pcr, H, n_list, 1);
             }
         } else {
             em_pc_attn_pre pc = { H, Hk, D, Dv, qkv_st, out_st, off_pos, off_seq, off_bt, bt_stride,
-                                  off_list, scale, kso, vso, window };
+                                  off_list, scale, kso, vso, window, sink_off };
             em_vk_cmd_dispatch(cmd, p, ds, &pc, H / pre_heads, n_list, 1);
         }
         rc = em_vk_cmd_end(cmd, &err);
@@ -205,7 +212,7 @@ static void scenario(em_vk *vk, uint32_t H, uint32_t Hk, uint32_t D, uint32_t Dv
             q[i] = qkv[(size_t)t * qkv_st + i];
         uint32_t first = window && n_kv > window ? n_kv - window : 0;
         em_ref_attention(q, kr + (size_t)first * kd, vr + (size_t)first * vd, (int)(n_kv - first), (int)H, (int)Hk,
-                         (int)D, (int)Dv, (int)kd, (int)vd, scale, NULL, ref);
+                         (int)D, (int)Dv, (int)kd, (int)vd, scale, sk, ref);
         for (uint32_t i = 0; i < H * Dv; i++) {
             double e = fabs((double)out[(size_t)t * out_st + i] - ref[i]);
             if (!isfinite(e))
@@ -216,11 +223,11 @@ static void scenario(em_vk *vk, uint32_t H, uint32_t Hk, uint32_t D, uint32_t Dv
     }
     CHECKF(!rc && bad == 0 && worst < 2e-5,
            "%s H=%u Hk=%u D=%u Dv=%u seqs=%u ctx0=%u q=%u split=%u shared=%d lanes=%u grouped=%d shuf=%d "
-           "window=%u: max error %.3e, %u values not finite%s",
+           "window=%u sinks=%d: max error %.3e, %u values not finite%s",
            kv_q8 ? "q8_0" : "f16", H, Hk, D, Dv, n_seq, ctx[0], n_q, nsplit, share_prefix, dec_lanes,
-           dec_grouped, pre_shuf, window, worst, bad, rc ? " (not run)" : "");
-    em_vk_buf *bufs[] = { &bq, &bs, &bk, &bv, &bo, &bp };
-    for (size_t i = 0; i < 6; i++)
+           dec_grouped, pre_shuf, window, sinks, worst, bad, rc ? " (not run)" : "");
+    em_vk_buf *bufs[] = { &bq, &bs, &bk, &bv, &bo, &bp, &bvec };
+    for (size_t i = 0; i < 7; i++)
         em_vk_free(vk, bufs[i]);
     em_vk_cmd_destroy(cmd);
     free(perm); free(tables); free(kh); free(vh); free(kf); free(vf); free(qkv); free(step); free(out);
@@ -297,6 +304,22 @@ int main(int argc, char **argv)
             for (pre_shuf = 0; pre_shuf < 3; pre_shuf++)
                 scenario(vk, 8, 2, 64, 64, 2, ctx1, 40, 1, 1);
             pre_shuf = 0;
+            /* with sinks (gpt-oss's, windowed and not): unsplit, split
+             * (the reduce adds them), grouped, prefill tiles */
+            if (wi != 1 && wi != 3)
+                continue;
+            sinks = 1;
+            dec_lanes = 8;
+            scenario(vk, 8, 2, 64, 64, 3, ctx3, 1, 1, 0);
+            scenario(vk, 8, 2, 64, 64, 2, ctx2, 1, 5, 1);
+            dec_grouped = 1;
+            scenario(vk, 8, 2, 64, 64, 2, ctx2, 1, 5, 1);
+            dec_grouped = 0;
+            dec_lanes = 16;
+            for (pre_shuf = 0; pre_shuf < 3; pre_shuf++)
+                scenario(vk, 8, 2, 64, 64, 2, ctx1, 40, 1, 1);
+            pre_shuf = 0;
+            sinks = 0;
         }
         window = 0;
     }
