@@ -234,6 +234,24 @@ static void scenario(em_vk *vk, uint32_t H, uint32_t Hk, uint32_t D, uint32_t Dv
     free(kr); free(vr); free(ref); free(q);
 }
 
+/* The decode (per head and grouped, unsplit and split) and prefill (all
+ * three variants) scenarios of the sliding-window cases, at the current
+ * window and sinks. */
+static void window_cases(em_vk *vk)
+{
+    uint32_t ctx3[3] = { 37, 1, 300 }, ctx2[2] = { 1000, 517 }, ctx1[2] = { 600, 95 };
+    for (dec_grouped = 0; dec_grouped < 2; dec_grouped++) {
+        dec_lanes = 8;
+        scenario(vk, 8, 2, 64, 64, 3, ctx3, 1, 1, 0);
+        scenario(vk, 8, 2, 64, 64, 2, ctx2, 1, 5, 1);
+    }
+    dec_grouped = 0;
+    dec_lanes = 16;
+    for (pre_shuf = 0; pre_shuf < 3; pre_shuf++)
+        scenario(vk, 8, 2, 64, 64, 2, ctx1, 40, 1, 1);
+    pre_shuf = 0;
+}
+
 int main(int argc, char **argv)
 {
     em_vk *vk = gpu_open("attn", NULL);
@@ -292,33 +310,10 @@ int main(int argc, char **argv)
         static const uint32_t windows[] = { 5, 16, 40, 512 };
         for (size_t wi = 0; wi < sizeof windows / sizeof windows[0]; wi++) {
             window = windows[wi];
-            uint32_t ctx3[3] = { 37, 1, 300 }, ctx2[2] = { 1000, 517 }, ctx1[2] = { 600, 95 };
-            dec_lanes = 8;
-            scenario(vk, 8, 2, 64, 64, 3, ctx3, 1, 1, 0);
-            scenario(vk, 8, 2, 64, 64, 2, ctx2, 1, 5, 1);
-            dec_grouped = 1;
-            scenario(vk, 8, 2, 64, 64, 3, ctx3, 1, 1, 0);
-            scenario(vk, 8, 2, 64, 64, 2, ctx2, 1, 5, 1);
-            dec_grouped = 0;
-            dec_lanes = 16;
-            for (pre_shuf = 0; pre_shuf < 3; pre_shuf++)
-                scenario(vk, 8, 2, 64, 64, 2, ctx1, 40, 1, 1);
-            pre_shuf = 0;
-            /* with sinks (gpt-oss's, windowed and not): unsplit, split
-             * (the reduce adds them), grouped, prefill tiles */
-            if (wi != 1 && wi != 3)
-                continue;
-            sinks = 1;
-            dec_lanes = 8;
-            scenario(vk, 8, 2, 64, 64, 3, ctx3, 1, 1, 0);
-            scenario(vk, 8, 2, 64, 64, 2, ctx2, 1, 5, 1);
-            dec_grouped = 1;
-            scenario(vk, 8, 2, 64, 64, 2, ctx2, 1, 5, 1);
-            dec_grouped = 0;
-            dec_lanes = 16;
-            for (pre_shuf = 0; pre_shuf < 3; pre_shuf++)
-                scenario(vk, 8, 2, 64, 64, 2, ctx1, 40, 1, 1);
-            pre_shuf = 0;
+            /* and with sinks (gpt-oss's, windowed and not): unsplit,
+             * split (the reduce adds them), grouped, prefill tiles */
+            for (sinks = 0; sinks <= (wi == 1 || wi == 3); sinks++)
+                window_cases(vk);
             sinks = 0;
         }
         window = 0;
