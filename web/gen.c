@@ -15,6 +15,7 @@
 
 #include "core/log.h"
 #include "core/model/model.h"
+#include "core/text/harmony.h"
 #include "core/text/tokenizer.h"
 #include "core/tmpl/chat_tmpl.h"
 #include "web/web_int.h"
@@ -40,6 +41,12 @@ struct em_gen {
     web_grammar     *grammar;                 /* structured output: each choice's constraint's grammar */
     int              drain_stopped;           /* cancelled because the drain's time was up (em_gen_pump) */
     em_buf           text[EM_GEN_MAX_N];      /* each choice's whole answer so far (em_gen_text) */
+    /* a chat with a harmony model (gpt-oss): each choice's stream split
+     * into its channels, the answer ("final") the text above, the
+     * reasoning ("analysis") kept apart (not shown as content) */
+    int              harmony;
+    em_harmony       hm[EM_GEN_MAX_N];
+    em_buf           reasoning[EM_GEN_MAX_N];
     uint64_t         seed;
     em_usage_record  rec;          /* the ledger row */
 };
@@ -138,8 +145,10 @@ static int refused_row(em_web *w, const em_gen_params *p, const em_web_error *e)
 
 static void gen_free(em_gen *g)
 {
-    for (uint32_t i = 0; i < EM_GEN_MAX_N; i++)
+    for (uint32_t i = 0; i < EM_GEN_MAX_N; i++) {
         em_buf_free(&g->text[i]);
+        em_buf_free(&g->reasoning[i]);
+    }
     for (int i = 0; i < EM_MAX_STOP; i++)
         free(g->stop[i]);
     for (uint32_t i = 0; i < EM_GEN_MAX_N; i++)
@@ -215,6 +224,9 @@ int em_gen_start(em_web *w, const em_gen_params *p, em_gen **out, em_web_error *
     }
     g->w = w;
     g->n = p->n ? p->n : 1;
+    g->harmony = p->messages && em_tokenizer_harmony(w->o.tok);   /* (a completion is raw text) */
+    for (uint32_t i = 0; i < EM_GEN_MAX_N; i++)
+        em_harmony_init(&g->hm[i]);
     em_usage_record_init(&g->rec);
     snprintf(g->rec.request_id, sizeof g->rec.request_id, "%s", p->request_id);
     snprintf(g->rec.batch_id, sizeof g->rec.batch_id, "%s", p->batch_id ? p->batch_id : "");
@@ -419,6 +431,24 @@ json_t *em_gen_take_logprobs(em_gen *g, uint32_t i)
     return taken;
 }
 
+/* Where a harmony channel's text goes: the answer to the delta and the
+ * choice's text, the reasoning apart, other channels (commentary: tool
+ * calls) nowhere yet. */
+typedef struct {
+    em_buf *delta, *text, *reasoning;
+} harmony_out;
+
+static void harmony_sink(void *ctx, em_harmony_channel ch, const char *s, size_t n)
+{
+    harmony_out *o = ctx;
+    if (ch == EM_HARMONY_FINAL) {
+        em_buf_add(o->delta, s, n);
+        em_buf_add(o->text, s, n);
+    } else if (ch == EM_HARMONY_ANALYSIS) {
+        em_buf_add(o->reasoning, s, n);
+    }
+}
+
 int em_gen_pump(em_gen *g, em_buf *delta)
 {
     int all = 1;
@@ -431,9 +461,14 @@ int em_gen_pump(em_gen *g, em_buf *delta)
         if (i == 1)
             submit_rest(g);
         while (!g->done[i] && g->req[i] && em_request_next(g->req[i], &ev, 0)) {
-            if (ev.text_len) {
+            harmony_out ho = { &delta[i], &g->text[i], &g->reasoning[i] };
+            if (ev.text_len && g->harmony)
+                em_harmony_feed(&g->hm[i], ev.text, ev.text_len, harmony_sink, &ho);
+            if (ev.text_len && !g->harmony) {
                 em_buf_add(&delta[i], ev.text, ev.text_len);
                 em_buf_add(&g->text[i], ev.text, ev.text_len);
+            }
+            if (ev.text_len) {
                 if (em_log_content())
                     em_log(EM_LOG_DEBUG, g->rec.request_id, "output %u: %.*s", i, (int)ev.text_len, ev.text);
             }
@@ -442,6 +477,8 @@ int em_gen_pump(em_gen *g, em_buf *delta)
             if (ev.kind == EM_EV_TOKEN && ev.has_lp && g->lp[i])
                 json_array_append_new(g->lp[i], lp_entry(g->w->o.tok, &ev));
             if (ev.kind == EM_EV_DONE) {
+                if (g->harmony)
+                    em_harmony_finish(&g->hm[i], harmony_sink, &ho);
                 g->done[i] = 1;
                 g->finish[i] = ev.finish;
                 g->m[i] = ev.metrics;

@@ -307,7 +307,27 @@ static int read_specials(em_tokenizer *t, const em_gguf *g, em_err *err)
     mark_eog(t, t->eos, 0);
     mark_eog(t, t->eot, 0);
     mark_eog(t, t->eom, 0);
+    /* o200k_harmony (gpt-oss): the answer comes in a message after the
+     * reasoning's <|end|>, and the generation ends at <|return|> or
+     * <|call|>; the markers decode to their text, as llama.cpp renders
+     * them, for the chat path to split the channels */
+    int32_t end = em_tokenizer_lookup(t, "<|end|>", 7);
+    if (end >= 0 && em_tokenizer_lookup(t, "<|return|>", 10) >= 0 && em_tokenizer_lookup(t, "<|call|>", 8) >= 0) {
+        static const char *const shown[] = { "<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>" };
+        t->harmony = 1;
+        t->toks[end].eog = 0;
+        for (size_t i = 0; i < sizeof shown / sizeof shown[0]; i++) {
+            int32_t id = em_tokenizer_lookup(t, shown[i], strlen(shown[i]));
+            if (id >= 0)
+                t->toks[id].type = EM_TOKT_USER;
+        }
+    }
     return 0;
+}
+
+int em_tokenizer_harmony(const em_tokenizer *t)
+{
+    return t->harmony;
 }
 
 /* Bytes one token decodes to (special tokens: nothing). */

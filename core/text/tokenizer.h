@@ -32,6 +32,11 @@ int      em_tokenizer_add_bos(const em_tokenizer *t); /* metadata default */
 int      em_tokenizer_add_eos(const em_tokenizer *t);
 /* 1 if generating this id ends a sequence (EOS, EOT, other end-of-generation ids). */
 int      em_tokenizer_is_eog(const em_tokenizer *t, int32_t id);
+/* A harmony vocabulary (gpt-oss: <|return|>, <|call|> and <|end|>): <|end|>
+ * closes a message, not the generation, and the markers <|start|>,
+ * <|channel|>, <|message|>, <|constrain|> and <|end|> decode to their text
+ * (core/text/harmony.h splits the channels). */
+int      em_tokenizer_harmony(const em_tokenizer *t);
 /* 1 if id is a control/special token (control, unknown or unused type: not
  * rendered as text). */
 int      em_tokenizer_is_special(const em_tokenizer *t, int32_t id);

@@ -62,6 +62,7 @@ struct em_tokenizer {
 
     int32_t   bos, eos, eot, eom, unk;   /* -1 when absent */
     int       add_bos, add_eos, add_space_prefix;
+    int       harmony;   /* an o200k_harmony vocabulary (gpt-oss): read_specials */
 
     int32_t   byte_tok[256];        /* SPM byte fallback ids; -1 when impossible */
     /* special texts (CONTROL/USER/UNKNOWN ids with text), for cutting them

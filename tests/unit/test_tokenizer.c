@@ -900,8 +900,67 @@ static void pre_tokenizers(void)
     }
 }
 
+/* A harmony vocabulary (gpt-oss's markers as control tokens): <|end|>
+ * closes a message, not the generation; <|return|> and <|call|> end it;
+ * the markers decode to their text in a stream; without <|return|> the
+ * same <|end|> ends a generation as before. */
+static void test_harmony_vocab(void)
+{
+    for (int with_return = 1; with_return >= 0; with_return--) {
+        const char *toks[] = { "<unk>", "<s>", "</s>", "<|start|>", "<|channel|>", "<|message|>", "<|end|>",
+                               "<|constrain|>", with_return ? "<|return|>" : "<|x|>", "<|call|>",
+                               "\xe2\x96\x81hi" };
+        int32_t types[11] = { 2, 3, 3, 3, 3, 3, 3, 3, 3, 3, 1 };
+        float scores[11] = { 0 };
+        char *buf = NULL;
+        size_t len = 0;
+        em_gguf_writer *w = NULL;
+        em_gguf *g = NULL;
+        em_tokenizer *t = NULL;
+        em_err err = { 0 };
+        FILE *f = open_memstream(&buf, &len);
+        CHECK(f && em_gguf_writer_create(32, &w, NULL) == 0);
+        if (!f || !w)
+            return;
+        em_gguf_w_str(w, "tokenizer.ggml.model", "llama");
+        em_gguf_w_arr_str(w, "tokenizer.ggml.tokens", toks, 11);
+        em_gguf_w_arr(w, "tokenizer.ggml.token_type", EM_GGUF_I32, types, 11);
+        em_gguf_w_arr(w, "tokenizer.ggml.scores", EM_GGUF_F32, scores, 11);
+        em_gguf_w_u32(w, "tokenizer.ggml.eos_token_id", with_return ? 8 : 6);
+        CHECK(em_gguf_w_header(w, f, NULL) == 0);
+        em_gguf_writer_destroy(w);
+        fclose(f);
+        CHECKF(em_gguf_open_mem(buf, len, "harmony.gguf", &g, &err) == 0, "%s", err.msg);
+        if (g)
+            CHECKF(em_tokenizer_create(g, &t, &err) == 0, "%s", err.msg);
+        if (t) {
+            CHECKF(em_tokenizer_harmony(t) == with_return, "harmony %d", em_tokenizer_harmony(t));
+            CHECKF(em_tokenizer_is_eog(t, 6) == !with_return, "<|end|> eog %d", em_tokenizer_is_eog(t, 6));
+            CHECK(em_tokenizer_is_eog(t, 9));
+            if (with_return) {
+                CHECK(em_tokenizer_is_eog(t, 8));
+                /* a stream: <|channel|> hi <|message|> <|end|> <|return|> */
+                int32_t ids[] = { 4, 10, 5, 6, 8 };
+                char text[256] = "", out[128];
+                em_detok d;
+                em_detok_init(&d, 0);
+                for (size_t k = 0; k < 5; k++) {
+                    int n = em_detok_push(t, &d, ids[k], out, sizeof out);
+                    if (n > 0)
+                        strncat(text, out, sizeof text - strlen(text) - 1);
+                }
+                CHECKF(strcmp(text, "<|channel|> hi<|message|><|end|>") == 0, "stream '%s'", text);
+            }
+        }
+        em_tokenizer_destroy(t);
+        em_gguf_close(g);
+        free(buf);
+    }
+}
+
 int main(void)
 {
+    test_harmony_vocab();
     synthetic();
     special_cuts();
     pre_tokenizers();
