@@ -28,14 +28,15 @@
 // * (clamp(up, -7, 7) + 1)); GATHER_IN reads input row idx[t] of the step
 // buffer instead of row t.
 //
-// EXPERT (mixture of experts): the matrix is MK... experts' matrices of N
+// EXPERT (mixture of experts): the matrix is the experts' matrices of N
 // rows each, stacked (each padded to whole row groups); the grid's z is the
 // expert (within this chunk of them, from row0 / N on); a workgroup runs
-// only the (token, slot) pairs the router sent to its expert, listed by
-// moe_route.comp in the step buffer: at gather_off, (count, start) per
-// expert, start an int index into step of its pair list, a pair p being
-// token p / MK's j-th choice (p % MK). Output row p; input row p, or with
-// EXPERT_TOK the token p / MK. An expert no token chose reads nothing.
+// only the (token, slot) pairs the router sent to its expert, as
+// moe_route.comp lists them in the buffer bound in the step buffer's place:
+// at gather_off, (count, start) per expert, start an int index into that
+// buffer of its pair list, a pair p being token p / MK's (p % MK)-th choice
+// (MK experts per token). Output row p; input row p, or with EXPERT_TOK the
+// token p / MK. An expert no token chose reads nothing.
 #version 450
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require

@@ -306,13 +306,14 @@ int main(int argc, char **argv)
         scenario(vk, 2, 1, 32, 64, 1, c, 33, 1, 0);
         /* sliding windows: inside one block, across blocks, longer than
          * some contexts; split (some splits then see nothing), grouped,
-         * and prefill tiles whose queries' windows start apart */
-        static const uint32_t windows[] = { 5, 16, 40, 512 };
+         * and prefill tiles whose queries' windows start apart (a window
+         * of a whole block, 16, is gemma3's synth model's: the goldens) */
+        static const uint32_t windows[] = { 5, 40, 512 };
         for (size_t wi = 0; wi < sizeof windows / sizeof windows[0]; wi++) {
             window = windows[wi];
             /* and with sinks (gpt-oss's, windowed and not): unsplit,
              * split (the reduce adds them), grouped, prefill tiles */
-            for (sinks = 0; sinks <= (wi == 1 || wi == 3); sinks++)
+            for (sinks = 0; sinks <= (wi > 0); sinks++)
                 window_cases(vk);
             sinks = 0;
         }

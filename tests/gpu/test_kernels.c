@@ -128,7 +128,7 @@ int main(void)
                 mm_case(&h, t, bs == 256 ? 256 : 64, h.RPW + 2, 37, EM_MM_SWIGLU | EM_MM_BIAS, 16);  /* ember's tn 16: quantized */
             if (gi == 0)
                 mm_case(&h, t, bs == 256 ? 768 : 160, h.RPW + 1, 17, EM_MM_ADD_OUT | EM_MM_GATHER_IN, 1);
-            if (gi == 0 && (t == EM_T_F16 || t == EM_T_Q8_0 || t == EM_T_Q4_K || t == EM_T_Q6_K))
+            if (gi == 0 && (t == EM_T_F16 || t == EM_T_Q4_K))
                 mm_case(&h, t, bs == 256 ? 256 : 64, 2 * h.RPW + 6, 9,
                         EM_MM_SWIGLU | EM_MM_GELU | EM_MM_NORM_IN, 8);  /* Gemma's GELU gate: its types */
             if (gi == 0)
