@@ -721,7 +721,7 @@ static int check_batch(const em_fwd *f, const em_fwd_batch *b, em_err *err)
         if (!tw)
             return em_err_set(err, EM_ERANGE, "slot %d has no window-pool table", b->seq[i]);
         uint32_t p = (uint32_t)b->pos[i];
-        for (uint32_t k = p + 1 > hp->n_swa ? (p + 1 - hp->n_swa) / EM_KV_BLOCK : 0; k <= p / EM_KV_BLOCK; k++)
+        for (uint32_t k = em_kv_window_first_block(hp->n_swa, p); k <= p / EM_KV_BLOCK; k++)
             if (tw[k] < 0 || (uint32_t)tw[k] >= f->o.n_blocks_window)
                 return em_err_set(err, EM_ERANGE, "window-pool block %d of slot %d (position %u's window) is out "
                                   "of range", tw[k], b->seq[i], p);

@@ -217,13 +217,10 @@ static void attach(pool *pl, int32_t id)
     b->ref++;
 }
 
-/* The first block the window pool needs for queries at positions >= pos:
- * the one holding pos + 1 - window (the queries see the last `window`
- * positions, their own included). 0 without a window. */
+/* The first block the window pool needs for queries at positions >= pos. */
 static uint32_t window_lo(const em_kv *kv, uint32_t pos)
 {
-    uint32_t w = kv->o.window;
-    return w && pos + 1 > w ? (pos + 1 - w) / BLK : 0;
+    return em_kv_window_first_block(kv->o.window, pos);
 }
 
 static int pool_init(pool *pl, uint32_t n_blocks)

@@ -39,6 +39,14 @@
  * every block table (the attention kernels' BLK is the same 16). */
 #define EM_KV_BLOCK 16
 
+/* The first block a query at position pos reads under a sliding window of
+ * `window` positions (its own included; 0: no window, block 0): the one
+ * holding pos + 1 - window. */
+static inline uint32_t em_kv_window_first_block(uint32_t window, uint32_t pos)
+{
+    return window && pos + 1 > window ? (pos + 1 - window) / EM_KV_BLOCK : 0;
+}
+
 /* The element type of the device's K and V rows (--kv-type). */
 typedef enum { EM_KV_F16 = 0, EM_KV_Q8_0 = 1 } em_kv_type;
 
