@@ -1,9 +1,11 @@
 /* auth.c — who is asking, and how often: an API key (from an
  * "Authorization: Bearer" header, or a WebSocket auth message) checked
- * against the storage layer (only
- * its hash is stored; a failed check is logged without the key), the
- * loopback rule (a client on 127.0.0.0/8 or ::1 may go without a key unless
- * --require-key), and each key's requests-per-minute limit as a token
+ * against the storage layer (only its hash is stored; a failed check is
+ * logged without the key), the loopback rule (a client on 127.0.0.0/8 or
+ * ::1 may go without a key unless --require-key; there a key this server
+ * does not know counts as no key, since the OpenAI SDKs insist on sending
+ * one: logged once per process, not counted as a failure; a revoked key is
+ * still refused), and each key's requests-per-minute limit as a token
  * bucket (429 with Retry-After past it; a key without a limit of its own
  * gets the server's rate_limit). Failed keys are counted per client
  * address: past AUTH_FAIL_MAX in AUTH_FAIL_WINDOW_S seconds the address
@@ -26,6 +28,19 @@
 #define AUTH_FAIL_ADDRS    4096     /* addresses remembered (the oldest window goes first) */
 
 static double now_s(void);
+
+/* The loopback rule for a key the store does not know: 0 (no key), and the
+ * first time in this process a warning (the address, never the key). */
+static int unknown_as_none(const char *addr)
+{
+    static int said;   /* service thread only */
+    if (!said) {
+        said = 1;
+        em_log(EM_LOG_WARN, NULL, "%s: an API key this server does not know came from loopback: accepted as no key "
+               "(the loopback rule; --require-key refuses it). Said once.", addr ? addr : "?");
+    }
+    return 0;
+}
 
 /* e's Retry-After: wait seconds rounded up, at least 1. */
 static void retry_in(em_web_error *e, double wait)
@@ -74,6 +89,9 @@ int web_auth_key(em_web *w, const char *key, int loopback, const char *addr, con
                            "You didn't provide an API key. Send it %s "
                            "(make one on the server with `ember keys add NAME`).", how);
     }
+    int unknown_ok = loopback && !w->o.require_key;   /* a key not known: the loopback rule */
+    if (!w->o.storage && unknown_ok)
+        return unknown_as_none(addr);
     if (!w->o.storage)
         return em_web_fail(e, 401, "invalid_request_error", "invalid_api_key", NULL,
                            "This server keeps no API keys.");
@@ -94,6 +112,8 @@ int web_auth_key(em_web *w, const char *key, int loopback, const char *addr, con
     em_key_info ki;
     em_err err = { 0 };
     int rc = em_storage_key_verify(w->o.storage, key, &ki, &err);
+    if (rc == EM_ENOENT && unknown_ok)   /* not a wrong key here: not counted */
+        return unknown_as_none(addr);
     if (rc == EM_ENOENT || rc == EM_ESTATE || rc == EM_EINVAL) {
         if ((f = f ? f : fail_of(w, addr ? addr : "", now, 1)) && ++f->n == AUTH_FAIL_MAX)
             em_log(EM_LOG_WARN, NULL, "%s: %d wrong API keys in %.0f s: refused until %.0f s have passed",

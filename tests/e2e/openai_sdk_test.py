@@ -6,8 +6,11 @@
 # answers agree between plain and streamed; greedy /v1/completions equals
 # `ember run --temp 0` for the same prompt; the SDK's own error types for a
 # bad request, an unknown model and a missing key; `cached_tokens` counts a
-# repeated conversation's prefix. SKIP without the SDK (scripts/venv.sh) or
-# the model.
+# repeated conversation's prefix; the SDK insists on a key: from loopback
+# one the server does not know ("sk-no-key-required", "x") gets answers as no
+# key, with one warning in the log, a revoked key a 401, and with
+# --require-key the unknown key a 401 too. SKIP without the SDK
+# (scripts/venv.sh) or the model.
 import subprocess
 import sys
 
@@ -20,7 +23,7 @@ except ImportError:
     skip('the openai SDK is not installed (scripts/venv.sh puts it in .venv)')
 
 model = chat_model()
-srv = Server(model, '--ping-s', '1', keys=[('sdk', ())])
+srv = Server(model, '--ping-s', '1', keys=[('sdk', ()), ('gone', ())])
 try:
     client = openai.OpenAI(base_url=srv.base + '/v1', api_key=srv.keys['sdk'], max_retries=0, timeout=600)
     name = client.models.list().data[0].id
@@ -139,7 +142,43 @@ try:
     print('chat batch: %d lines as each alone (%s)' % (len(lines), out['c1']['response']['body']['choices'][0]
                                                        ['message']['content']))
     print('openai-sdk: "%s" (%d tokens, %d cached on the repeat)' % (answer, r.usage.completion_tokens, cached))
+
+    # the SDK will not go without a key: from loopback, one the server does not know is no key (the
+    # loopback rule), said once in the log however often; a revoked key is still refused
+    WARN = 'an API key this server does not know came from loopback: accepted as no key'
+    for i, k in enumerate(('sk-no-key-required', 'x') * 2):
+        anon = openai.OpenAI(base_url=srv.base + '/v1', api_key=k, max_retries=0, timeout=600)
+        got = anon.chat.completions.create(model=name, max_tokens=8, temperature=0, messages=[
+            {'role': 'user', 'content': 'Name colour number %d.' % i}])
+        assert got.object == 'chat.completion' and got.choices[0].message.content, (k, got)
+        assert got.usage.completion_tokens > 0, (k, got.usage)
+    subprocess.run([EMBER, 'keys', 'revoke', '2', '--db', srv.db], capture_output=True, check=True, timeout=60)
+    try:
+        openai.OpenAI(base_url=srv.base + '/v1', api_key=srv.keys['gone'], max_retries=0,
+                      timeout=600).chat.completions.create(model=name, messages=msgs, max_tokens=4)
+        raise AssertionError('a revoked key was accepted')
+    except openai.AuthenticationError as e:
+        assert e.status_code == 401 and e.body['code'] == 'invalid_api_key' and 'revoked' in e.body['message'], e.body
+    log = open(srv.err_path).read()
+    assert log.count(WARN) == 1 and 'sk-no-key-required' not in log, log[-3000:]
+    print('openai-sdk: api_key "sk-no-key-required" and "x" from loopback: answered as no key, one warning')
 finally:
     rc, err = srv.stop()
 assert rc == 0, (rc, err)
+
+# with --require-key the same unknown key is refused
+srv = Server(model, '--require-key', keys=[('sdk', ())])
+try:
+    for k in ('sk-no-key-required', 'x'):
+        try:
+            openai.OpenAI(base_url=srv.base + '/v1', api_key=k, max_retries=0, timeout=600).chat.completions.create(
+                model=name, messages=msgs, max_tokens=4)
+            raise AssertionError('--require-key accepted the unknown key %r' % k)
+        except openai.AuthenticationError as e:
+            assert e.status_code == 401 and e.body['code'] == 'invalid_api_key', e.body
+    assert WARN not in open(srv.err_path).read()
+finally:
+    rc, err = srv.stop()
+assert rc == 0, (rc, err)
+print('openai-sdk: --require-key: the unknown key 401')
 print('openai-sdk: ok')

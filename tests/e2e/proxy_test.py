@@ -3,7 +3,8 @@
 # the foreground, `option forwardfor`), clients on distinct loopback
 # addresses (127.0.0.2, .3, .4: Linux routes all of 127/8 to lo):
 #  - with --trusted-proxies 127.0.0.1 the wrong-key limit counts each client
-#    behind the proxy, not the proxy: after client .2 is refused with 429
+#    behind the proxy, not the proxy: after client .2 is refused (a revoked
+#    key: one the server does not know is no key from loopback) with 429
 #    too_many_auth_failures, client .3 still gets its answers (without
 #    trusted proxies the two were one address and .3 was locked out too);
 #  - a client cannot choose its address: .2 sending its own
@@ -11,8 +12,9 @@
 #    .3 (answered); the ledger rows name .2 and .3, not the proxy;
 #  - the loopback rule follows the client: a request the trusted proxy
 #    forwards for a LAN address (192.0.2.50) needs a key over HTTP and over
-#    the WebSocket (auth_required), and its row names 192.0.2.50; a client on
-#    this box through the proxy (.4) needs none;
+#    the WebSocket (auth_required), and its row names 192.0.2.50, and a key
+#    the server does not know is a 401 for it; a client on this box through
+#    the proxy (.4) needs none, and such a key is no key for it;
 #  - X-Forwarded-For from a peer that is not trusted is ignored: a request
 #    straight from .3 naming 192.0.2.60 is .3's in the ledger;
 #  - with no trusted proxies, a request through HAProxy (which says it was
@@ -102,13 +104,14 @@ r = subprocess.run([EMBER, 'serve', '--model', model, '--port', '0', '--db', os.
 assert r.returncode != 0 and "trusted_proxies: '10.0.0.0/40' is not an IP address" in r.stderr, (r.returncode, r.stderr)
 
 # ---- trusted: 127.0.0.1 (HAProxy) ----
-srv = Server(model, '--trusted-proxies', '127.0.0.1', keys=[('alice', [])])
+srv = Server(model, '--trusted-proxies', '127.0.0.1', keys=[('alice', []), ('gone', [])])
 key = srv.keys['alice']
+subprocess.run([EMBER, 'keys', 'revoke', '2', '--db', srv.db], capture_output=True, check=True, timeout=60)
 hp = Proxy(srv.port)
 try:
     n = 0
-    for i in range(WRONG_MAX):
-        st, body = chat(hp.port, '127.0.0.2', key='em_wrong_wrong_wrong_wrong_%d' % i)
+    for i in range(WRONG_MAX):   # from loopback only a key the server knows can be wrong
+        st, body = chat(hp.port, '127.0.0.2', key=srv.keys['gone'])
         n += 1
         assert st == 401, (st, body)
     st, body = chat(hp.port, '127.0.0.2', key=key)
@@ -129,10 +132,16 @@ try:
     st, body = chat(hp.port, '127.0.0.4')
     n += 1
     assert st == 200, (st, body)
+    st, body = chat(hp.port, '127.0.0.4', key='sk-no-key-required')   # unknown: as no key, on loopback
+    n += 1
+    assert st == 200, (st, body)
     # a LAN client behind the proxy (the proxy's header, sent straight from 127.0.0.1) needs a key
     st, body = chat(srv.port, '127.0.0.1', xff='192.0.2.50')
     n += 1
     assert st == 401, (st, body)
+    st, body = chat(srv.port, '127.0.0.1', key='sk-no-key-required', xff='192.0.2.50')
+    n += 1
+    assert st == 401 and body['error']['code'] == 'invalid_api_key', (st, body)
     st, body = chat(srv.port, '127.0.0.1', key=key, xff='192.0.2.50')
     n += 1
     assert st == 200, (st, body)
@@ -158,11 +167,12 @@ try:
     rows, by = rows_by_addr(srv, n)
     assert by.get('127.0.0.2') == ['rejected'] * (WRONG_MAX + 2), (by, rows)
     assert by.get('127.0.0.3') == ['completed', 'completed', 'completed'], (by, rows)
-    assert by.get('127.0.0.4') == ['completed'], (by, rows)
-    assert by.get('192.0.2.50') == ['rejected', 'completed'], (by, rows)
+    assert by.get('127.0.0.4') == ['completed', 'completed'], (by, rows)
+    assert by.get('192.0.2.50') == ['rejected', 'rejected', 'completed'], (by, rows)
     assert '127.0.0.1' not in by and '192.0.2.60' not in by, (by, rows)
     log = open(srv.err_path).read()
-    assert '127.0.0.2' in log and key not in log, log[-3000:]
+    assert '127.0.0.2' in log and key not in log and srv.keys['gone'] not in log, log[-3000:]
+    assert log.count('does not know came from loopback') == 1, log[-3000:]
 finally:
     hp.stop()
     srv.stop()

@@ -13,10 +13,15 @@
 #  - the headers on every page and answer: a CSP without inline script,
 #    nosniff, frame-ancestors none / X-Frame-Options DENY, no-referrer; API
 #    answers not cacheable;
-#  - keys: `ember keys rotate` on a live server (the old key refused at once,
-#    the new one works, the usage stays the key's); wrong keys from one
-#    address are limited (429 too_many_auth_failures with Retry-After, over
-#    HTTP and WebSocket) while another address is not; no key in the log;
+#  - keys, with --require-key: `ember keys rotate` on a live server (the old
+#    key refused at once, the new one works, the usage stays the key's);
+#    wrong keys from one address (a placeholder such as "sk-no-key-required"
+#    among them) are limited (429 too_many_auth_failures with Retry-After,
+#    over HTTP and WebSocket) while another address is not; no key in the log;
+#  - the loopback rule without --require-key: a key the server does not know
+#    (what the OpenAI SDKs send for "no key") is no key, over HTTP and
+#    WebSocket, and never a wrong key (past the limit, not counted); a revoked
+#    key is still a 401, a valid one still that key; one warning in the log;
 #  - TLS with a pair from `ember tls-selfsigned`: HTTPS verified against it,
 #    TLS 1.1 refused, plain HTTP to the TLS port refused cleanly and the
 #    server still serving after it.
@@ -66,7 +71,7 @@ def get(port, path, host):
 
 
 srv = Server(model, '--allowed-hosts', 'ember.lan, box.intranet.example', '--allowed-origins',
-             'https://intranet.example:8443', keys=[('alice', ()), ('bob', ())])
+             'https://intranet.example:8443', '--require-key', keys=[('alice', ()), ('bob', ())])
 try:
     port = str(srv.port).encode()
     # ---- Host ---------------------------------------------------------------------------------------
@@ -163,7 +168,7 @@ try:
 
     # ---- wrong keys from one address are limited ---------------------------------------------------------
     wrong = 'em_' + 'A' * 43
-    codes = [models(wrong) for _ in range(9)]   # one wrong key (the old one) was already counted
+    codes = [models(k) for k in ['sk-no-key-required', 'x'] + [wrong] * 7]   # the old key was already counted
     assert codes == [401] * 9, codes
     st, h, body = srv.request('GET', '/v1/models', headers={'Authorization': 'Bearer ' + wrong})
     err = json.loads(body)['error']
@@ -190,11 +195,56 @@ try:
     assert 'wrong API keys in' in log, log[-2000:]
     for k in (old, new, wrong, srv.keys['bob']):
         assert k[3:] not in log, 'a key is in the log'
+    assert 'sk-no-key-required' not in log and 'does not know came from loopback' not in log, log[-2000:]
 finally:
     rc, err = srv.stop()
 assert rc == 0, err
 print('security: foreign Host refused (HTTP and WebSocket), traversal 404, headers on every response, '
       'rotate on a live server, wrong keys limited per address, no key in the log')
+
+# ---- the loopback rule without --require-key: a key the server does not know is no key -----------------
+srv = Server(model, keys=[('alice', ()), ('gone', ())])
+try:
+    subprocess.run([EMBER, 'keys', 'revoke', '2', '--db', srv.db], capture_output=True, check=True, timeout=60)
+
+    def complete(key):
+        st, _, body = srv.post('/v1/completions', {'prompt': 'Once', 'max_tokens': 2},
+                               headers={'Authorization': 'Bearer ' + key})
+        return st, body
+    unknown = ['sk-no-key-required', 'x', 'em_' + 'A' * 43]
+    for k in unknown * 4:   # 12: past the wrong-key limit (10), were they counted
+        st, body = complete(k)
+        assert st == 200 and body['choices'][0]['text'], (k, st, body)
+    assert complete(srv.keys['alice'])[0] == 200
+    st, body = complete(srv.keys['gone'])   # a 401, not the limit's 429: the unknown ones were not counted
+    assert st == 401 and body['error']['code'] == 'invalid_api_key' and 'revoked' in body['error']['message'], body
+    rows = srv.ledger_settled(14)
+    assert [r['key_id'] for r in rows[:13]] == [None] * 12 + [1], rows
+    assert rows[13]['status'] == 'rejected', rows
+
+    async def ws_keys():
+        ws = await ws_util.open_ws(srv)
+        first = await ws_util.recv(ws)
+        assert first['type'] == 'ready' and first['key'] is None, first   # loopback: ready at once
+        for k, name in (('sk-no-key-required', None), (srv.keys['alice'], 'alice'), ('x', None)):
+            await ws_util.send(ws, type='auth', key=k)
+            r = await ws_util.recv(ws)
+            assert r['type'] == 'ready' and r['key'] == name, (k, r)
+        await ws_util.send(ws, type='auth', key=srv.keys['gone'])
+        e = await ws_util.recv(ws)
+        assert e['type'] == 'error' and e['code'] == 'invalid_api_key' and 'revoked' in e['message'], e
+        await ws.close()
+    asyncio.run(ws_keys())
+    log = open(srv.err_path).read()
+    assert log.count('an API key this server does not know came from loopback: accepted as no key') == 1, \
+        log[-3000:]
+    for k in ('sk-no-key-required', 'A' * 43, srv.keys['alice'][3:], srv.keys['gone'][3:]):
+        assert k not in log, 'a key is in the log'
+finally:
+    rc, err = srv.stop()
+assert rc == 0, err
+print('security: loopback without --require-key: unknown keys as no key (HTTP, WebSocket; not counted), '
+      'a revoked key 401, a valid one its own, one warning')
 
 # ---- TLS with ember tls-selfsigned ----------------------------------------------------------------------
 tmp = tempfile.mkdtemp(prefix='ember-tls-')
