@@ -443,8 +443,8 @@ static int eval_filter(tctx *c, const tnode *n, const tval *base, tval *out)
         tv_drop(c, &v);
         return rc;
     }
-    c->at = n;
-    rc = tf_apply_filter(c, n->fn, &v, &a, out);
+    c->at = n;   /* fn 0: a name ember lacks, parsed in a soft frame, fails now */
+    rc = n->fn ? tf_apply_filter(c, n->fn, &v, &a, out) : tf_filter_by_name(c, tv_s(&n->k)->s, &v, &a, out);
     args_free(c, &a, &hold);
     tv_drop(c, &v);
     return rc;
@@ -648,7 +648,7 @@ static int eval_node(tctx *c, const tnode *n, tval *out)
             return rc;
         }
         c->at = n;
-        rc = tf_apply_test(c, n->fn, &a, &ta, &r);
+        rc = n->fn ? tf_apply_test(c, n->fn, &a, &ta, &r) : tf_test_by_name(c, tv_s(&n->k)->s, &a, &ta, &r);
         args_free(c, &ta, &hold);
         tv_drop(c, &a);
         if (!rc)

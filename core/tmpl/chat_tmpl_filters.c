@@ -928,6 +928,6 @@ int tf_test_by_name(tctx *c, const char *name, const tval *value, const targs *a
 {
     int id = tf_test_id(name);
     if (id <= 0)
-        return tc_fail(c, NULL, EM_EINVAL, "unknown test '%s'", name);
+        return tc_fail(c, NULL, EM_EINVAL, id ? "test '%s' is not supported by ember" : "unknown test '%s'", name);
     return tf_apply_test(c, id, value, a, result);
 }

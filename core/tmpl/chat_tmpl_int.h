@@ -162,7 +162,8 @@ typedef struct targs_node {
 typedef struct tnode {
     uint8_t   kind;
     uint8_t   op;         /* OP_* for UNARY/BIN; flags elsewhere (see below) */
-    uint16_t  fn;         /* filter/test id; builtin-global id of a NAME (0: none) */
+    uint16_t  fn;         /* filter/test id (0: ember lacks it, k the name: fails when run);
+                             builtin-global id of a NAME (0: none) */
     uint32_t  off;        /* source offset: line and column for messages */
     uint32_t  id;         /* atom of a NAME / NSREF / MACRO name */
     tval      k;          /* CONST value; NAME/GETATTR/NSREF/MACRO name; DATA text */

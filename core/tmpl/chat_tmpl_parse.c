@@ -1,8 +1,11 @@
 /* chat_tmpl_parse.c — the chat-template parser: tokens to an AST, following
  * Jinja2's grammar (parser.py) rule for rule, so that precedence, tuples,
  * tests without parentheses and the statement forms read as Jinja reads
- * them. Unknown filters and tests are errors here, as they are when Jinja
- * compiles a template. */
+ * them. An unknown filter or test is an error here, as when Jinja
+ * compiles a template, unless it lies in what Jinja's compiler calls a soft
+ * frame (an if statement's conditions and branches, a whole conditional
+ * expression, not again inside a for, macro, call, filter, set or with
+ * block's body): there it is parsed, and fails only when it runs. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +23,9 @@ typedef struct parser {
     uint32_t    depth;
     uint32_t    loop_depth;
     uint32_t    uses[ATOM_N_RESERVED];   /* loads of loop/caller/varargs/kwargs so far */
+    int         soft;       /* in a soft frame: unknown filters and tests fail when run */
+    uint32_t    defer;      /* parsing what may be a conditional expression's first operand */
+    const struct tnode *pending;   /* the first unknown filter or test met meanwhile */
 } parser;
 
 static const ttok *cur(parser *p) { return &p->tk[p->i]; }
@@ -280,26 +286,39 @@ static int dotted_name(parser *p, char *buf, size_t cap)
     return 0;
 }
 
-/* A TN_FILTER or TN_TEST node (at off) for the filter or test named next;
- * an unknown name is an error here, as when Jinja compiles. */
+/* The parse error of a filter or test node whose name ember lacks (fn 0). */
+static int unknown_named(parser *p, const tnode *n)
+{
+    const char *name = tv_s(&n->k)->s, *what = n->kind == TN_FILTER ? "filter" : "test";
+    int id = n->kind == TN_FILTER ? tf_filter_id(name) : tf_test_id(name);
+    if (id < 0)
+        return tmpl_fail_at(p->t, p->err, EM_EFORMAT, n->off, "%s '%s' is not supported by ember", what, name);
+    return tmpl_fail_at(p->t, p->err, EM_EFORMAT, n->off, "unknown %s '%s'", what, name);
+}
+
+/* A TN_FILTER or TN_TEST node (at off) for the filter or test named next.
+ * A name ember lacks gets fn 0 and the name's own offset: an error here
+ * unless the frame is soft (then when it runs) or the expression may yet
+ * prove a conditional one (then parse_condexpr decides). */
 static int named_node(parser *p, int kind, uint32_t off, tnode **out)
 {
     int rc;
     const ttok *at = cur(p);
-    const char *what = kind == TN_FILTER ? "filter" : "test";
     char name[128];
     if ((rc = dotted_name(p, name, sizeof name)))
         return rc;
     int id = kind == TN_FILTER ? tf_filter_id(name) : tf_test_id(name);
-    if (id == 0)
-        return fail(p, at, EM_EFORMAT, "unknown %s '%s'", what, name);
-    if (id < 0)
-        return fail(p, at, EM_EFORMAT, "%s '%s' is not supported by ember", what, name);
-    if ((rc = new_node(p, kind, off, out)))
+    if ((rc = new_node(p, kind, id > 0 ? off : at->off, out)))
         return rc;
-    (*out)->fn = (uint16_t)id;
+    (*out)->fn = (uint16_t)(id > 0 ? id : 0);
     if (ts_new_immortal(p->t, name, strlen(name), &(*out)->k))
         return em_err_set(p->err, EM_ENOMEM, "template: out of memory");
+    if (id > 0 || p->soft)
+        return 0;
+    if (!p->defer)
+        return unknown_named(p, *out);
+    if (!p->pending)
+        p->pending = *out;
     return 0;
 }
 
@@ -851,32 +870,55 @@ static int parse_logic(parser *p, int is_and, tnode **out)
     return 0;
 }
 
+/* A conditional expression is a soft frame as a whole, its first operand
+ * included: an unknown name met in that operand out of a soft frame waits
+ * in p->pending until the operand ends. 'if' next: it was soft, dropped.
+ * Else an error, unless this operand lies within an enclosing one that is
+ * still waiting: then it waits on that one's 'if'. */
 static int parse_condexpr(parser *p, tnode **out)
 {
     int rc;
     tnode *e1 = NULL;
-    if ((rc = parse_logic(p, 0, &e1)))
+    const tnode *outer = p->pending;
+    int deferring = !p->soft;
+    if (deferring) {
+        p->pending = NULL;
+        p->defer++;
+    }
+    rc = parse_logic(p, 0, &e1);
+    if (deferring) {
+        const tnode *mine = is_name(p, cur(p), "if") ? NULL : p->pending;
+        p->defer--;
+        p->pending = outer ? outer : p->defer ? mine : NULL;
+        if (!rc && mine && !p->defer)
+            rc = unknown_named(p, mine);
+    }
+    if (rc)
         return rc;
+    int soft = p->soft;
+    p->soft = 1;
     while (is_name(p, cur(p), "if")) {
         uint32_t off = cur(p)->off;
         adv(p);
         tnode *n = NULL;
         if ((rc = new_node(p, TN_COND, off, &n)) || (rc = parse_logic(p, 0, &n->a)))
-            return rc;
+            break;
         n->b = e1;
         if (is_name(p, cur(p), "else")) {
             adv(p);
             if ((rc = deeper(p)))
-                return rc;
+                break;
             rc = parse_condexpr(p, &n->c);
             p->depth--;
             if (rc)
-                return rc;
+                break;
         }
         e1 = n;
     }
-    *out = e1;
-    return 0;
+    p->soft = soft;
+    if (!rc)
+        *out = e1;
+    return rc;
 }
 
 static int parse_expression(parser *p, int with_condexpr, tnode **out)
@@ -1096,15 +1138,19 @@ fail:
 }
 
 /* A body that runs as a function (macro, caller, generation): loop
- * controls do not reach out of it; record which special names it uses. */
+ * controls do not reach out of it, nor a soft frame into it; record which
+ * special names it uses. */
 static int function_body(parser *p, tnode *n, const char *endtag)
 {
     const char *const end[2] = { endtag, NULL };
     uint32_t saved_loop = p->loop_depth, before[ATOM_N_RESERVED];
+    int soft = p->soft;
     memcpy(before, p->uses, sizeof before);
     p->loop_depth = 0;
+    p->soft = 0;
     int rc = parse_statements(p, end, 1, NULL, &n->list, &n->n);
     p->loop_depth = saved_loop;
+    p->soft = soft;
     if (p->uses[ATOM_CALLER] != before[ATOM_CALLER])
         n->op |= TNF_CALLER;
     if (p->uses[ATOM_VARARGS] != before[ATOM_VARARGS])
@@ -1114,9 +1160,15 @@ static int function_body(parser *p, tnode *n, const char *endtag)
     return rc;
 }
 
+/* Which parts are soft frames follows Jinja's compiler: an if statement's
+ * are (Frame.soft()); the bodies of for, macro, call, filter, set and with
+ * blocks, a for loop's filter, macro and caller defaults and a filter
+ * block's filters are not (Frame.inner()); the other expressions of a
+ * statement are as soft as the statement. */
 static int parse_statement(parser *p, tnode **out)
 {
     int rc;
+    int soft = p->soft;
     const ttok *k = cur(p);
     if (k->type != TK_NAME)
         return fail(p, k, EM_EFORMAT, "tag name expected");
@@ -1137,6 +1189,7 @@ static int parse_statement(parser *p, tnode **out)
         adv(p);
         if ((rc = parse_tuple(p, 0, 0, "recursive", 0, &n->b)))
             goto done;
+        p->soft = 0;
         if (is_name(p, cur(p), "if")) {
             adv(p);
             if ((rc = parse_expression(p, 1, &n->c)))
@@ -1159,6 +1212,7 @@ static int parse_statement(parser *p, tnode **out)
         static const char *const end1[] = { "elif", "else", "endif", NULL };
         static const char *const end2[] = { "endif", NULL };
         adv(p);
+        p->soft = 1;
         tnode *top = NULL, *last = NULL;
         for (;;) {
             tnode *c = NULL;
@@ -1201,6 +1255,7 @@ static int parse_statement(parser *p, tnode **out)
             if ((rc = new_node(p, TN_SETBLOCK, k->off, &n)))
                 goto done;
             n->a = target;
+            p->soft = 0;
             if ((rc = parse_filter(p, &n->b, 0)) ||
                 (rc = parse_statements(p, end, 1, NULL, &n->list, &n->n)))
                 goto done;
@@ -1213,14 +1268,17 @@ static int parse_statement(parser *p, tnode **out)
             goto done;
         n->id = name->id;
         n->k = name->k;
+        p->soft = 0;
         if ((rc = parse_signature(p, n)) || (rc = function_body(p, n, "endmacro")))
             goto done;
     } else if (is_name(p, k, "call")) {
         adv(p);
         if ((rc = new_node(p, TN_CALLBLOCK, k->off, &n)))
             goto done;
+        p->soft = 0;
         if (is_op(cur(p), OP_LPAREN) && (rc = parse_signature(p, n)))
             goto done;
+        p->soft = soft;
         if ((rc = parse_expression(p, 1, &n->a)))
             goto done;
         if (n->a->kind != TN_CALL) {
@@ -1232,6 +1290,7 @@ static int parse_statement(parser *p, tnode **out)
     } else if (is_name(p, k, "filter")) {
         static const char *const end[] = { "endfilter", NULL };
         adv(p);
+        p->soft = 0;
         if ((rc = new_node(p, TN_FILTERBLOCK, k->off, &n)) || (rc = parse_filter(p, &n->b, 1)) ||
             (rc = parse_statements(p, end, 1, NULL, &n->list, &n->n)))
             goto done;
@@ -1251,6 +1310,7 @@ static int parse_statement(parser *p, tnode **out)
                 goto done;
             }
         }
+        p->soft = 0;
         if ((rc = nl_done(p, &pairs, &n->list2, &n->n2)) ||
             (rc = parse_statements(p, end, 1, NULL, &n->list, &n->n)))
             goto done;
@@ -1295,6 +1355,7 @@ static int parse_statement(parser *p, tnode **out)
     }
 done:
     p->depth--;
+    p->soft = soft;
     if (!rc)
         *out = n;
     return rc;

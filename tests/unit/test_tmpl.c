@@ -1,7 +1,8 @@
 /* test_tmpl.c — core/chat_tmpl as a language: the table tmpl_cases.json
- * (argv[1]; 235 small templates whose expected outputs Jinja2 3.1 rendered
- * in transformers' configuration, 70 of them errors), error messages with
- * line and column, raise_exception's message, hostile templates stopped by
+ * (argv[1]; 280 small templates whose expected outputs Jinja2 3.1 rendered
+ * in transformers' configuration, 96 of them errors), error messages with
+ * line and column, raise_exception's message, unknown filters and tests in
+ * Jinja's soft frames (errors only when run), hostile templates stopped by
  * each bound with EM_ERANGE (fast, no crash), the ChatML fallback,
  * em_chat_render and em_chat_gguf_template, renders from several threads,
  * and random mutations and truncations of the corpus templates that must
@@ -125,7 +126,7 @@ static void table(const char *path)
 static void messages_and_locations(void)
 {
     check_err("unknown filter", "ab\n{{ x | foo }}", NULL, EM_EFORMAT, "line 2, col 8", "unknown filter 'foo'");
-    check_err("unknown test", "{% if x is bar %}{% endif %}", NULL, EM_EFORMAT, "line 1, col 12", "unknown test 'bar'");
+    check_err("unknown test", "{{ x is bar }}", NULL, EM_EFORMAT, "line 1, col 9", "unknown test 'bar'");
     check_err("unknown tag", "\n\n  {% frobnicate %}", NULL, EM_EFORMAT, "line 3, col 6", "unknown tag 'frobnicate'");
     check_err("unclosed for", "{% for m in messages %}\nx", NULL, EM_EFORMAT, "line 2, col 2", "'endfor' or 'else'");
     check_err("unclosed string", "{{ 'abc }}", NULL, EM_EFORMAT, "line 1, col 4", "unterminated string");
@@ -155,6 +156,65 @@ static void messages_and_locations(void)
               "filter 'groupby' is not supported");
     check_err("include", "{% include 'other.jinja' %}", NULL, EM_EFORMAT, "line 1, col 4", "'include' is not supported");
     check_out("no variables", "{{ messages|length }}|{{ bos_token }}|", NULL, "0||");
+}
+
+/* An unknown filter or test in what Jinja's compiler calls a soft frame (an
+ * if statement's conditions and branches, a whole conditional expression)
+ * parses, and fails with EM_EINVAL at its own line and column only when it
+ * runs; the bodies of for, macro, call, filter, set and with blocks are not
+ * soft again (Frame.inner()). The table holds these rules as Jinja2 renders
+ * them; here the codes and locations. */
+static void soft_frames(void)
+{
+    const char *branch = "{% if c %}\n  {{ x | from_json }}\n{% endif %}ok";
+    check_out("unknown filter in an if, not run", branch, NULL, "ok");
+    check_err("unknown filter in an if, run", branch, "{\"c\": 1}", EM_EINVAL, "line 2, col 10",
+              "unknown filter 'from_json'");
+    check_err("unknown test in an if's condition", "{% if x is bar %}{% endif %}", NULL, EM_EINVAL, "line 1, col 12",
+              "unknown test 'bar'");
+    check_out("unknown test in an elif, not run", "{% if c %}a{% elif x is not bar(1) %}b{% endif %}", "{\"c\": 1}",
+              "a");
+    const char *refused = "{% if c %}{{ x|groupby('a') }}{% endif %}";
+    check_out("refused filter in an if, not run", refused, NULL, "");
+    check_err("refused filter in an if, run", refused, "{\"c\": 1}", EM_EINVAL, "line 1, col 16",
+              "filter 'groupby' is not supported by ember");
+    check_err("operand before the unknown filter", "{% if c %}{{ (1 / 0)|nope }}{% endif %}", "{\"c\": 1}",
+              EM_EINVAL, NULL, "division by zero");
+    check_out("if inside a for",
+              "{% for i in [1, 2] %}{% if i is string %}{{ i|from_json }}{% endif %}{{ i }}{% endfor %}", NULL, "12");
+    check_err("for body inside an if", "{% if c %}\n{% for i in y %}{{ i|nope }}{% endfor %}{% endif %}", NULL,
+              EM_EFORMAT, "line 2, col 22", "unknown filter 'nope'");
+    check_err("for filter inside an if", "{% if c %}{% for i in y if i is nope %}{% endfor %}{% endif %}", NULL,
+              EM_EFORMAT, "line 1, col 33", "unknown test 'nope'");
+    check_out("for iterable inside an if", "{% if c %}{% for i in y|nope %}{% endfor %}{% endif %}ok", NULL, "ok");
+    check_err("macro body inside an if", "{% if c %}{% macro m() %}{{ 1 is nope }}{% endmacro %}{% endif %}", NULL,
+              EM_EFORMAT, "line 1, col 34", "unknown test 'nope'");
+    check_err("call body inside an if",
+              "{% macro m() %}{% endmacro %}{% if c %}{% call m() %}{{ 1|nope }}{% endcall %}{% endif %}", NULL,
+              EM_EFORMAT, NULL, "unknown filter 'nope'");
+    check_err("filter block inside an if", "{% if c %}{% filter groupby('a') %}{% endfilter %}{% endif %}", NULL,
+              EM_EFORMAT, "line 1, col 21", "filter 'groupby' is not supported by ember");
+    check_out("inline conditional, not run", "{{ x|nope if c else 'no' }}", NULL, "no");
+    check_err("inline conditional, run", "{{ 'a' if c else\n x|from_json }}", NULL, EM_EINVAL, "line 2, col 4",
+              "unknown filter 'from_json'");
+    check_err("filter of a conditional", "{{ (1 if c else 2)|nope }}", NULL, EM_EFORMAT, "line 1, col 20",
+              "unknown filter 'nope'");
+    check_err("call argument, no conditional", "{{ f(x|nope) }}{{ 1 if c else 2 }}", NULL, EM_EFORMAT,
+              "line 1, col 8", "unknown filter 'nope'");
+    check_err("the unknown one outside the conditional", "{{ [x|nope if c else 1, y|nope2] }}", NULL, EM_EFORMAT,
+              "line 1, col 27", "unknown filter 'nope2'");
+    check_err("a syntax error first, as Jinja parses before it compiles", "{{ x|nope + }}", NULL, EM_EFORMAT, NULL,
+              "unexpected end of print statement");
+    /* DeepSeek-V3.2's pattern: from_json for arguments given as a string */
+    const char *ds = "{%- for tool in tool_calls %}\n{%- set args = tool.function.arguments %}\n"
+                     "{%- if args is string %}\n{%- set args = args | from_json %}\n{%- endif %}\n"
+                     "{{ tool.function.name }}({{ args | tojson }})\n{%- endfor %}";
+    check_out("from_json not run", ds,
+              "{\"tool_calls\": [{\"function\": {\"name\": \"f\", \"arguments\": {\"a\": 1}}},"
+              " {\"function\": {\"name\": \"g\", \"arguments\": {}}}]}",
+              "f({\"a\": 1})g({})");
+    check_err("from_json run", ds, "{\"tool_calls\": [{\"function\": {\"name\": \"f\", \"arguments\": \"{}\"}}]}",
+              EM_EINVAL, "line 4, col 23", "unknown filter 'from_json'");
 }
 
 /* A string of n copies of piece between head and tail (malloc'd). */
@@ -535,6 +595,7 @@ int main(int argc, char **argv)
     }
     table(argv[1]);
     messages_and_locations();
+    soft_frames();
     hostile();
     fallback_and_chat();
     threads();
