@@ -18,6 +18,7 @@
 #include "core/text/harmony.h"
 #include "core/text/tokenizer.h"
 #include "core/tmpl/chat_tmpl.h"
+#include "web/tools.h"
 #include "web/web_int.h"
 
 struct em_gen {
@@ -47,6 +48,14 @@ struct em_gen {
     int              harmony;
     em_harmony       hm[EM_GEN_MAX_N];
     em_buf           reasoning[EM_GEN_MAX_N];
+    /* a chat with tools: each choice's answer split into text and calls */
+    int              tools_on;
+    const char      *trigger;                 /* the calls' grammar waits for it (tool_choice auto) */
+    const char      *start_trigger;           /* or for an answer that begins with it */
+    web_toolparse    tp[EM_GEN_MAX_N];
+    json_t          *calls[EM_GEN_MAX_N];     /* the calls so far: [{id, type, function: {name, arguments}}] */
+    json_t          *tdelta[EM_GEN_MAX_N];    /* their streamed deltas not yet taken */
+    int              calls_whole[EM_GEN_MAX_N];
     uint64_t         seed;
     em_usage_record  rec;          /* the ledger row */
 };
@@ -151,8 +160,12 @@ static void gen_free(em_gen *g)
     }
     for (int i = 0; i < EM_MAX_STOP; i++)
         free(g->stop[i]);
-    for (uint32_t i = 0; i < EM_GEN_MAX_N; i++)
+    for (uint32_t i = 0; i < EM_GEN_MAX_N; i++) {
         json_decref(g->lp[i]);
+        json_decref(g->calls[i]);
+        json_decref(g->tdelta[i]);
+        web_toolparse_free(&g->tp[i]);
+    }
     web_grammar_unref(g->grammar);
     free(g->ids);
     free(g);
@@ -168,7 +181,7 @@ static void submit_rest(em_gen *g)
         em_err err = { 0 };
         g->rp.sample.seed = g->seed + i;   /* each choice its own draws */
         int rc = g->grammar ? web_grammar_constraint(g->grammar, em_model_hparams(g->w->o.model)->n_vocab,
-                                                     &g->rp.constraint, &err) : 0;
+                                                     g->trigger, g->start_trigger, &g->rp.constraint, &err) : 0;
         if (rc || em_sched_submit(g->w->o.sched, &g->rp, &g->req[i], NULL, &err)) {
             web_constraint_free(&g->rp.constraint);
             g->done[i] = 1;
@@ -210,6 +223,41 @@ static void too_long(em_web *w, const em_gen_params *p, size_t n_prompt, const c
                 "This model's maximum context length is %u tokens. However, you requested %s%lld tokens (%s%zu in "
                 "the %s, %lld in the completion). Please reduce the length of the %s or completion.", w->o.n_ctx,
                 qual, (long long)n_prompt + comp, qual, n_prompt, p->param_name, comp, p->param_name);
+}
+
+/* Tools asked for (not tool_choice none): the calls' grammar and the split
+ * of each choice's answer. 0, or -1 with e filled. */
+static int tools_start(em_gen *g, const em_gen_params *p, const web_tools *tl, em_web_error *e)
+{
+    const web_toolfmt *f = g->w->toolfmt;
+    if (!f || !f->ok)
+        return em_web_fail(e, 400, "invalid_request_error", "tools_unsupported", "tools",
+                           "this model cannot take tools: %s", f ? f->why : "no chat template");
+    if (g->harmony)
+        return em_web_fail(e, 400, "invalid_request_error", "tools_unsupported", "tools",
+                           "tool calls in a harmony model's commentary channel are not built yet");
+    const json_t *st = p->structure;
+    int structured = 0;
+    for (int k = 0; k < 3 && st; k++) {
+        json_t *v = json_object_get(st, (const char *[]){ "response_format", "grammar", "regex" }[k]);
+        structured |= v && !json_is_null(v);
+    }
+    if (structured)
+        return em_web_fail(e, 400, "invalid_request_error", NULL, "tools",
+                           "'tools' with 'response_format', 'grammar' or 'regex' in one request is not supported");
+    char *gbnf;
+    size_t len;
+    if (web_tools_gbnf(f, tl, &gbnf, &len, e) || web_structured_text(g->w, gbnf, len, "tools", &g->grammar, e))
+        return -1;
+    g->tools_on = 1;
+    g->trigger = tl->choice == WEB_TOOL_AUTO ? f->trigger : NULL;
+    g->start_trigger = tl->choice == WEB_TOOL_AUTO ? f->bare_open : NULL;
+    for (uint32_t i = 0; i < g->n; i++) {
+        web_toolparse_init(&g->tp[i], f, tl->choice == WEB_TOOL_AUTO);
+        if (!(g->calls[i] = json_array()))
+            return em_web_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    return 0;
 }
 
 int em_gen_start(em_web *w, const em_gen_params *p, em_gen **out, em_web_error *e)
@@ -257,6 +305,9 @@ int em_gen_start(em_web *w, const em_gen_params *p, em_gen **out, em_web_error *
         too_long(w, p, text_bytes / per_tok, "at least ", e);
         goto fail;
     }
+    const web_tools *tl = p->tools && p->tools->n ? p->tools : NULL;
+    if (tl && tl->choice != WEB_TOOL_NONE && tools_start(g, p, tl, e))
+        goto fail;
     if (p->messages) {
         /* the template copied at start: a request never reads the model's mapping */
         const char *src = w->tmpl;
@@ -266,7 +317,8 @@ int em_gen_start(em_web *w, const em_gen_params *p, em_gen **out, em_web_error *
          * render stops there (many short messages) */
         em_tmpl_opts to = { .max_output = (size_t)w->o.n_ctx * per_tok + 1 };
         rc = em_chat_render(src, src_len, p->messages, 1, bos >= 0 ? em_tokenizer_token_text(tok, bos) : "",
-                            eos >= 0 ? em_tokenizer_token_text(tok, eos) : "", NULL, &to, &text, &text_len,
+                            eos >= 0 ? em_tokenizer_token_text(tok, eos) : "",
+                            tl && tl->choice != WEB_TOOL_NONE ? tl->render : NULL, &to, &text, &text_len,
                             &err);
         if (rc == EM_ERANGE && strstr(err.msg, EM_TMPL_OUTPUT_CAPPED)) {
             too_long(w, p, to.max_output / per_tok, "more than ", e);
@@ -337,9 +389,9 @@ int em_gen_start(em_web *w, const em_gen_params *p, em_gen **out, em_web_error *
             em_web_fail(e, 500, "server_error", NULL, NULL, "out of memory");
             goto fail;
         }
-    if (p->structure && web_structured_get(w, p->structure, &g->grammar, e))
+    if (!g->grammar && p->structure && web_structured_get(w, p->structure, &g->grammar, e))
         goto fail;
-    if (g->grammar && (rc = web_grammar_constraint(g->grammar, n_vocab, &rp.constraint, &err))) {
+    if (g->grammar && (rc = web_grammar_constraint(g->grammar, n_vocab, g->trigger, g->start_trigger, &rp.constraint, &err))) {
         em_web_fail(e, rc == EM_ENOMEM ? 500 : 400, rc == EM_ENOMEM ? "server_error" : "invalid_request_error",
                     rc == EM_ENOMEM ? NULL : "invalid_grammar", NULL, "%s", err.msg);
         goto fail;
@@ -431,6 +483,78 @@ json_t *em_gen_take_logprobs(em_gen *g, uint32_t i)
     return taken;
 }
 
+/* Where a choice's answer goes when it has tools: the text to the delta
+ * and the choice's text, the calls to g->calls with their deltas. */
+typedef struct {
+    em_gen  *g;
+    uint32_t i;
+    em_buf  *delta;
+} tools_out;
+
+static void tools_text(void *ctx, const char *s, size_t n)
+{
+    tools_out *o = ctx;
+    em_buf_add(o->delta, s, n);
+    em_buf_add(&o->g->text[o->i], s, n);
+}
+
+static void tools_call(void *ctx, uint32_t index, const char *name)
+{
+    tools_out *o = ctx;
+    em_gen *g = o->g;
+    char id[40];
+    web_new_id(g->w, "call_", id, sizeof id);
+    json_array_append_new(g->calls[o->i], json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "function",
+                                                    "function", "name", name, "arguments", ""));
+    if (!g->tdelta[o->i])
+        g->tdelta[o->i] = json_array();
+    json_array_append_new(g->tdelta[o->i], json_pack("{s:I, s:s, s:s, s:{s:s, s:s}}", "index", (json_int_t)index,
+                                                     "id", id, "type", "function", "function", "name", name,
+                                                     "arguments", ""));
+}
+
+/* s appended to the string member key of o (a JSON object). */
+static void string_append(json_t *o, const char *key, const char *s, size_t n)
+{
+    json_t *v = json_object_get(o, key);
+    em_buf b = { 0 };
+    em_buf_add(&b, json_string_value(v), json_string_length(v));
+    em_buf_add(&b, s, n);
+    json_object_set_new(o, key, json_stringn(b.s ? b.s : "", b.n));
+    em_buf_free(&b);
+}
+
+static void tools_args(void *ctx, uint32_t index, const char *s, size_t n)
+{
+    tools_out *o = ctx;
+    em_gen *g = o->g;
+    if (!n)
+        return;
+    string_append(json_object_get(json_array_get(g->calls[o->i], index), "function"), "arguments", s, n);
+    if (!g->tdelta[o->i])
+        g->tdelta[o->i] = json_array();
+    json_t *last = json_array_get(g->tdelta[o->i], json_array_size(g->tdelta[o->i]) - 1);
+    if (last && json_integer_value(json_object_get(last, "index")) == (json_int_t)index)   /* one delta per pump */
+        string_append(json_object_get(last, "function"), "arguments", s, n);
+    else
+        json_array_append_new(g->tdelta[o->i], json_pack("{s:I, s:{s:s%}}", "index", (json_int_t)index, "function",
+                                                         "arguments", s, n));
+}
+
+static const web_toolsink tools_sink = { tools_text, tools_call, tools_args };
+
+json_t *em_gen_take_tool_deltas(em_gen *g, uint32_t i)
+{
+    json_t *d = g->tdelta[i];
+    g->tdelta[i] = NULL;
+    return d;
+}
+
+const json_t *em_gen_tool_calls(const em_gen *g, uint32_t i)
+{
+    return g->calls[i] && json_array_size(g->calls[i]) ? g->calls[i] : NULL;
+}
+
 /* Where a harmony channel's text goes: the answer to the delta and the
  * choice's text, the reasoning apart, other channels (commentary: tool
  * calls) nowhere yet. */
@@ -464,7 +588,10 @@ int em_gen_pump(em_gen *g, em_buf *delta)
             harmony_out ho = { &delta[i], &g->text[i], &g->reasoning[i] };
             if (ev.text_len && g->harmony)
                 em_harmony_feed(&g->hm[i], ev.text, ev.text_len, harmony_sink, &ho);
-            if (ev.text_len && !g->harmony) {
+            tools_out to = { g, i, &delta[i] };
+            if (ev.text_len && g->tools_on)
+                web_toolparse_feed(&g->tp[i], ev.text, ev.text_len, &tools_sink, &to);
+            else if (ev.text_len && !g->harmony) {
                 em_buf_add(&delta[i], ev.text, ev.text_len);
                 em_buf_add(&g->text[i], ev.text, ev.text_len);
             }
@@ -479,6 +606,13 @@ int em_gen_pump(em_gen *g, em_buf *delta)
             if (ev.kind == EM_EV_DONE) {
                 if (g->harmony)
                     em_harmony_finish(&g->hm[i], harmony_sink, &ho);
+                if (g->tools_on) {
+                    g->calls_whole[i] = web_toolparse_finish(&g->tp[i], &tools_sink, &to);
+                    /* a call cut off (max_tokens) is not a call: only whole ones are returned */
+                    size_t whole = g->tp[i].n_done;
+                    while (json_array_size(g->calls[i]) > whole)
+                        json_array_remove(g->calls[i], json_array_size(g->calls[i]) - 1);
+                }
                 g->done[i] = 1;
                 g->finish[i] = ev.finish;
                 g->m[i] = ev.metrics;
@@ -528,6 +662,8 @@ em_finish em_gen_finish(const em_gen *g, uint32_t i)
 
 const char *em_gen_finish_reason(const em_gen *g, uint32_t i)
 {
+    if (g->finish[i] == EM_FINISH_STOP && g->calls_whole[i])
+        return "tool_calls";
     return em_finish_name(g->finish[i]);
 }
 
@@ -615,7 +751,7 @@ void em_gen_destroy(em_gen *g)
         r->preemptions = (int32_t)m->preemptions;
     }
     snprintf(r->finish_reason, sizeof r->finish_reason, "%s",
-             cancelled ? "cancelled" : failed ? "error" : em_finish_name(g->finish[0]));
+             cancelled ? "cancelled" : failed ? "error" : em_gen_finish_reason(g, 0));
     r->status = cancelled ? EM_USAGE_CANCELLED
               : failed    ? EM_USAGE_FAILED
               : preempted ? EM_USAGE_PREEMPTED_COMPLETED

@@ -16,6 +16,7 @@
 
 #include "core/log.h"
 #include "core/model/model.h"
+#include "web/tools.h"
 #include "web/web_int.h"
 
 #define BACKLOG_MAX (256 * 1024)   /* a slow reader: stop pulling events past this */
@@ -36,6 +37,8 @@ typedef struct api_req {
     char       *cached;
     int         store;
     unsigned char key[EM_STORAGE_CACHE_KEY];
+    web_tools   tools;             /* chat: the request's tools (borrowing from its body: kept) */
+    json_t     *body;
 } api_req;
 
 static void api_free(api_req *a)
@@ -46,6 +49,8 @@ static void api_free(api_req *a)
     for (uint32_t i = 0; i < EM_GEN_MAX_N; i++)
         json_decref(a->lp_all[i]);
     em_gen_destroy(a->gen);
+    web_tools_free(&a->tools);
+    json_decref(a->body);
     for (int i = 0; i < EM_GEN_MAX_N; i++) {
         em_buf_free(&a->delta[i]);
     }
@@ -137,8 +142,9 @@ static json_t *stream_logprobs(api_req *a, uint32_t i)
     return lp;
 }
 
-/* One SSE chunk for choice i with its new text (and finish_reason if done). */
-static void stream_choice(web_conn *c, api_req *a, uint32_t i, int done)
+/* One SSE chunk for choice i with its new text and tool-call deltas (calls,
+ * stolen; NULL: none), and finish_reason if done. */
+static void stream_choice(web_conn *c, api_req *a, uint32_t i, int done, json_t *calls)
 {
     json_t *ch;
     json_t *fr = done ? json_string(em_gen_finish_reason(a->gen, i)) : json_null();
@@ -152,7 +158,9 @@ static void stream_choice(web_conn *c, api_req *a, uint32_t i, int done)
         if (a->delta[i].n)
             json_object_set_new(delta, "content", json_stringn(a->delta[i].s, a->delta[i].n));
         else if (json_object_get(delta, "role"))
-            json_object_set_new(delta, "content", json_string(""));
+            json_object_set_new(delta, "content", a->tools.n ? json_null() : json_string(""));
+        if (calls)
+            json_object_set_new(delta, "tool_calls", calls);
         ch = json_pack("{s:I, s:o, s:o, s:o}", "index", (json_int_t)i, "delta", delta, "logprobs",
                        choice_logprobs(a, i, lp), "finish_reason", fr);
     } else {
@@ -210,6 +218,13 @@ static json_t *answer_json(em_web *w, api_req *a)
                         "assistant", "content", t, tn, "refusal", "logprobs", lp, "finish_reason", fr)
             : json_pack("{s:s%, s:I, s:o, s:o}", "text", t, tn, "index", (json_int_t)i, "logprobs",
                         lp, "finish_reason", fr);
+        const json_t *calls = a->chat ? em_gen_tool_calls(a->gen, i) : NULL;
+        if (calls) {   /* OpenAI: no text beside the calls is null content */
+            json_t *msg = json_object_get(ch, "message");
+            json_object_set_new(msg, "tool_calls", json_deep_copy(calls));
+            if (!tn)
+                json_object_set_new(msg, "content", json_null());
+        }
         json_array_append_new(choices, ch);
     }
     json_t *j = envelope(a, w, a->chat ? "chat.completion" : "text_completion");
@@ -361,8 +376,9 @@ void web_openai_pump(web_conn *c)
     }
     for (uint32_t i = 0; i < n; i++) {
         int done = em_gen_choice_done(a->gen, i) && !a->finish_sent[i];
-        if (a->delta[i].n || done || (a->chat && !a->role_sent[i]))
-            stream_choice(c, a, i, done);
+        json_t *calls = em_gen_take_tool_deltas(a->gen, i);
+        if (a->delta[i].n || done || calls || (a->chat && !a->role_sent[i]))
+            stream_choice(c, a, i, done, calls);
         if (done)
             a->finish_sent[i] = 1;
     }
@@ -478,7 +494,16 @@ int web_openai_start(em_web *w, json_t *req, int chat, const em_web_auth *auth, 
         em_web_fail(e, 400, "invalid_request_error", NULL, "user", "'user' must be a string");
         goto fail;
     }
+    a = calloc(1, sizeof *a);
+    if (!a) {
+        em_web_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        goto fail;
+    }
     if (chat) {
+        if (web_tools_parse(req, &a->tools, e))
+            goto fail;
+        gp.tools = &a->tools;
+        a->body = json_incref(req);   /* the tools' names and schemas point into it */
         if (!(msgs = web_messages_check(json_object_get(req, "messages"), e)))
             goto fail;
         gp.messages = msgs;
@@ -501,11 +526,6 @@ int web_openai_start(em_web *w, json_t *req, int chat, const em_web_auth *auth, 
         em_web_fail(e, 400, "invalid_request_error", NULL, "cache", "'cache' must be true or false");
         goto fail;
     }
-    a = calloc(1, sizeof *a);
-    if (!a) {
-        em_web_fail(e, 500, "server_error", NULL, NULL, "out of memory");
-        goto fail;
-    }
     a->chat = chat;
     a->stream = stream;
     a->include_usage = include_usage;
@@ -513,7 +533,7 @@ int web_openai_start(em_web *w, json_t *req, int chat, const em_web_auth *auth, 
     a->created = (int64_t)time(NULL);
     snprintf(a->id, sizeof a->id, "%s", id);
     /* deterministic (greedy, or a seed given) and not refused: the cache */
-    if (!json_is_false(cv) && !auth->no_cache &&
+    if (!json_is_false(cv) && !auth->no_cache && !a->tools.n &&
         (gp.sample.temp == 0 || gp.sample.top_k == 1 || json_object_get(req, "seed"))) {
         const char *fr = NULL;
         double ms = 0;

@@ -14,7 +14,6 @@
 
 /* ---- which parameters exist, and where ---------------------------------------- */
 
-static int empty_tools(const json_t *v) { return json_is_null(v) || (json_is_array(v) && !json_array_size(v)); }
 static int is_null(const json_t *v) { return json_is_null(v); }
 static int not_true(const json_t *v) { return !json_is_true(v); }
 static int one(const json_t *v) { return json_is_null(v) || (json_is_integer(v) && json_integer_value(v) == 1); }
@@ -62,9 +61,12 @@ static const web_param params[] = {
     { "stream_options", P_HTTP, NULL, NULL },
     { "user", P_HTTP, NULL, NULL },
     { "cache", P_HTTP, NULL, NULL },
+    { "tools", P_CHAT, NULL, NULL },
+    { "tool_choice", P_CHAT, NULL, NULL },
+    { "parallel_tool_calls", P_CHAT, NULL, NULL },
     /* not built: refused by name rather than ignored */
-    { "tools", P_HTTP, empty_tools, "'tools' (function calling) is not supported by this server" },
-    { "functions", P_HTTP, is_null, "'functions' (function calling) is not supported by this server" },
+    { "functions", P_HTTP, is_null, "'functions' (the deprecated form of function calling) is not supported: "
+                                    "use 'tools'" },
     { "echo", P_CMPL, not_true, "'echo' is not supported by this server" },
     { "best_of", P_CMPL, one, "'best_of' is not supported by this server" },
     { "suffix", P_CMPL, empty_string, "'suffix' is not supported by this server" },
@@ -313,6 +315,65 @@ int web_gen_params(json_t *obj, const em_web_auth *auth, em_gen_params *gp, em_w
 
 /* messages -> a new array of {role, content} with content a string (text
  * parts joined); roles the templates know. */
+/* An assistant message's tool_calls (OpenAI's shape) as the templates read
+ * them: {id, type, function: {name, arguments}} with arguments an object
+ * when the string sent parses as one (templates write it with tojson).
+ * NULL with e filled (400). */
+static json_t *tool_calls_check(json_t *tc, const char *param, em_web_error *e)
+{
+    if (!json_is_array(tc) || json_array_size(tc) > 128) {
+        em_web_fail(e, 400, "invalid_request_error", NULL, param, "%s: 'tool_calls' must be an array of at most "
+                    "128 calls", param);
+        return NULL;
+    }
+    json_t *out = json_array(), *c;
+    size_t i;
+    json_array_foreach(tc, i, c) {
+        json_t *fn = json_object_get(c, "function"), *args = json_object_get(fn, "arguments");
+        const char *id = json_string_value(json_object_get(c, "id"));
+        const char *name = json_string_value(json_object_get(fn, "name"));
+        const char *type = json_string_value(json_object_get(c, "type"));
+        if (!id || !name || (type && strcmp(type, "function")) || (args && !json_is_string(args) &&
+                                                                   !json_is_object(args))) {
+            em_web_fail(e, 400, "invalid_request_error", NULL, param, "%s: tool_calls[%zu] must be {\"id\", "
+                        "\"type\": \"function\", \"function\": {\"name\", \"arguments\"}}", param, i);
+            json_decref(out);
+            return NULL;
+        }
+        json_t *a = json_is_string(args) ? json_loads(json_string_value(args), 0, NULL)
+                  : args ? json_incref(args) : json_object();
+        if (!json_is_object(a)) {   /* not an object: the template gets the text as sent */
+            json_decref(a);
+            a = json_incref(args);
+        }
+        json_array_append_new(out, json_pack("{s:s, s:s, s:{s:s, s:o}}", "id", id, "type", "function", "function",
+                                             "name", name, "arguments", a));
+    }
+    return out;
+}
+
+/* A tool message's tool_call_id against the calls of the messages before
+ * it (out, checked): the name of the call it answers (borrowed), or NULL
+ * with e filled (400). */
+static const char *tool_answers(json_t *out, json_t *id, const char *param, em_web_error *e)
+{
+    if (!json_is_string(id)) {
+        em_web_fail(e, 400, "invalid_request_error", NULL, param, "%s: a tool message needs the 'tool_call_id' of "
+                    "the call it answers", param);
+        return NULL;
+    }
+    for (size_t i = json_array_size(out); i-- > 0;) {
+        size_t k;
+        json_t *c;
+        json_array_foreach(json_object_get(json_array_get(out, i), "tool_calls"), k, c)
+            if (json_equal(json_object_get(c, "id"), id))
+                return json_string_value(json_object_get(json_object_get(c, "function"), "name"));
+    }
+    em_web_fail(e, 400, "invalid_request_error", NULL, param, "%s: tool_call_id '%.64s' answers no tool call of an "
+                "earlier assistant message", param, json_string_value(id));
+    return NULL;
+}
+
 json_t *web_messages_check(json_t *msgs, em_web_error *e)
 {
     if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
@@ -334,15 +395,9 @@ json_t *web_messages_check(json_t *msgs, em_web_error *e)
         }
         if (strcmp(role, "developer") == 0)
             role = "system";
-        if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant")) {
+        if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "tool")) {
             em_web_fail(e, 400, "invalid_request_error", NULL, param, "%s: role '%s' is not supported "
-                        "(system, developer, user, assistant)", param, role);
-            goto fail;
-        }
-        json_t *tc = json_object_get(m, "tool_calls");
-        if (tc && !json_is_null(tc) && !(json_is_array(tc) && !json_array_size(tc))) {
-            em_web_fail(e, 400, "invalid_request_error", "unsupported_parameter", param,
-                        "%s: tool calls are not supported by this server", param);
+                        "(system, developer, user, assistant, tool)", param, role);
             goto fail;
         }
         em_buf text = { 0 };
@@ -367,13 +422,37 @@ json_t *web_messages_check(json_t *msgs, em_web_error *e)
                         "%s: 'content' must be a string or an array of text parts", param);
             goto fail;
         }
+        json_t *tc = json_object_get(m, "tool_calls"), *calls = NULL;
+        if (tc && !json_is_null(tc) && !(json_is_array(tc) && !json_array_size(tc))) {
+            if (strcmp(role, "assistant")) {
+                em_web_fail(e, 400, "invalid_request_error", NULL, param, "%s: only an assistant message has "
+                            "tool_calls", param);
+                goto fail_text;
+            }
+            if (!(calls = tool_calls_check(tc, param, e)))
+                goto fail_text;
+        }
+        const char *answers = NULL;   /* a tool message: the call it answers, by name */
+        if (!strcmp(role, "tool") && !(answers = tool_answers(out, json_object_get(m, "tool_call_id"), param, e)))
+            goto fail_text;
         json_t *nm = json_pack("{s:s, s:s%}", "role", role, "content", text.s ? text.s : "", text.n);
         em_buf_free(&text);
         if (!nm) {   /* jansson refuses strings that are not valid UTF-8 */
+            json_decref(calls);
             em_web_fail(e, 400, "invalid_request_error", NULL, param, "%s: the content is not valid UTF-8", param);
             goto fail;
         }
+        if (calls)
+            json_object_set_new(nm, "tool_calls", calls);
+        if (answers) {
+            json_object_set(nm, "tool_call_id", json_object_get(m, "tool_call_id"));
+            json_object_set_new(nm, "name", json_string(answers));
+        }
         json_array_append_new(out, nm);
+        continue;
+    fail_text:
+        em_buf_free(&text);
+        goto fail;
     }
     return out;
 fail:

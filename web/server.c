@@ -19,7 +19,9 @@
 #include "core/grow.h"
 #include "core/log.h"
 #include "core/model/model.h"
+#include "core/text/tokenizer.h"
 #include "core/tmpl/chat_tmpl.h"
+#include "web/tools.h"
 #include "web/web_int.h"
 
 #define WRITE_CHUNK (16 * 1024)   /* bytes per lws_write */
@@ -859,6 +861,22 @@ int em_web_create(const em_web_opts *o, em_web **out, em_err *err)
             w->tmpl_len = len;
         }
     }
+    if (o->tok && !(w->toolfmt = calloc(1, sizeof *w->toolfmt))) {
+        rc = em_err_set(err, EM_ENOMEM, "serve: out of memory");
+        goto fail;
+    }
+    if (o->tok) {   /* how the template writes a tool call: read off it once */
+        int32_t bos = em_tokenizer_bos(o->tok), eos = em_tokenizer_eos(o->tok), eot = em_tokenizer_eot(o->tok);
+        const char *bt = bos >= 0 ? em_tokenizer_token_text(o->tok, bos) : "";
+        const char *stops[2] = { eos >= 0 ? em_tokenizer_token_text(o->tok, eos) : NULL,
+                                 eot >= 0 ? em_tokenizer_token_text(o->tok, eot) : NULL };
+        web_toolfmt_detect(w->tmpl, w->tmpl_len, bt, stops[0] ? stops[0] : "", stops, 2, w->toolfmt);
+        if (w->toolfmt->ok)
+            em_log(EM_LOG_INFO, NULL, "tool calls: the template writes them as %s...%s", w->toolfmt->trigger,
+                   w->toolfmt->close);
+        else
+            em_log(EM_LOG_INFO, NULL, "tool calls: none (%s)", w->toolfmt->why);
+    }
     atomic_init(&w->reload, 0);
     if (!w->origins || !w->hosts) {
         rc = em_err_set(err, EM_ENOMEM, "serve: out of memory");
@@ -1020,6 +1038,9 @@ void em_web_destroy(em_web *w)
     free(w->hosts);
     free(w->proxies);
     free(w->tmpl);
+    if (w->toolfmt)
+        web_toolfmt_free(w->toolfmt);
+    free(w->toolfmt);
     free(w->model_id);
     free(w->device);
     free(w);

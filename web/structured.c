@@ -180,6 +180,12 @@ int web_structured_get(em_web *w, const json_t *req, web_grammar **out, em_web_e
         return -1;
     if (!text)
         return 0;
+    return web_structured_text(w, text, len, param, out, e);
+}
+
+int web_structured_text(em_web *w, char *text, size_t len, const char *param, web_grammar **out, em_web_error *e)
+{
+    *out = NULL;
     web_structured *s = w->structured;
     uint64_t h = XXH3_64bits(text, len);
     em_err err = { 0 };
@@ -252,32 +258,100 @@ int web_structured_get(em_web *w, const json_t *req, web_grammar **out, em_web_e
 
 /* ---- one choice's matcher as a scheduler constraint ---------------------------- */
 
+
+/* A lazy constraint (a trigger) lets every token through until the text
+ * generated so far contains the trigger, or begins (after white space)
+ * with the start trigger; from there the grammar applies, fed the trigger
+ * and what followed it in that token. */
+#define TRIGGER_MAX 64
+
 typedef struct {
     web_grammar *g;
     em_gmatch   *m;
+    uint32_t     words;                  /* mask words */
+    int          waiting;                /* the trigger has not come */
+    char         trigger[TRIGGER_MAX];
+    char         tail[2 * TRIGGER_MAX];  /* the last bytes generated while waiting */
+    size_t       n_tail;
+    char         start[TRIGGER_MAX];     /* "": none */
+    size_t       n_start;                /* its bytes matched so far */
+    int          start_live;             /* the output may still begin with it */
 } con_ctx;
 
 static int con_allowed(void *ctx, uint32_t *allow, em_err *err)
 {
     con_ctx *c = ctx;
+    if (c->waiting) {
+        memset(allow, 0xff, c->words * sizeof *allow);
+        return 0;
+    }
     return em_gmatch_allowed(c->m, c->g->vr->v, c->g->cache, allow, err);
+}
+
+/* While waiting: token id's bytes onto the tail; when the trigger is in
+ * it, the grammar starts there. */
+static int con_wait(con_ctx *c, int32_t id, em_err *err)
+{
+    uint32_t n;
+    const char *b = em_gvocab_token_bytes(c->g->vr->v, (uint32_t)id, &n);
+    size_t tn = strlen(c->trigger), sn = strlen(c->start);
+    for (uint32_t i = 0; i < n && c->start_live; i++) {
+        if (c->n_start == 0 && (b[i] == ' ' || b[i] == '\n' || b[i] == '\t' || b[i] == '\r'))
+            continue;
+        if (b[i] != c->start[c->n_start]) {
+            c->start_live = 0;
+        } else if (++c->n_start == sn) {
+            c->waiting = 0;
+            int rc = em_gmatch_accept(c->m, c->start, sn);
+            if (!rc && i + 1 < n)
+                rc = em_gmatch_accept(c->m, b + i + 1, n - i - 1);
+            return rc ? em_err_set(err, rc, "the tool call's grammar refused the token that began the call (%d)",
+                                   id) : 0;
+        }
+    }
+    while (n) {
+        size_t room = sizeof c->tail - c->n_tail, take = n < room ? n : room;
+        memcpy(c->tail + c->n_tail, b, take);
+        c->n_tail += take;
+        b += take;
+        n -= (uint32_t)take;
+        const char *t = memmem(c->tail, c->n_tail, c->trigger, tn);
+        if (t) {
+            c->waiting = 0;
+            size_t at = (size_t)(t - c->tail);
+            int rc = em_gmatch_accept(c->m, t, c->n_tail - at);
+            if (!rc && n)
+                rc = em_gmatch_accept(c->m, b, n);
+            return rc ? em_err_set(err, rc, "the tool call's grammar refused the token that began the call (%d)",
+                                   id) : 0;
+        }
+        if (c->n_tail >= tn) {   /* keep the bytes a trigger could still end with */
+            memmove(c->tail, c->tail + c->n_tail - (tn - 1), tn - 1);
+            c->n_tail = tn - 1;
+        }
+    }
+    return 0;
 }
 
 static int con_accept(void *ctx, int32_t id, em_err *err)
 {
     con_ctx *c = ctx;
+    if (c->waiting)
+        return con_wait(c, id, err);
     int rc = em_gmatch_accept_token(c->m, c->g->vr->v, (uint32_t)id);
     return rc ? em_err_set(err, rc, "the grammar refused token %d, which its mask allowed", id) : 0;
 }
 
 static int con_can_end(void *ctx)
 {
-    return em_gmatch_can_end(((con_ctx *)ctx)->m);
+    con_ctx *c = ctx;
+    return c->waiting || em_gmatch_can_end(c->m);
 }
 
 static int con_done(void *ctx)
 {
-    return em_gmatch_done(((con_ctx *)ctx)->m);
+    con_ctx *c = ctx;
+    return !c->waiting && em_gmatch_done(c->m);
 }
 
 static void con_destroy(void *ctx)
@@ -288,8 +362,11 @@ static void con_destroy(void *ctx)
     free(c);
 }
 
-int web_grammar_constraint(web_grammar *g, uint32_t n_vocab, em_constraint *out, em_err *err)
+int web_grammar_constraint(web_grammar *g, uint32_t n_vocab, const char *trigger, const char *start,
+                           em_constraint *out, em_err *err)
 {
+    if ((trigger && (!trigger[0] || strlen(trigger) >= TRIGGER_MAX)) || (start && strlen(start) >= TRIGGER_MAX))
+        return em_err_set(err, EM_EINVAL, "a grammar's trigger must be 1 to %d bytes", TRIGGER_MAX - 1);
     *out = (em_constraint){ 0 };
     if (g->vr->words > (n_vocab + 31) / 32)
         return em_err_set(err, EM_EINVAL, "the tokenizer has more tokens than the model's %u logits", n_vocab);
@@ -302,6 +379,13 @@ int web_grammar_constraint(web_grammar *g, uint32_t n_vocab, em_constraint *out,
         return rc;
     }
     c->g = g;
+    c->words = (n_vocab + 31) / 32;
+    if (trigger) {
+        c->waiting = 1;
+        snprintf(c->trigger, sizeof c->trigger, "%s", trigger);
+        snprintf(c->start, sizeof c->start, "%s", start ? start : "");
+        c->start_live = c->start[0] != 0;
+    }
     atomic_fetch_add(&g->refs, 1);
     *out = (em_constraint){ c, con_allowed, con_accept, con_can_end, con_done, con_destroy };
     return 0;

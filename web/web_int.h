@@ -287,6 +287,7 @@ struct em_web {
     size_t               n_proxies;
     char                *tmpl;          /* the model's chat template, copied (NULL: none, ChatML) */
     size_t               tmpl_len;
+    struct web_toolfmt  *toolfmt;       /* tools.c: how the template writes a tool call (read at start) */
 };
 
 /* alive.c (service thread): start the timer that turns the loop at least
@@ -365,11 +366,21 @@ void web_structured_destroy(web_structured *s);
  * web_grammar_unref, NULL when it asks for none. -1 with e filled (400
  * naming the parameter and, for GBNF, line and column; 500). */
 int  web_structured_get(em_web *w, const json_t *req, web_grammar **out, em_web_error *e);
+/* The same for GBNF text (taken: text is freed here, whatever happens; len
+ * bytes) that param came from, for the errors. */
+int  web_structured_text(em_web *w, char *text, size_t len, const char *param, web_grammar **out,
+                         em_web_error *e);
 void web_grammar_unref(web_grammar *g);   /* accepts NULL; any thread */
 /* A new matcher of g at its start as a scheduler constraint (*out's
  * destroy drops it and a reference to g: the scheduler's once submitted,
- * else web_constraint_free). */
-int  web_grammar_constraint(web_grammar *g, uint32_t n_vocab, em_constraint *out, em_err *err);
+ * else web_constraint_free). trigger (borrowed, copied; NULL: none): the
+ * grammar applies only once the generated text contains it, from the
+ * trigger's first byte on (a tool call in free text); before that any
+ * token may come and the output may end. start (with a trigger; NULL or
+ * "": none): the grammar applies also when the output begins with it
+ * (white space aside). */
+int  web_grammar_constraint(web_grammar *g, uint32_t n_vocab, const char *trigger, const char *start,
+                            em_constraint *out, em_err *err);
 void web_constraint_free(em_constraint *c);
 
 /* ---- gen.c: the one generation path ---------------------------------------- */
@@ -401,6 +412,7 @@ typedef struct {
     const char   *request_id;      /* for the ledger */
     const char   *batch_id;        /* the ledger row's batch (a batch line), or NULL */
     const char   *param_name;      /* "messages" or "prompt", for errors */
+    const struct web_tools *tools; /* chat: the request's tools (tools.h; NULL or none: no tools) */
 } em_gen_params;
 
 /* The one start of every generation request, whatever its door: render,
@@ -422,6 +434,17 @@ void em_gen_cached(em_web *w, const char *request_id, const em_web_auth *auth, c
  * once every choice is done. Once the drain's time is up (--drain-s) it
  * cancels the request: see em_gen_drain_error. */
 int  em_gen_pump(em_gen *g, em_buf *delta);
+/* Choice i's tool-call deltas taken by em_gen_pump since the last call, in
+ * OpenAI's streamed shape ([{"index", "id", "type", "function": {"name",
+ * "arguments"}}] for a call's start, [{"index", "function": {"arguments"}}]
+ * for more of its arguments): a new array (the caller's), NULL when none
+ * came. */
+json_t *em_gen_take_tool_deltas(em_gen *g, uint32_t i);
+/* Choice i's whole tool calls once it is done ([{"id", "type", "function":
+ * {"name", "arguments"}}], arguments a JSON text that parses and validates
+ * against the tool's schema; a call cut off by max_tokens is not among
+ * them), borrowed from g; NULL when it made none. */
+const json_t *em_gen_tool_calls(const em_gen *g, uint32_t i);
 /* Choice i's whole answer so far (all em_gen_pump took; g's, valid until the
  * next pump) and its length. */
 const char *em_gen_text(const em_gen *g, uint32_t i, size_t *len);

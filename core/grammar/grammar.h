@@ -120,6 +120,10 @@ uint32_t em_gvocab_n_nodes(const em_gvocab *v);   /* trie nodes (root included) 
 /* Words a mask needs: (n_vocab + 31) / 32. */
 size_t   em_gvocab_mask_words(const em_gvocab *v);
 
+/* Token id's bytes as the vocabulary holds them (v's; valid while v
+ * lives) and *len; "" and 0 for a special token or an id out of range. */
+const char *em_gvocab_token_bytes(const em_gvocab *v, uint32_t id, uint32_t *len);
+
 /* Feed token id's bytes to m (as em_gmatch_accept). An EOG token is accepted
  * (state unchanged) exactly when em_gmatch_can_end; a special token never
  * (EM_EINVAL); EM_ERANGE for an id out of range. */

@@ -185,6 +185,16 @@ fail:
     return rc;
 }
 
+const char *em_gvocab_token_bytes(const em_gvocab *v, uint32_t id, uint32_t *len)
+{
+    if (id >= v->n_vocab || (v->flags[id] & EM_GTOK_SPECIAL)) {
+        *len = 0;
+        return "";
+    }
+    *len = v->bytes_off[id + 1] - v->bytes_off[id];
+    return v->bytes + v->bytes_off[id];
+}
+
 int em_gmatch_accept_token(em_gmatch *m, const em_gvocab *v, uint32_t id)
 {
     if (id >= v->n_vocab)

@@ -882,16 +882,26 @@ static void put_prelude(js *j)
                "(\"Z\" | [+-] ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9])\n");
 }
 
-int em_json_schema_to_gbnf(const json_t *schema, const em_json_schema_opts *opts, char **gbnf, size_t *len,
-                           em_err *err)
+/* The schemas' grammar: schema i's value rule "<prefix><i>", or "root"
+ * for a NULL prefix (one schema). */
+static int schemas_gbnf(const json_t *const *schemas, size_t n, const char *prefix, const em_json_schema_opts *opts,
+                        char **gbnf, size_t *len, size_t *failed, em_err *err)
 {
-    js j = { .root = schema, .err = err, .compact = opts ? opts->compact : 0 };
+    js j = { .err = err, .compact = opts ? opts->compact : 0 };
     *gbnf = NULL;
     *len = 0;
-    char name[NAME_CAP];
-    int rc = gen(&j, schema, "#", name);
+    int rc = 0;
+    for (size_t i = 0; i < n && !rc; i++) {
+        char name[NAME_CAP];
+        j.root = schemas[i];   /* each schema's $refs point into itself */
+        j.n_refs = 0;
+        *failed = i;
+        if (!(rc = gen(&j, schemas[i], "#", name)) && prefix)
+            eg_sb_printf(&j.out, "%s%zu ::= %s\n", prefix, i, name);
+        else if (!rc)
+            eg_sb_printf(&j.out, "root ::= %s\n", name);
+    }
     if (!rc) {
-        eg_sb_printf(&j.out, "root ::= %s\n", name);
         put_prelude(&j);
         if (j.out.oom)
             rc = em_err_set(err, EM_ENOMEM, "json_schema: out of memory");
@@ -904,6 +914,20 @@ int em_json_schema_to_gbnf(const json_t *schema, const em_json_schema_opts *opts
     *gbnf = j.out.s;
     *len = j.out.len;
     return 0;
+}
+
+int em_json_schema_to_gbnf(const json_t *schema, const em_json_schema_opts *opts, char **gbnf, size_t *len,
+                           em_err *err)
+{
+    size_t failed;
+    return schemas_gbnf(&schema, 1, NULL, opts, gbnf, len, &failed, err);
+}
+
+int em_json_schemas_gbnf(const json_t *const *schemas, size_t n, const char *prefix,
+                         const em_json_schema_opts *opts, char **gbnf, size_t *len, size_t *failed,
+                         em_err *err)
+{
+    return schemas_gbnf(schemas, n, prefix, opts, gbnf, len, failed, err);
 }
 
 int em_json_object_gbnf(const em_json_schema_opts *opts, char **gbnf, size_t *len, em_err *err)

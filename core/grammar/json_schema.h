@@ -38,6 +38,15 @@ typedef struct {
 int em_json_schema_to_gbnf(const json_t *schema, const em_json_schema_opts *opts,
                            char **gbnf, size_t *len, em_err *err);
 
+/* Several schemas (n, borrowed) in one grammar with no root rule: schema
+ * i's value is rule <prefix><i> ("args0", "args1", ...; prefix borrowed,
+ * letters and '-' only), the rest named as em_json_schema_to_gbnf names
+ * them, so the caller adds its own root around them. On an error *failed
+ * is the index of the schema it is in. Ownership as em_json_schema_to_gbnf. */
+int em_json_schemas_gbnf(const json_t *const *schemas, size_t n, const char *prefix,
+                         const em_json_schema_opts *opts, char **gbnf, size_t *len, size_t *failed,
+                         em_err *err);
+
 /* The grammar of any JSON object (response_format json_object), with the
  * same whitespace policy; same ownership as em_json_schema_to_gbnf. */
 int em_json_object_gbnf(const em_json_schema_opts *opts, char **gbnf, size_t *len,

@@ -1,0 +1,640 @@
+/* tools.c — tool calling (tools.h): the call format read off the model's own
+ * chat template by rendering probe conversations (no model names: what the
+ * template writes is the format), the request's tools checked, the grammar
+ * a call is generated under (so that every call ember returns parses and
+ * validates against its tool's schema), and the streaming split of an
+ * answer into its text and its calls. */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/grammar/json_schema.h"
+#include "core/tmpl/chat_tmpl.h"
+#include "web/tools.h"
+
+/* ---- the format, from the template ------------------------------------------- */
+
+#define PROBE_A   "ember_probe_a"
+#define PROBE_B   "ember_probe_b"
+#define PROBE_ARG "ember_probe_arg"
+#define PROBE_ID  "a1b2c3d4e"     /* 9 alphanumerics: templates that check ids accept it */
+#define PROBE_ID2 "f5g6h7i8j"
+#define PROBE_TEXT "Ember probe text."
+
+static json_t *probe_call(const char *id, const char *name, const char *val)
+{
+    return json_pack("{s:s, s:s, s:{s:s, s:{s:s}}}", "id", id, "type", "function", "function", "name", name,
+                     "arguments", PROBE_ARG, val);
+}
+
+static json_t *probe_tools(void)
+{
+    json_t *t = json_array();
+    const char *names[2] = { PROBE_A, PROBE_B };
+    for (int i = 0; i < 2; i++)
+        json_array_append_new(t, json_pack("{s:s, s:{s:s, s:s, s:{s:s, s:{s:{s:s}}, s:[s]}}}", "type", "function",
+                                           "function", "name", names[i], "description", "a probe", "parameters",
+                                           "type", "object", "properties", PROBE_ARG, "type", "string",
+                                           "required", PROBE_ARG));
+    return t;
+}
+
+/* The template's text for [user, assistant with calls (0..2)] (calls 0:
+ * the generation prompt after the user turn). NULL when it fails. */
+static char *render_probe(const char *src, size_t len, const char *bos, const char *eos, int calls,
+                          const char *content, size_t *out_len)
+{
+    json_t *msgs = json_pack("[{s:s, s:s}]", "role", "user", "content", "What is the probe?");
+    if (calls) {
+        json_t *tc = json_array();
+        json_array_append_new(tc, probe_call(PROBE_ID, PROBE_A, "ember_val_a"));
+        if (calls > 1)
+            json_array_append_new(tc, probe_call(PROBE_ID2, PROBE_B, "ember_val_b"));
+        json_array_append_new(msgs, json_pack("{s:s, s:s, s:o}", "role", "assistant", "content", content,
+                                              "tool_calls", tc));
+    }
+    json_t *tools = probe_tools();
+    char *out = NULL;
+    em_err err = { 0 };
+    if (em_chat_render(src, len, msgs, calls == 0, bos, eos, tools, NULL, &out, out_len, &err))
+        out = NULL;
+    json_decref(msgs);
+    json_decref(tools);
+    return out;
+}
+
+static char *dupn(const char *s, size_t n)
+{
+    char *d = malloc(n + 1);
+    if (d) {
+        memcpy(d, s, n);
+        d[n] = 0;
+    }
+    return d;
+}
+
+/* Where the JSON value starting at s[0] ('{') ends: the index after its
+ * closing brace, or 0 when it does not close within n. */
+static size_t json_end(const char *s, size_t n)
+{
+    int depth = 0, in_str = 0, esc = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (in_str) {
+            if (esc)
+                esc = 0;
+            else if (c == '\\')
+                esc = 1;
+            else if (c == '"')
+                in_str = 0;
+        } else if (c == '"') {
+            in_str = 1;
+        } else if (c == '{' || c == '[') {
+            depth++;
+        } else if ((c == '}' || c == ']') && --depth == 0) {
+            return i + 1;
+        }
+    }
+    return 0;
+}
+
+/* One call's pieces in an assistant text a (after the generation prompt):
+ * the name's place, and the arguments' [start, end). 0 when not found as
+ * a JSON object of the probe's arguments. */
+static int find_call(const char *a, size_t n, size_t from, const char *name, const char *val, size_t *name_at,
+                     size_t *args_at, size_t *args_end, char *why, size_t cap)
+{
+    const char *p = memmem(a + from, n - from, name, strlen(name));
+    if (!p) {
+        snprintf(why, cap, "the chat template does not render an assistant message's tool_calls");
+        return 0;
+    }
+    *name_at = (size_t)(p - a);
+    size_t after = *name_at + strlen(name);
+    const char *k = memmem(a + after, n - after, "\"" PROBE_ARG "\"", strlen(PROBE_ARG) + 2);
+    size_t b = k ? (size_t)(k - a) : 0;
+    while (b > after && a[b] != '{')
+        b--;
+    size_t e = k && a[b] == '{' ? json_end(a + b, n - b) : 0;
+    json_t *got = e ? json_loadb(a + b, e, 0, NULL) : NULL;
+    json_t *want = json_pack("{s:s}", PROBE_ARG, val);
+    int same = got && json_equal(got, want);
+    json_decref(got);
+    json_decref(want);
+    if (!same) {
+        snprintf(why, cap, "the chat template does not render a tool call's arguments as a JSON object after "
+                           "its name");
+        return 0;
+    }
+    *args_at = b;
+    *args_end = b + e;
+    return 1;
+}
+
+static size_t common_prefix(const char *a, size_t na, const char *b, size_t nb)
+{
+    size_t i = 0;
+    while (i < na && i < nb && a[i] == b[i])
+        i++;
+    return i;
+}
+
+void web_toolfmt_detect(const char *src, size_t len, const char *bos, const char *eos, const char *const *stops,
+                        size_t n_stops, web_toolfmt *f)
+{
+    memset(f, 0, sizeof *f);
+    size_t ng = 0, n1 = 0, n2 = 0;
+    char *g = NULL, *p1 = NULL, *p2 = NULL;
+    if (!src) {
+        snprintf(f->why, sizeof f->why, "the model has no chat template (the ChatML fallback has no tool calls)");
+        return;
+    }
+    if (!(g = render_probe(src, len, bos, eos, 0, "", &ng)) || !(p1 = render_probe(src, len, bos, eos, 1, "", &n1))) {
+        snprintf(f->why, sizeof f->why, "the chat template fails to render a conversation with tools and an "
+                                        "assistant's tool_calls");
+        goto done;
+    }
+    size_t base = common_prefix(g, ng, p1, n1);
+    const char *a = p1 + base;
+    size_t na = n1 - base, name_at, args_at, args_end;
+    if (!find_call(a, na, 0, PROBE_A, "ember_val_a", &name_at, &args_at, &args_end, f->why, sizeof f->why))
+        goto done;
+    if (memmem(a, na, PROBE_ID, strlen(PROBE_ID))) {
+        snprintf(f->why, sizeof f->why, "the chat template writes the call's id into the call, which ember "
+                                        "cannot generate yet");
+        goto done;
+    }
+    size_t o = 0;   /* the open starts at the first character the model writes */
+    /* ... after any text: with content, what stands between it and the call
+     * (a template may put more before the content: an empty think block) */
+    size_t nc = 0;
+    char *pc = render_probe(src, len, bos, eos, 1, PROBE_TEXT, &nc);
+    const char *ct = pc ? memmem(pc, nc, PROBE_TEXT, strlen(PROBE_TEXT)) : NULL;
+    if (ct) {
+        size_t from = (size_t)(ct - pc) + strlen(PROBE_TEXT), cn, dummy1, dummy2;
+        char why[256];
+        if (find_call(pc, nc, from, PROBE_A, "ember_val_a", &cn, &dummy1, &dummy2, why, sizeof why) && cn - from <= name_at &&
+            !memcmp(pc + from, a + name_at - (cn - from), cn - from))
+            o = name_at - (cn - from);
+    }
+    free(pc);
+    while (o < name_at && isspace((unsigned char)a[o]))
+        o++;
+    if (o == name_at) {
+        snprintf(f->why, sizeof f->why, "the chat template writes nothing before a tool call's name");
+        goto done;
+    }
+    size_t name_end = name_at + strlen(PROBE_A);
+    size_t close_end = na;   /* the close ends where the turn does */
+    for (size_t i = 0; i < n_stops; i++) {
+        const char *s = stops[i] && stops[i][0] ? memmem(a + args_end, na - args_end, stops[i], strlen(stops[i]))
+                                                : NULL;
+        if (s && (size_t)(s - a) < close_end)
+            close_end = (size_t)(s - a);
+    }
+    while (close_end > args_end && isspace((unsigned char)a[close_end - 1]))
+        close_end--;
+    f->open = dupn(a + o, name_at - o);
+    f->mid = dupn(a + name_end, args_at - name_end);
+    f->close = dupn(a + args_end, close_end - args_end);
+    size_t t = 1;   /* the trigger: open up to its first bracket or line break */
+    while (t < strlen(f->open) && !strchr("{[\n", f->open[t]))
+        t++;
+    f->trigger = dupn(f->open, t);
+    if (f->open && f->close && t < strlen(f->open)) {
+        size_t b = t, c = 0;
+        while (isspace((unsigned char)f->open[b]))
+            b++;
+        while (f->close[c] && strchr("}] ", f->close[c]))
+            c++;
+        if (f->open[b] && c) {
+            f->bare_open = dupn(f->open + b, strlen(f->open) - b);
+            f->bare_close = dupn(f->close, c);
+        }
+    }
+    if (!f->open || !f->mid || !f->close || !f->trigger) {
+        snprintf(f->why, sizeof f->why, "out of memory");
+        goto done;
+    }
+    /* two calls: what stands between them (none: one call per answer) */
+    if ((p2 = render_probe(src, len, bos, eos, 2, "", &n2))) {
+        size_t b2 = common_prefix(g, ng, p2, n2), x, y, z, bx, by, bz;
+        const char *a2 = p2 + b2;
+        size_t na2 = n2 - b2;
+        char why[256];
+        if (find_call(a2, na2, 0, PROBE_A, "ember_val_a", &x, &y, &z, why, sizeof why) &&
+            find_call(a2, na2, z, PROBE_B, "ember_val_b", &bx, &by, &bz, why, sizeof why) && bx >= z &&
+            by - bx - strlen(PROBE_B) == strlen(f->mid) && !memcmp(a2 + bx + strlen(PROBE_B), f->mid, strlen(f->mid)))
+            f->sep = dupn(a2 + z, bx - z);
+    }
+    f->ok = 1;
+done:
+    if (!f->ok) {
+        char why[sizeof f->why];
+        memcpy(why, f->why, sizeof why);
+        web_toolfmt_free(f);
+        memcpy(f->why, why, sizeof why);
+    }
+    free(g);
+    free(p1);
+    free(p2);
+}
+
+void web_toolfmt_free(web_toolfmt *f)
+{
+    free(f->open);
+    free(f->mid);
+    free(f->sep);
+    free(f->close);
+    free(f->trigger);
+    free(f->bare_open);
+    free(f->bare_close);
+    memset(f, 0, sizeof *f);
+}
+
+/* ---- a request's tools ---------------------------------------------------------- */
+
+static int name_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > WEB_TOOL_NAME_MAX)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)s[i]) && s[i] != '_' && s[i] != '-')
+            return 0;
+    return 1;
+}
+
+int web_tools_parse(const json_t *req, web_tools *t, em_web_error *e)
+{
+    memset(t, 0, sizeof *t);
+    json_t *tools = json_object_get(req, "tools"), *choice = json_object_get(req, "tool_choice");
+    json_t *par = json_object_get(req, "parallel_tool_calls");
+    t->parallel = 1;
+    if (par && !json_is_null(par)) {
+        if (!json_is_boolean(par))
+            return em_web_fail(e, 400, "invalid_request_error", NULL, "parallel_tool_calls",
+                               "'parallel_tool_calls' must be true or false");
+        t->parallel = json_is_true(par);
+    }
+    if (!tools || json_is_null(tools) || (json_is_array(tools) && !json_array_size(tools))) {
+        if (choice && !json_is_null(choice) && !(json_is_string(choice) && !strcmp(json_string_value(choice), "none")))
+            return em_web_fail(e, 400, "invalid_request_error", NULL, "tool_choice",
+                               "'tool_choice' is only allowed when 'tools' are given");
+        return 0;
+    }
+    if (!json_is_array(tools))
+        return em_web_fail(e, 400, "invalid_request_error", NULL, "tools", "'tools' must be an array of tools");
+    if (json_array_size(tools) > WEB_TOOLS_MAX)
+        return em_web_fail(e, 400, "invalid_request_error", NULL, "tools",
+                           "'tools' has %zu tools; at most %d are allowed", json_array_size(tools), WEB_TOOLS_MAX);
+    size_t total = 0, i;
+    json_t *tool;
+    t->render = json_array();
+    json_array_foreach(tools, i, tool) {
+        char param[48];
+        snprintf(param, sizeof param, "tools[%zu]", i);
+        const char *type = json_string_value(json_object_get(tool, "type"));
+        json_t *fn = json_object_get(tool, "function");
+        if (!json_is_object(tool) || !type || strcmp(type, "function")) {
+            web_tools_free(t);
+            return em_web_fail(e, 400, "invalid_request_error", NULL, param,
+                               "%s: only tools of type 'function' are supported here", param);
+        }
+        const char *name = json_string_value(json_object_get(fn, "name"));
+        if (!json_is_object(fn) || !name || !name_ok(name)) {
+            web_tools_free(t);
+            return em_web_fail(e, 400, "invalid_request_error", NULL, param,
+                               "%s: 'function.name' must be 1 to %d letters, digits, '_' or '-'", param,
+                               WEB_TOOL_NAME_MAX);
+        }
+        for (size_t k = 0; k < t->n; k++)
+            if (!strcmp(t->name[k], name)) {
+                web_tools_free(t);
+                return em_web_fail(e, 400, "invalid_request_error", NULL, param,
+                                   "%s: a second tool named '%s'", param, name);
+            }
+        json_t *ps = json_object_get(fn, "parameters"), *strict = json_object_get(fn, "strict");
+        if (strict && !json_is_null(strict) && !json_is_boolean(strict)) {
+            web_tools_free(t);
+            return em_web_fail(e, 400, "invalid_request_error", NULL, param,
+                               "%s: 'function.strict' must be true or false", param);
+        }
+        if (ps && !json_is_null(ps)) {
+            const char *pt = json_string_value(json_object_get(ps, "type"));
+            if (!json_is_object(ps) || (pt && strcmp(pt, "object"))) {
+                web_tools_free(t);
+                return em_web_fail(e, 400, "invalid_request_error", "invalid_tool_schema", param,
+                                   "tool '%s': 'parameters' must be a JSON Schema of an object", name);
+            }
+            char *s = json_dumps(ps, JSON_COMPACT);
+            size_t sn = s ? strlen(s) : 0;
+            free(s);
+            total += sn;
+            if (sn > WEB_TOOL_SCHEMA_MAX || total > WEB_TOOLS_BYTES_MAX) {
+                web_tools_free(t);
+                return em_web_fail(e, 400, "invalid_request_error", "invalid_tool_schema", param,
+                                   "tool '%s': the tools' schemas are over %d bytes each or %d in all", name,
+                                   WEB_TOOL_SCHEMA_MAX, WEB_TOOLS_BYTES_MAX);
+            }
+        } else {
+            ps = NULL;
+        }
+        t->name[t->n] = name;
+        t->params[t->n] = ps;
+        t->n++;
+        /* the template sees the tool as sent, with parameters always there */
+        json_t *r = json_deep_copy(tool);
+        if (!ps)
+            json_object_set_new(json_object_get(r, "function"), "parameters",
+                                json_pack("{s:s, s:{}}", "type", "object", "properties"));
+        json_array_append_new(t->render, r);
+    }
+    t->choice = WEB_TOOL_AUTO;
+    if (json_is_string(choice)) {
+        const char *c = json_string_value(choice);
+        t->choice = !strcmp(c, "auto") ? WEB_TOOL_AUTO : !strcmp(c, "none") ? WEB_TOOL_NONE
+                  : !strcmp(c, "required") ? WEB_TOOL_REQUIRED : -1;
+    } else if (json_is_object(choice)) {
+        const char *type = json_string_value(json_object_get(choice, "type"));
+        const char *name = json_string_value(json_object_get(json_object_get(choice, "function"), "name"));
+        t->choice = type && !strcmp(type, "function") && name ? WEB_TOOL_NAMED : -1;
+        for (size_t k = 0; t->choice == WEB_TOOL_NAMED && k < t->n; k++)
+            if (!strcmp(t->name[k], name)) {
+                t->named = k;
+                name = NULL;
+            }
+        if (t->choice == WEB_TOOL_NAMED && name) {
+            em_web_fail(e, 400, "invalid_request_error", NULL, "tool_choice",
+                        "'tool_choice' names '%s', which is not one of the tools", name);
+            web_tools_free(t);
+            return -1;
+        }
+    } else if (choice && !json_is_null(choice)) {
+        t->choice = -1;
+    }
+    if (t->choice < 0) {
+        web_tools_free(t);
+        return em_web_fail(e, 400, "invalid_request_error", NULL, "tool_choice",
+                           "'tool_choice' must be 'auto', 'none', 'required' or {\"type\": \"function\", "
+                           "\"function\": {\"name\": ...}}");
+    }
+    return 0;
+}
+
+void web_tools_free(web_tools *t)
+{
+    json_decref(t->render);
+    memset(t, 0, sizeof *t);
+}
+
+/* ---- the grammar ------------------------------------------------------------------ */
+
+/* s as one GBNF string literal. */
+static void gbnf_literal(em_buf *b, const char *s)
+{
+    em_buf_add(b, "\"", 1);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            em_buf_addf(b, "\\%c", *p);
+        else if (*p == '\n')
+            em_buf_add(b, "\\n", 2);
+        else if (*p == '\r')
+            em_buf_add(b, "\\r", 2);
+        else if (*p == '\t')
+            em_buf_add(b, "\\t", 2);
+        else if (*p < 0x20)
+            em_buf_addf(b, "\\x%02X", *p);
+        else
+            em_buf_add(b, p, 1);
+    }
+    em_buf_add(b, "\"", 1);
+}
+
+int web_tools_gbnf(const web_toolfmt *f, const web_tools *t, char **gbnf, size_t *len, em_web_error *e)
+{
+    *gbnf = NULL;
+    const json_t *schemas[WEB_TOOLS_MAX];
+    json_t *empty = json_pack("{s:s, s:{}}", "type", "object", "properties");
+    for (size_t i = 0; i < t->n; i++)
+        schemas[i] = t->params[i] ? t->params[i] : empty;
+    char *args = NULL;
+    size_t args_len = 0, failed = 0;
+    em_err err = { 0 };
+    int rc = em_json_schemas_gbnf(schemas, t->n, "args", NULL, &args, &args_len, &failed, &err);
+    json_decref(empty);
+    if (rc == EM_ENOMEM)
+        return em_web_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    if (rc) {
+        char param[48];
+        snprintf(param, sizeof param, "tools[%zu]", failed);
+        return em_web_fail(e, 400, "invalid_request_error", "invalid_tool_schema", param,
+                           "tool '%s': its parameters schema cannot be enforced: %s", t->name[failed], err.msg);
+    }
+    em_buf b = { 0 };
+    em_buf_add(&b, "root ::= calls", 14);
+    if (f->bare_open && t->choice == WEB_TOOL_AUTO) {   /* (what the bare trigger starts) */
+        em_buf_add(&b, " | ", 3);
+        gbnf_literal(&b, f->bare_open);
+        em_buf_add(&b, " call ", 6);
+        gbnf_literal(&b, f->bare_close);
+    }
+    em_buf_add(&b, "\ncalls ::= ", 11);
+    gbnf_literal(&b, f->open);
+    em_buf_add(&b, " call", 5);
+    if (t->parallel && f->sep) {
+        em_buf_add(&b, " (", 2);
+        gbnf_literal(&b, f->sep);
+        em_buf_addf(&b, " call){0,%d}", WEB_TOOL_CALLS_MAX - 1);
+    }
+    em_buf_add(&b, " ", 1);
+    gbnf_literal(&b, f->close);
+    em_buf_add(&b, "\ncall ::= ", 10);
+    int first = 1;
+    for (size_t i = 0; i < t->n; i++) {
+        if (t->choice == WEB_TOOL_NAMED && i != t->named)
+            continue;
+        em_buf_addf(&b, "%s", first ? "" : " | ");
+        first = 0;
+        gbnf_literal(&b, t->name[i]);
+        em_buf_add(&b, " ", 1);
+        gbnf_literal(&b, f->mid);
+        em_buf_addf(&b, " args%zu", i);
+    }
+    em_buf_add(&b, "\n", 1);
+    em_buf_add(&b, args, args_len);
+    free(args);
+    if (!b.s) {
+        em_buf_free(&b);
+        return em_web_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    *gbnf = b.s;
+    *len = b.n;
+    return 0;
+}
+
+/* ---- the answer, split ---------------------------------------------------------------- */
+
+enum { P_TEXT, P_OPEN, P_NAME, P_ARGS, P_AFTER, P_END };
+
+void web_toolparse_init(web_toolparse *p, const web_toolfmt *f, int text_first)
+{
+    memset(p, 0, sizeof *p);
+    p->f = f;
+    p->state = text_first ? P_TEXT : P_OPEN;
+    p->at_start = text_first && f->bare_open;
+}
+
+void web_toolparse_free(web_toolparse *p)
+{
+    em_buf_free(&p->hold);
+    em_buf_free(&p->name);
+}
+
+static void drop(em_buf *b, size_t n)
+{
+    memmove(b->s, b->s + n, b->n - n);
+    b->n -= n;
+    b->s[b->n] = 0;
+}
+
+/* The longest end of s[0..n) that begins w. */
+static size_t partial_suffix(const char *s, size_t n, const char *w)
+{
+    size_t wn = strlen(w);
+    for (size_t k = wn > n ? n : wn - 1; k > 0; k--)
+        if (!memcmp(s + n - k, w, k))
+            return k;
+    return 0;
+}
+
+static int is_prefix(const char *s, size_t n, const char *w)
+{
+    size_t wn = strlen(w);
+    return !memcmp(s, w, n < wn ? n : wn);
+}
+
+void web_toolparse_feed(web_toolparse *p, const char *s, size_t n, const web_toolsink *k, void *ctx)
+{
+    const web_toolfmt *f = p->f;
+    em_buf_add(&p->hold, s, n);
+    for (int moved = 1; moved && p->hold.n;) {
+        moved = 0;
+        em_buf *h = &p->hold;
+        switch (p->state) {
+        case P_TEXT: {
+            if (p->at_start) {   /* an answer that begins with the bare call */
+                size_t w = 0, bn = strlen(f->bare_open);
+                while (w < h->n && isspace((unsigned char)h->s[w]))
+                    w++;
+                if (w == h->n || (h->n - w < bn && !memcmp(h->s + w, f->bare_open, h->n - w)))
+                    break;   /* not decided yet */
+                p->at_start = 0;
+                if (!memcmp(h->s + w, f->bare_open, bn)) {
+                    drop(h, w + bn);
+                    p->bare = 1;
+                    p->state = P_NAME;
+                    moved = 1;
+                    break;
+                }
+            }
+            const char *t = memmem(h->s, h->n, f->trigger, strlen(f->trigger));
+            size_t cut = t ? (size_t)(t - h->s) : h->n - partial_suffix(h->s, h->n, f->trigger), keep = cut;
+            while (cut > 0 && isspace((unsigned char)h->s[cut - 1]))   /* the space before a call is not text */
+                cut--;
+            if (cut)
+                k->text(ctx, h->s, cut);
+            drop(h, t ? keep : cut);
+            if (t) {
+                p->state = P_OPEN;
+                moved = 1;
+            }
+            break;
+        }
+        case P_OPEN: {
+            size_t on = strlen(f->open);
+            if (!is_prefix(h->s, h->n, f->open)) {   /* not a call after all (the grammar rules it out) */
+                k->text(ctx, h->s, h->n);
+                drop(h, h->n);
+                p->state = P_TEXT;
+            } else if (h->n >= on) {
+                drop(h, on);
+                p->state = P_NAME;
+                moved = 1;
+            }
+            break;
+        }
+        case P_NAME: {
+            const char *m = memmem(h->s, h->n, f->mid, strlen(f->mid));
+            if (!m)
+                break;
+            size_t nn = (size_t)(m - h->s);
+            em_buf_reset(&p->name);
+            em_buf_add(&p->name, h->s, nn);
+            k->call(ctx, p->n_calls++, p->name.s ? p->name.s : "");
+            drop(h, nn + strlen(f->mid));
+            p->state = P_ARGS;
+            p->depth = p->in_str = p->esc = 0;
+            moved = 1;
+            break;
+        }
+        case P_ARGS: {
+            size_t i = 0, end = 0;
+            for (; i < h->n && !end; i++) {
+                char c = h->s[i];
+                if (p->in_str) {
+                    if (p->esc)
+                        p->esc = 0;
+                    else if (c == '\\')
+                        p->esc = 1;
+                    else if (c == '"')
+                        p->in_str = 0;
+                } else if (c == '"') {
+                    p->in_str = 1;
+                } else if (c == '{' || c == '[') {
+                    p->depth++;
+                } else if ((c == '}' || c == ']') && --p->depth == 0) {
+                    end = i + 1;
+                }
+            }
+            k->args(ctx, p->n_calls - 1, h->s, i);
+            drop(h, i);
+            if (end) {
+                p->n_done++;
+                p->state = P_AFTER;
+                moved = 1;
+            }
+            break;
+        }
+        case P_AFTER: {
+            const char *close = p->bare ? f->bare_close : f->close, *sep = p->bare ? NULL : f->sep;
+            size_t cn = strlen(close), sn = sep ? strlen(sep) : 0;
+            if (sep && h->n >= sn && !memcmp(h->s, sep, sn)) {
+                drop(h, sn);
+                p->state = P_NAME;
+                moved = 1;
+            } else if (h->n >= cn && !memcmp(h->s, close, cn) && !(sep && h->n < sn && is_prefix(h->s, h->n, sep))) {
+                drop(h, cn);
+                p->closed = 1;
+                p->state = P_END;
+            }
+            break;
+        }
+        default:   /* after the close: nothing may follow (the grammar's end) */
+            drop(h, h->n);
+        }
+    }
+}
+
+int web_toolparse_finish(web_toolparse *p, const web_toolsink *k, void *ctx)
+{
+    em_buf *h = &p->hold;
+    const char *close = p->bare ? p->f->bare_close : p->f->close;
+    if (p->state == P_TEXT && h->n)
+        k->text(ctx, h->s, h->n);
+    if (p->state == P_AFTER && h->n >= strlen(close) && !memcmp(h->s, close, strlen(close)))
+        p->closed = 1;
+    em_buf_reset(h);
+    return p->n_calls > 0 && p->closed && p->n_done == p->n_calls;
+}
