@@ -251,7 +251,7 @@ static int tools_start(em_gen *g, const em_gen_params *p, const web_tools *tl, e
         return -1;
     g->tools_on = 1;
     g->trigger = tl->choice == WEB_TOOL_AUTO ? f->trigger : NULL;
-    g->start_trigger = tl->choice == WEB_TOOL_AUTO ? f->bare_open : NULL;
+    g->start_trigger = tl->choice == WEB_TOOL_AUTO ? f->bare_key : NULL;
     for (uint32_t i = 0; i < g->n; i++) {
         web_toolparse_init(&g->tp[i], f, tl->choice == WEB_TOOL_AUTO);
         if (!(g->calls[i] = json_array()))

@@ -19,6 +19,7 @@
 #include "core/grammar/grammar.h"
 #include "core/grammar/json_schema.h"
 #include "core/log.h"
+#include "web/tools.h"
 #include "web/web_int.h"
 
 #define REGISTRY_MAX  16                 /* distinct grammars kept compiled */
@@ -273,9 +274,10 @@ typedef struct {
     char         trigger[TRIGGER_MAX];
     char         tail[2 * TRIGGER_MAX];  /* the last bytes generated while waiting */
     size_t       n_tail;
-    char         start[TRIGGER_MAX];     /* "": none */
-    size_t       n_start;                /* its bytes matched so far */
-    int          start_live;             /* the output may still begin with it */
+    char         start[TRIGGER_MAX];     /* a bare call's key (tools.h); "": none */
+    char         head[2 * TRIGGER_MAX];  /* the output so far, while it may still begin with it */
+    size_t       n_head;
+    int          start_live;
 } con_ctx;
 
 static int con_allowed(void *ctx, uint32_t *allow, em_err *err)
@@ -294,19 +296,21 @@ static int con_wait(con_ctx *c, int32_t id, em_err *err)
 {
     uint32_t n;
     const char *b = em_gvocab_token_bytes(c->g->vr->v, (uint32_t)id, &n);
-    size_t tn = strlen(c->trigger), sn = strlen(c->start);
-    for (uint32_t i = 0; i < n && c->start_live; i++) {
-        if (c->n_start == 0 && (b[i] == ' ' || b[i] == '\n' || b[i] == '\t' || b[i] == '\r'))
-            continue;
-        if (b[i] != c->start[c->n_start]) {
-            c->start_live = 0;
-        } else if (++c->n_start == sn) {
-            c->waiting = 0;
-            int rc = em_gmatch_accept(c->m, c->start, sn);
-            if (!rc && i + 1 < n)
-                rc = em_gmatch_accept(c->m, b + i + 1, n - i - 1);
-            return rc ? em_err_set(err, rc, "the tool call's grammar refused the token that began the call (%d)",
-                                   id) : 0;
+    size_t tn = strlen(c->trigger);
+    if (c->start_live) {   /* the output so far, whole, may begin a bare call */
+        if (c->n_head + n > sizeof c->head) {
+            c->start_live = 0;   /* too long a start to be one */
+        } else {
+            memcpy(c->head + c->n_head, b, n);
+            c->n_head += n;
+            long r = web_tools_bare_start(c->head, c->n_head, c->start);
+            c->start_live = r == -1;
+            if (r >= 0) {
+                c->waiting = 0;
+                int rc = em_gmatch_accept(c->m, c->head, c->n_head);
+                return rc ? em_err_set(err, rc, "the tool call's grammar refused the token that began the call "
+                                       "(%d)", id) : 0;
+            }
         }
     }
     while (n) {

@@ -208,9 +208,10 @@ void web_toolfmt_detect(const char *src, size_t len, const char *bos, const char
             b++;
         while (f->close[c] && strchr("}] ", f->close[c]))
             c++;
-        if (f->open[b] && c) {
+        if (f->open[b] == '{' && strchr(f->open + b, ':') && c) {   /* a JSON object with a key */
             f->bare_open = dupn(f->open + b, strlen(f->open) - b);
             f->bare_close = dupn(f->close, c);
+            f->bare_key = dupn(f->open + b, (size_t)(strchr(f->open + b, ':') - (f->open + b)) + 1);
         }
     }
     if (!f->open || !f->mid || !f->close || !f->trigger) {
@@ -250,6 +251,7 @@ void web_toolfmt_free(web_toolfmt *f)
     free(f->trigger);
     free(f->bare_open);
     free(f->bare_close);
+    free(f->bare_key);
     memset(f, 0, sizeof *f);
 }
 
@@ -364,6 +366,7 @@ int web_tools_parse(const json_t *req, web_tools *t, em_web_error *e)
             if (!strcmp(t->name[k], name)) {
                 t->named = k;
                 name = NULL;
+                break;
             }
         if (t->choice == WEB_TOOL_NAMED && name) {
             em_web_fail(e, 400, "invalid_request_error", NULL, "tool_choice",
@@ -412,6 +415,61 @@ static void gbnf_literal(em_buf *b, const char *s)
     em_buf_add(b, "\"", 1);
 }
 
+/* lit as GBNF with JSON's freedom of white space: its tokens (structural
+ * characters, whole strings, a lone quote that opens or closes one) with
+ * `ws` between them; in_str: lit begins inside a string (its first quote
+ * closes it). */
+static void gbnf_flex(em_buf *b, const char *lit, int in_str)
+{
+    int first = 1;
+    for (const char *p = lit; *p;) {
+        if (isspace((unsigned char)*p)) {
+            p++;
+            continue;
+        }
+        size_t n = 1;
+        int closing = *p == '"' && in_str;
+        if (*p == '"' && in_str) {
+            in_str = 0;
+        } else if (*p == '"') {
+            const char *q = strchr(p + 1, '"');
+            if (q)
+                n = (size_t)(q - p) + 1;
+            else
+                in_str = 1;
+        }
+        if (!first || !closing)
+            em_buf_add(b, first ? "ws " : " ws ", first ? 3 : 4);
+        char tok[128];
+        snprintf(tok, sizeof tok, "%.*s", (int)(n < sizeof tok ? n : sizeof tok - 1), p);
+        gbnf_literal(b, tok);
+        first = 0;
+        p += n;
+    }
+    if (!in_str)
+        em_buf_add(b, " ws", 3);
+}
+
+/* The alternatives of one call: each allowed tool's name, the mid, its
+ * arguments' rule (bare: the mid with free white space). */
+static void tool_alternatives(em_buf *b, const web_toolfmt *f, const web_tools *t, int bare)
+{
+    int first = 1;
+    for (size_t i = 0; i < t->n; i++) {
+        if (t->choice == WEB_TOOL_NAMED && i != t->named)
+            continue;
+        em_buf_addf(b, "%s", first ? "" : " | ");
+        first = 0;
+        gbnf_literal(b, t->name[i]);
+        em_buf_add(b, " ", 1);
+        if (bare)
+            gbnf_flex(b, f->mid, 1);
+        else
+            gbnf_literal(b, f->mid);
+        em_buf_addf(b, " args%zu", i);
+    }
+}
+
 int web_tools_gbnf(const web_toolfmt *f, const web_tools *t, char **gbnf, size_t *len, em_web_error *e)
 {
     *gbnf = NULL;
@@ -434,11 +492,13 @@ int web_tools_gbnf(const web_toolfmt *f, const web_tools *t, char **gbnf, size_t
     }
     em_buf b = { 0 };
     em_buf_add(&b, "root ::= calls", 14);
-    if (f->bare_open && t->choice == WEB_TOOL_AUTO) {   /* (what the bare trigger starts) */
-        em_buf_add(&b, " | ", 3);
-        gbnf_literal(&b, f->bare_open);
-        em_buf_add(&b, " call ", 6);
-        gbnf_literal(&b, f->bare_close);
+    if (f->bare_open && t->choice == WEB_TOOL_AUTO) {   /* what the start trigger begins: one bare call */
+        em_buf_addf(&b, "%s", " | [ \\t\\n]* (\"```\" [a-z]{0,12} [ \\t]* \"\\n\")? ");
+        gbnf_flex(&b, f->bare_open, 0);
+        em_buf_add(&b, " bcall ", 7);
+        gbnf_flex(&b, f->bare_close, 0);
+        em_buf_addf(&b, "%s", " ([ \\t\\n]* \"```\")?\nbcall ::= ");
+        tool_alternatives(&b, f, t, 1);
     }
     em_buf_add(&b, "\ncalls ::= ", 11);
     gbnf_literal(&b, f->open);
@@ -451,17 +511,7 @@ int web_tools_gbnf(const web_toolfmt *f, const web_tools *t, char **gbnf, size_t
     em_buf_add(&b, " ", 1);
     gbnf_literal(&b, f->close);
     em_buf_add(&b, "\ncall ::= ", 10);
-    int first = 1;
-    for (size_t i = 0; i < t->n; i++) {
-        if (t->choice == WEB_TOOL_NAMED && i != t->named)
-            continue;
-        em_buf_addf(&b, "%s", first ? "" : " | ");
-        first = 0;
-        gbnf_literal(&b, t->name[i]);
-        em_buf_add(&b, " ", 1);
-        gbnf_literal(&b, f->mid);
-        em_buf_addf(&b, " args%zu", i);
-    }
+    tool_alternatives(&b, f, t, 0);
     em_buf_add(&b, "\n", 1);
     em_buf_add(&b, args, args_len);
     free(args);
@@ -476,7 +526,55 @@ int web_tools_gbnf(const web_toolfmt *f, const web_tools *t, char **gbnf, size_t
 
 /* ---- the answer, split ---------------------------------------------------------------- */
 
-enum { P_TEXT, P_OPEN, P_NAME, P_ARGS, P_AFTER, P_END };
+enum { P_TEXT, P_OPEN, P_NAME, P_ARGS, P_AFTER, P_END, P_BOPEN };
+
+/* h[0..n) against lit with white space free between lit's characters (in
+ * lit ignored, in h any amount skipped before each of lit's characters):
+ * the bytes of h that matched all of lit (>= 0), -1 when h ended first, -2
+ * when they differ. */
+static long flex(const char *h, size_t n, const char *lit)
+{
+    size_t i = 0;
+    for (const char *l = lit; *l; l++) {
+        if (isspace((unsigned char)*l))
+            continue;
+        while (i < n && isspace((unsigned char)h[i]))
+            i++;
+        if (i == n)
+            return -1;
+        if (h[i] != *l)
+            return -2;
+        i++;
+    }
+    return (long)i;
+}
+
+long web_tools_bare_start(const char *s, size_t n, const char *key)
+{
+    size_t i = 0;
+    while (i < n && isspace((unsigned char)s[i]))
+        i++;
+    if (i < n && s[i] == '`') {   /* a code fence: ``` and a language */
+        for (int k = 0; k < 3; k++, i++) {
+            if (i == n)
+                return -1;
+            if (s[i] != '`')
+                return -2;
+        }
+        while (i < n && isalpha((unsigned char)s[i]))
+            i++;
+        size_t nl = i;
+        while (nl < n && (s[nl] == ' ' || s[nl] == '\t'))
+            nl++;
+        if (nl == n)
+            return -1;
+        if (s[nl] != '\n')
+            return -2;
+        i = nl + 1;
+    }
+    long r = flex(s + i, n - i, key);
+    return r < 0 ? r : (long)i + r;
+}
 
 void web_toolparse_init(web_toolparse *p, const web_toolfmt *f, int text_first)
 {
@@ -525,16 +623,14 @@ void web_toolparse_feed(web_toolparse *p, const char *s, size_t n, const web_too
         switch (p->state) {
         case P_TEXT: {
             if (p->at_start) {   /* an answer that begins with the bare call */
-                size_t w = 0, bn = strlen(f->bare_open);
-                while (w < h->n && isspace((unsigned char)h->s[w]))
-                    w++;
-                if (w == h->n || (h->n - w < bn && !memcmp(h->s + w, f->bare_open, h->n - w)))
+                long r = web_tools_bare_start(h->s, h->n, f->bare_key);
+                if (r == -1)
                     break;   /* not decided yet */
                 p->at_start = 0;
-                if (!memcmp(h->s + w, f->bare_open, bn)) {
-                    drop(h, w + bn);
+                if (r >= 0) {
+                    drop(h, (size_t)r);
                     p->bare = 1;
-                    p->state = P_NAME;
+                    p->state = P_BOPEN;
                     moved = 1;
                     break;
                 }
@@ -565,15 +661,39 @@ void web_toolparse_feed(web_toolparse *p, const char *s, size_t n, const web_too
             }
             break;
         }
+        case P_BOPEN: {   /* the rest of the bare open after its key */
+            long r = flex(h->s, h->n, f->bare_open + strlen(f->bare_key));
+            if (r == -2)
+                p->state = P_END;   /* (the grammar rules it out) */
+            if (r >= 0) {
+                drop(h, (size_t)r);
+                p->state = P_NAME;
+                moved = 1;
+            }
+            break;
+        }
         case P_NAME: {
-            const char *m = memmem(h->s, h->n, f->mid, strlen(f->mid));
-            if (!m)
-                break;
-            size_t nn = (size_t)(m - h->s);
+            size_t nn, mn;
+            if (p->bare) {   /* the name ends at its quote; the mid with free white space */
+                const char *q = memchr(h->s, '"', h->n);
+                long r = q ? flex(q, h->n - (size_t)(q - h->s), f->mid) : -1;
+                if (r == -2)
+                    p->state = P_END;
+                if (r < 0)
+                    break;
+                nn = (size_t)(q - h->s);
+                mn = (size_t)r;
+            } else {
+                const char *m = memmem(h->s, h->n, f->mid, strlen(f->mid));
+                if (!m)
+                    break;
+                nn = (size_t)(m - h->s);
+                mn = strlen(f->mid);
+            }
             em_buf_reset(&p->name);
             em_buf_add(&p->name, h->s, nn);
             k->call(ctx, p->n_calls++, p->name.s ? p->name.s : "");
-            drop(h, nn + strlen(f->mid));
+            drop(h, nn + mn);
             p->state = P_ARGS;
             p->depth = p->in_str = p->esc = 0;
             moved = 1;
@@ -581,6 +701,10 @@ void web_toolparse_feed(web_toolparse *p, const char *s, size_t n, const web_too
         }
         case P_ARGS: {
             size_t i = 0, end = 0;
+            while (p->bare && !p->depth && i < h->n && isspace((unsigned char)h->s[i]))
+                i++;   /* (white space before the arguments: not theirs) */
+            drop(h, i);
+            i = 0;
             for (; i < h->n && !end; i++) {
                 char c = h->s[i];
                 if (p->in_str) {
@@ -610,7 +734,14 @@ void web_toolparse_feed(web_toolparse *p, const char *s, size_t n, const web_too
         case P_AFTER: {
             const char *close = p->bare ? f->bare_close : f->close, *sep = p->bare ? NULL : f->sep;
             size_t cn = strlen(close), sn = sep ? strlen(sep) : 0;
-            if (sep && h->n >= sn && !memcmp(h->s, sep, sn)) {
+            if (p->bare) {   /* a bare call ends at its close (a fence after it is not text) */
+                long r = flex(h->s, h->n, close);
+                if (r != -1) {
+                    p->closed = r >= 0;
+                    p->state = P_END;
+                    moved = 1;
+                }
+            } else if (sep && h->n >= sn && !memcmp(h->s, sep, sn)) {
                 drop(h, sn);
                 p->state = P_NAME;
                 moved = 1;
@@ -630,10 +761,10 @@ void web_toolparse_feed(web_toolparse *p, const char *s, size_t n, const web_too
 int web_toolparse_finish(web_toolparse *p, const web_toolsink *k, void *ctx)
 {
     em_buf *h = &p->hold;
-    const char *close = p->bare ? p->f->bare_close : p->f->close;
     if (p->state == P_TEXT && h->n)
         k->text(ctx, h->s, h->n);
-    if (p->state == P_AFTER && h->n >= strlen(close) && !memcmp(h->s, close, strlen(close)))
+    if (p->state == P_AFTER && !p->bare && h->n >= strlen(p->f->close) &&
+        !memcmp(h->s, p->f->close, strlen(p->f->close)))
         p->closed = 1;
     em_buf_reset(h);
     return p->n_calls > 0 && p->closed && p->n_done == p->n_calls;

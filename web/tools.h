@@ -30,9 +30,19 @@ typedef struct web_toolfmt {
     char *open, *mid, *sep, *close, *trigger;   /* sep NULL: one call per answer */
     /* the same call without its wrapper's tag (open minus the trigger,
      * close down to its closing brackets), as small models often write it:
-     * a call too when an answer begins with it (NULL: open has no tag) */
-    char *bare_open, *bare_close;
+     * a call too when an answer begins with it, with any white space
+     * between JSON's tokens and in a Markdown code fence or not (NULL: open
+     * has no tag, or is no JSON object); bare_key: bare_open up to its
+     * first key's colon, what starts such an answer */
+    char *bare_open, *bare_close, *bare_key;
 } web_toolfmt;
+
+/* Whether s[0..n), the start of an answer, begins a bare call of key (a
+ * web_toolfmt's bare_key): white space, maybe a code fence's opening
+ * ("```json"), then key with any white space between its characters. The
+ * bytes through key's last character (>= 0), -1 when s is too short to
+ * say, -2 when it does not. */
+long web_tools_bare_start(const char *s, size_t n, const char *key);
 
 /* Render the template (src, len; NULL: the ChatML fallback) with probe
  * conversations and read the format off them. bos and eos are the token

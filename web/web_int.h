@@ -377,8 +377,8 @@ void web_grammar_unref(web_grammar *g);   /* accepts NULL; any thread */
  * grammar applies only once the generated text contains it, from the
  * trigger's first byte on (a tool call in free text); before that any
  * token may come and the output may end. start (with a trigger; NULL or
- * "": none): the grammar applies also when the output begins with it
- * (white space aside). */
+ * "": none): the grammar applies also, from the output's first byte, when
+ * the output begins with a bare call of that key (web_tools_bare_start). */
 int  web_grammar_constraint(web_grammar *g, uint32_t n_vocab, const char *trigger, const char *start,
                             em_constraint *out, em_err *err);
 void web_constraint_free(em_constraint *c);

@@ -3,19 +3,60 @@
  * the parameter checks (web/openai.c): any bytes through jansson as the
  * server reads them (duplicate keys refused), then the sampling, penalty,
  * logit_bias, logprobs, stop and max_tokens checks of web_gen_params
- * (with an ordinary and an admin key), and the messages check (roles,
- * content strings or parts) — every refusal with a message, every accepted
- * value within its documented range. */
+ * (with an ordinary and an admin key), the messages check (roles,
+ * content strings or parts, assistant tool_calls, tool messages answering
+ * them), and the tools (tools, tool_choice, parallel_tool_calls; the
+ * grammar of their calls in the Hermes format, compiled) — every refusal
+ * with a message, every accepted value within its documented range; and
+ * the input's bytes as a generated answer through the tool-call split, in
+ * pieces. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/grammar/grammar.h"
 #include "tests/fuzz/fuzz.h"
+#include "web/tools.h"
 #include "web/web_int.h"
+
+static void sink_text(void *ctx, const char *s, size_t n)
+{
+    (void)ctx;
+    FUZZ_ASSERT(n == 0 || s != NULL);
+}
+
+static void sink_call(void *ctx, uint32_t index, const char *name)
+{
+    (void)ctx;
+    FUZZ_ASSERT(name && index < 1u << 20);
+}
+
+static void sink_args(void *ctx, uint32_t index, const char *s, size_t n)
+{
+    (void)ctx;
+    (void)index;
+    FUZZ_ASSERT(n == 0 || s != NULL);
+}
+
+static const web_toolsink sink = { sink_text, sink_call, sink_args };
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    /* the bytes as an answer the model wrote, split into text and calls */
+    web_toolfmt f = { .ok = 1, .open = "<tool_call>\n{\"name\": \"", .mid = "\", \"arguments\": ",
+                      .sep = "}\n</tool_call>\n<tool_call>\n{\"name\": \"", .close = "}\n</tool_call>",
+                      .trigger = "<tool_call>", .bare_open = "{\"name\": \"", .bare_close = "}",
+                      .bare_key = "{\"name\":" };
+    web_toolparse tp;
+    web_toolparse_init(&tp, &f, (size & 2) == 0);
+    size_t step = 1 + (size % 7);
+    for (size_t i = 0; i < size; i += step)
+        web_toolparse_feed(&tp, (const char *)data + i, step < size - i ? step : size - i, &sink, NULL);
+    int whole = web_toolparse_finish(&tp, &sink, NULL);
+    FUZZ_ASSERT(!whole || (tp.n_calls > 0 && tp.n_done == tp.n_calls));
+    web_toolparse_free(&tp);
+
     json_error_t je;
     json_t *req = json_loadb((const char *)data, size, JSON_REJECT_DUPLICATES, &je);
     if (!req)
@@ -48,6 +89,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         } else {
             FUZZ_ASSERT(me.status == 400 && me.message[0]);
         }
+    }
+    web_tools t;
+    em_web_error te = { 0 };
+    if (web_tools_parse(req, &t, &te) == 0) {
+        FUZZ_ASSERT(t.n <= WEB_TOOLS_MAX && (t.n == 0 || json_array_size(t.render) == t.n));
+        char *gbnf = NULL;
+        size_t len = 0;
+        if (t.n && web_tools_gbnf(&f, &t, &gbnf, &len, &te) == 0) {
+            em_grammar *g = NULL;
+            em_err err = { 0 };
+            /* what ember builds compiles, or is refused by a limit with a message */
+            int rc = em_grammar_compile(gbnf, len, NULL, &g, &err);
+            FUZZ_ASSERT(rc == 0 || (rc == EM_ERANGE && err.msg[0]));
+            em_grammar_destroy(g);
+            free(gbnf);
+        } else if (t.n) {
+            FUZZ_ASSERT(te.status >= 400 && te.message[0]);
+        }
+        web_tools_free(&t);
+    } else {
+        FUZZ_ASSERT(te.status == 400 && te.message[0] && te.param[0]);
     }
     json_decref(req);
     return 0;

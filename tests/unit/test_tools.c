@@ -78,6 +78,12 @@ static void check_requests(void)
                    "{\"name\": \"get_weather\"}}, \"parallel_tool_calls\": false}", &t, param) == 0 &&
           t.choice == WEB_TOOL_NAMED && t.named == 0 && !t.parallel);
     web_tools_free(&t);
+    CHECK(tools_of("{\"tools\": [" WEATHER ", " CLOCK "], \"tool_choice\": {\"type\": \"function\", "
+                   "\"function\": {\"name\": \"get_weather\"}}}", &t, param) == 0 && t.named == 0);
+    web_tools_free(&t);
+    CHECK(tools_of("{\"tools\": [" WEATHER ", " CLOCK "], \"tool_choice\": {\"type\": \"function\", "
+                   "\"function\": {\"name\": \"get_time\"}}}", &t, param) == 0 && t.named == 1);
+    web_tools_free(&t);
     CHECK(tools_of("{\"tools\": [" WEATHER "], \"tool_choice\": \"required\"}", &t, param) == 0 &&
           t.choice == WEB_TOOL_REQUIRED);
     web_tools_free(&t);
@@ -137,8 +143,11 @@ static void check_grammar(const web_toolfmt *f)
     CHECK(accepts(g, n, one) == 1);
     CHECK(accepts(g, n, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", \"days\": 3}}"
                         "\n</tool_call>\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>") == 1);
-    /* auto: the bare call (no tag) too */
+    /* auto: the bare call (no tag) too, pretty-printed, in a code fence */
     CHECK(accepts(g, n, "{\"name\": \"get_time\", \"arguments\": {}}") == 1);
+    CHECK(accepts(g, n, "```json\n{\n  \"name\": \"get_weather\",\n  \"arguments\": {\n    \"city\": \"Paris\"\n  }\n}\n```") == 1);
+    CHECK(accepts(g, n, "\n{\"name\":\"get_time\",\"arguments\":{}}") == 1);
+    CHECK(accepts(g, n, "```json\n{\"name\": \"get_weather\", \"arguments\": {}}\n```") == 0);   /* still its schema */
     /* what breaks the schema or names no tool is refused */
     CHECK(accepts(g, n, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call>") == 0);
     CHECK(accepts(g, n, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"P\", \"days\": 9}}"
@@ -223,8 +232,11 @@ static void check_parser(const web_toolfmt *f)
         { 1, "<tool_call>\n{\"name\": \"a\", \"arguments\": {\"s\": \"}\\\"{\"}}\n</tool_call>\n<tool_call>\n"
              "{\"name\": \"b\", \"arguments\": {\"x\": [1, {\"y\": 2}]}}\n</tool_call>",
           "|#0 a({\"s\": \"}\\\"{\"})#1 b({\"x\": [1, {\"y\": 2}]})|1" },
-        /* the bare form at the start */
+        /* the bare form at the start, in any white space, fenced or not */
         { 1, "  {\"name\": \"get_time\", \"arguments\": {}}", "|#0 get_time({})|1" },
+        { 1, "```json\n{\n  \"name\": \"w\",\n  \"arguments\": {\n    \"c\": \"P\"\n  }\n}\n```",
+          "|#0 w({\n    \"c\": \"P\"\n  })|1" },
+        { 1, "```python\nprint(1)\n```", "```python\nprint(1)\n```||0" },
         /* ... but not later, and not when the answer does not begin with it */
         { 1, "Here: {\"name\": \"x\"}", "Here: {\"name\": \"x\"}||0" },
         { 1, "{\"nam", "{\"nam||0" },
@@ -246,6 +258,25 @@ static void check_parser(const web_toolfmt *f)
     }
     em_buf_free(&whole);
     em_buf_free(&piece);
+}
+
+static long bare(const char *s)
+{
+    return web_tools_bare_start(s, strlen(s), "{\"name\":");
+}
+
+static void check_bare_start(void)
+{
+    CHECK(bare("") == -1);
+    CHECK(bare("  \n") == -1);
+    CHECK(bare("{\"na") == -1);
+    CHECK(bare("{ \"name\" :") == 10);
+    CHECK(bare("```json\n{\"name\": \"") == 16);
+    CHECK(bare("``") == -1);
+    CHECK(bare("```json") == -1);
+    CHECK(bare("```json x") == -2);
+    CHECK(bare("Sure") == -2);
+    CHECK(bare("{\"city\"") == -2);
 }
 
 int main(int argc, char **argv)
@@ -326,6 +357,7 @@ int main(int argc, char **argv)
     web_toolfmt f;
     REQUIRE(!detect("Qwen-Qwen2.5-7B-Instruct", &f) && f.ok);
     check_requests();
+    check_bare_start();
     check_grammar(&f);
     check_parser(&f);
     web_toolfmt_free(&f);
