@@ -39,6 +39,10 @@ typedef struct api_req {
     unsigned char key[EM_STORAGE_CACHE_KEY];
     web_tools   tools;             /* chat: the request's tools (borrowing from its body: kept) */
     json_t     *body;
+    json_t     *tvars;             /* chat: the template's extra variables (NULL: none) */
+    int         hide_reasoning;    /* "include_reasoning": false */
+    size_t      rsent[EM_GEN_MAX_N];   /* a stream's reasoning bytes seen (a chunk for new ones) */
+    em_buf      rdelta;            /* a stream's reasoning not yet sent */
 } api_req;
 
 static void api_free(api_req *a)
@@ -51,6 +55,8 @@ static void api_free(api_req *a)
     em_gen_destroy(a->gen);
     web_tools_free(&a->tools);
     json_decref(a->body);
+    json_decref(a->tvars);
+    em_buf_free(&a->rdelta);
     for (int i = 0; i < EM_GEN_MAX_N; i++) {
         em_buf_free(&a->delta[i]);
     }
@@ -72,9 +78,10 @@ static json_t *usage_json(const api_req *a)
 {
     uint32_t prompt, cached, comp;
     em_gen_usage(a->gen, &prompt, &cached, &comp);
-    return json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens", (json_int_t)prompt, "completion_tokens",
+    return json_pack("{s:I, s:I, s:I, s:{s:I}, s:{s:I}}", "prompt_tokens", (json_int_t)prompt, "completion_tokens",
                      (json_int_t)comp, "total_tokens", (json_int_t)(prompt + comp), "prompt_tokens_details",
-                     "cached_tokens", (json_int_t)cached);
+                     "cached_tokens", (json_int_t)cached, "completion_tokens_details", "reasoning_tokens",
+                     (json_int_t)em_gen_reasoning_tokens(a->gen));
 }
 
 static json_t *envelope(const api_req *a, const em_web *w, const char *object)
@@ -151,6 +158,10 @@ static void stream_choice(web_conn *c, api_req *a, uint32_t i, int done, json_t 
     json_t *lp = stream_logprobs(a, i);
     if (a->chat) {
         json_t *delta = json_object();
+        em_buf_reset(&a->rdelta);
+        em_gen_take_reasoning(a->gen, i, &a->rdelta);
+        if (a->rdelta.n && !a->hide_reasoning)
+            json_object_set_new(delta, "reasoning_content", json_stringn(a->rdelta.s, a->rdelta.n));
         if (!a->role_sent[i]) {
             json_object_set_new(delta, "role", json_string("assistant"));
             a->role_sent[i] = 1;
@@ -199,6 +210,8 @@ static void collect_deltas(api_req *a, uint32_t n)
         keep_choice(a, i, lp);
         json_decref(lp);
         em_buf_reset(&a->delta[i]);
+        em_buf_reset(&a->rdelta);   /* (the whole reasoning is em_gen_reasoning's) */
+        em_gen_take_reasoning(a->gen, i, &a->rdelta);
     }
 }
 
@@ -218,6 +231,10 @@ static json_t *answer_json(em_web *w, api_req *a)
                         "assistant", "content", t, tn, "refusal", "logprobs", lp, "finish_reason", fr)
             : json_pack("{s:s%, s:I, s:o, s:o}", "text", t, tn, "index", (json_int_t)i, "logprobs",
                         lp, "finish_reason", fr);
+        size_t rn;
+        const char *rt = a->chat ? em_gen_reasoning(a->gen, i, &rn) : "";
+        if (a->chat && rn && !a->hide_reasoning)   /* the reasoning apart from the answer (vLLM's, DeepSeek's name) */
+            json_object_set_new(json_object_get(ch, "message"), "reasoning_content", json_stringn(rt, rn));
         const json_t *calls = a->chat ? em_gen_tool_calls(a->gen, i) : NULL;
         if (calls) {   /* OpenAI: no text beside the calls is null content */
             json_t *msg = json_object_get(ch, "message");
@@ -377,7 +394,11 @@ void web_openai_pump(web_conn *c)
     for (uint32_t i = 0; i < n; i++) {
         int done = em_gen_choice_done(a->gen, i) && !a->finish_sent[i];
         json_t *calls = em_gen_take_tool_deltas(a->gen, i);
-        if (a->delta[i].n || done || calls || (a->chat && !a->role_sent[i]))
+        size_t rn = 0;
+        em_gen_reasoning(a->gen, i, &rn);
+        int more_reasoning = a->chat && rn > a->rsent[i];
+        a->rsent[i] = rn;
+        if (a->delta[i].n || done || calls || more_reasoning || (a->chat && !a->role_sent[i]))
             stream_choice(c, a, i, done, calls);
         if (done)
             a->finish_sent[i] = 1;
@@ -426,6 +447,34 @@ void web_new_id(em_web *w, const char *prefix, char *out, size_t cap)
     for (size_t i = 0; i < sizeof r && k + 1 < cap; i++)
         out[k++] = digits[r[i] % (sizeof digits - 1)];
     out[k] = 0;
+}
+
+/* A chat's reasoning parameters: include_reasoning (false: the reasoning is
+ * not sent back; its tokens still count), reasoning_effort and
+ * chat_template_kwargs (variables the template reads: enable_thinking,
+ * reasoning_effort, as transformers' apply_chat_template takes them). 0, or
+ * -1 with e filled (400). */
+static int reasoning_params(json_t *req, api_req *a, em_web_error *e)
+{
+    int inc = 1;
+    if (web_want_bool(req, "include_reasoning", &inc, e))
+        return -1;
+    a->hide_reasoning = !inc;
+    json_t *kw = json_object_get(req, "chat_template_kwargs"), *eff = json_object_get(req, "reasoning_effort");
+    if (kw && !json_is_null(kw) && !json_is_object(kw))
+        return em_web_fail(e, 400, "invalid_request_error", NULL, "chat_template_kwargs",
+                           "'chat_template_kwargs' must be an object of template variables");
+    const char *ev = json_string_value(eff);
+    if (eff && !json_is_null(eff) && (!ev || (strcmp(ev, "minimal") && strcmp(ev, "low") && strcmp(ev, "medium") &&
+                                             strcmp(ev, "high"))))
+        return em_web_fail(e, 400, "invalid_request_error", NULL, "reasoning_effort",
+                           "'reasoning_effort' must be 'minimal', 'low', 'medium' or 'high'");
+    if ((kw && json_is_object(kw)) || ev) {
+        a->tvars = kw && json_is_object(kw) ? json_deep_copy(kw) : json_object();
+        if (ev && !json_object_get(a->tvars, "reasoning_effort"))
+            json_object_set_new(a->tvars, "reasoning_effort", json_string(ev));
+    }
+    return 0;
 }
 
 /* Check a completions body and start it: see web_int.h. */
@@ -500,8 +549,9 @@ int web_openai_start(em_web *w, json_t *req, int chat, const em_web_auth *auth, 
         goto fail;
     }
     if (chat) {
-        if (web_tools_parse(req, &a->tools, e))
+        if (web_tools_parse(req, &a->tools, e) || reasoning_params(req, a, e))
             goto fail;
+        gp.template_vars = a->tvars;
         gp.tools = &a->tools;
         a->body = json_incref(req);   /* the tools' names and schemas point into it */
         if (!(msgs = web_messages_check(json_object_get(req, "messages"), e)))

@@ -64,6 +64,9 @@ static const web_param params[] = {
     { "tools", P_CHAT, NULL, NULL },
     { "tool_choice", P_CHAT, NULL, NULL },
     { "parallel_tool_calls", P_CHAT, NULL, NULL },
+    { "include_reasoning", P_CHAT, NULL, NULL },
+    { "reasoning_effort", P_CHAT, NULL, NULL },
+    { "chat_template_kwargs", P_CHAT, NULL, NULL },
     /* not built: refused by name rather than ignored */
     { "functions", P_HTTP, is_null, "'functions' (the deprecated form of function calling) is not supported: "
                                     "use 'tools'" },

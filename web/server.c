@@ -21,6 +21,7 @@
 #include "core/model/model.h"
 #include "core/text/tokenizer.h"
 #include "core/tmpl/chat_tmpl.h"
+#include "web/reasoning.h"
 #include "web/tools.h"
 #include "web/web_int.h"
 
@@ -876,6 +877,13 @@ int em_web_create(const em_web_opts *o, em_web **out, em_err *err)
                    w->toolfmt->close);
         else
             em_log(EM_LOG_INFO, NULL, "tool calls: none (%s)", w->toolfmt->why);
+        if (!(w->thinkfmt = calloc(1, sizeof *w->thinkfmt))) {
+            rc = em_err_set(err, EM_ENOMEM, "serve: out of memory");
+            goto fail;
+        }
+        web_thinkfmt_detect(w->tmpl, w->tmpl_len, bt, stops[0] ? stops[0] : "", w->thinkfmt);
+        em_log(EM_LOG_INFO, NULL, "reasoning: %s...%s%s", w->thinkfmt->open, w->thinkfmt->close,
+               w->thinkfmt->from_template ? " (the template's)" : " (the convention: at an answer's start)");
     }
     atomic_init(&w->reload, 0);
     if (!w->origins || !w->hosts) {
@@ -1041,6 +1049,7 @@ void em_web_destroy(em_web *w)
     if (w->toolfmt)
         web_toolfmt_free(w->toolfmt);
     free(w->toolfmt);
+    free(w->thinkfmt);
     free(w->model_id);
     free(w->device);
     free(w);

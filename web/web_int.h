@@ -288,6 +288,7 @@ struct em_web {
     char                *tmpl;          /* the model's chat template, copied (NULL: none, ChatML) */
     size_t               tmpl_len;
     struct web_toolfmt  *toolfmt;       /* tools.c: how the template writes a tool call (read at start) */
+    struct web_thinkfmt *thinkfmt;      /* reasoning.c: the tags the model thinks between (read at start) */
 };
 
 /* alive.c (service thread): start the timer that turns the loop at least
@@ -413,6 +414,8 @@ typedef struct {
     const char   *batch_id;        /* the ledger row's batch (a batch line), or NULL */
     const char   *param_name;      /* "messages" or "prompt", for errors */
     const struct web_tools *tools; /* chat: the request's tools (tools.h; NULL or none: no tools) */
+    const json_t *template_vars;   /* chat: more variables for the template (borrowed; NULL: none):
+                                    * chat_template_kwargs, reasoning_effort */
 } em_gen_params;
 
 /* The one start of every generation request, whatever its door: render,
@@ -445,6 +448,14 @@ json_t *em_gen_take_tool_deltas(em_gen *g, uint32_t i);
  * against the tool's schema; a call cut off by max_tokens is not among
  * them), borrowed from g; NULL when it made none. */
 const json_t *em_gen_tool_calls(const em_gen *g, uint32_t i);
+/* Choice i's reasoning so far (the think block its answer began with, a
+ * harmony model's analysis channel; never in its text): the whole (g's,
+ * valid until the next pump) and its length; what came since the last
+ * take appended to out (the caller's buffer); the tokens all choices spent
+ * on it. */
+const char *em_gen_reasoning(const em_gen *g, uint32_t i, size_t *len);
+void        em_gen_take_reasoning(em_gen *g, uint32_t i, em_buf *out);
+uint32_t    em_gen_reasoning_tokens(const em_gen *g);
 /* Choice i's whole answer so far (all em_gen_pump took; g's, valid until the
  * next pump) and its length. */
 const char *em_gen_text(const em_gen *g, uint32_t i, size_t *len);

@@ -281,6 +281,13 @@ int em_chat_render(const char *src, size_t len, const json_t *messages, int add_
         rc = em_err_set(err, EM_ENOMEM, "template: out of memory");
         goto done;
     }
+    const char *k;
+    json_t *v;
+    json_object_foreach(opts && json_is_object(opts->extra_vars) ? (json_t *)opts->extra_vars : NULL, k, v)
+        if (!json_object_get(vars, k) && json_object_set(vars, k, v)) {
+            rc = em_err_set(err, EM_ENOMEM, "template: out of memory");
+            goto done;
+        }
     rc = em_tmpl_render(t, vars, opts, out, out_len, err);
 done:
     json_decref(vars);

@@ -57,6 +57,11 @@ typedef struct {
      * that knows the output cannot be used beyond some size (a prompt that
      * could not fit the context) sets it. */
     size_t max_output;
+    /* em_chat_render only: more variables (a JSON object, borrowed; NULL:
+     * none), as keyword arguments to transformers' apply_chat_template
+     * (enable_thinking, reasoning_effort...): each set unless it is one of
+     * the variables em_chat_render sets itself. */
+    const json_t *extra_vars;
 } em_tmpl_opts;
 
 /* In the message of the EM_ERANGE a render stopped by max_output fails with. */

@@ -5,13 +5,16 @@
  * the calls (compiled, a valid call accepted, a call that breaks its
  * schema or names no tool refused), and the split of an answer into text
  * and calls fed in every chunking (the same result from one byte at a time
- * as from the whole). */
+ * as from the whole); and web/reasoning.c: the think tags read off real
+ * templates, and the split of an answer into the block it begins with and
+ * the rest, in every chunking. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/grammar/grammar.h"
 #include "tests/common/testutil.h"
+#include "web/reasoning.h"
 #include "web/tools.h"
 
 /* REQUIRE in a function that returns nothing */
@@ -279,6 +282,77 @@ static void check_bare_start(void)
     CHECK(bare("{\"city\"") == -2);
 }
 
+/* s split by the think block it may begin with (in pieces of step bytes;
+ * 0: whole): "reasoning|answer|tokens that were reasoning". */
+static void run_think(const web_thinkfmt *f, int inside, const char *s, size_t step, em_buf *out)
+{
+    web_think t;
+    web_think_init(&t, f, inside);
+    em_buf r = { 0 }, a = { 0 };
+    size_t n = strlen(s);
+    int in = 0;
+    for (size_t i = 0; i < n; i += step ? step : n)
+        in += web_think_feed(&t, s + i, step && step < n - i ? step : n - i, &r, &a);
+    web_think_finish(&t, &r, &a);
+    web_think_free(&t);
+    em_buf_reset(out);
+    em_buf_addf(out, "%s|%s|%d", r.s ? r.s : "", a.s ? a.s : "", step == 0 ? in : -1);
+    em_buf_free(&r);
+    em_buf_free(&a);
+}
+
+static void check_reasoning(void)
+{
+    static const struct { const char *name, *open, *close; int from_template; } want[] = {
+        { "Qwen-Qwen3-0.6B", "<think>", "</think>", 1 },                        /* renders reasoning_content */
+        { "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", "<think>", "</think>", 1 }, /* strips it from history */
+        { "HuggingFaceTB-SmolLM2-135M-Instruct", "<think>", "</think>", 0 },     /* none: the convention */
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        char path[512];
+        snprintf(path, sizeof path, "golden/templates/%s.jinja", want[i].name);
+        size_t n;
+        char *src = test_read_file(test_shared(path), &n);
+        REQUIRE_V(src);
+        web_thinkfmt f;
+        web_thinkfmt_detect(src, n, "<s>", "</s>", &f);
+        CHECKF(!strcmp(f.open, want[i].open) && !strcmp(f.close, want[i].close) &&
+               f.from_template == want[i].from_template, "%s: %s %s %d", want[i].name, f.open, f.close,
+               f.from_template);
+        free(src);
+    }
+    web_thinkfmt f;
+    web_thinkfmt_detect(NULL, 0, "", "", &f);
+    CHECK(!strcmp(f.open, "<think>") && !f.from_template);
+    const char *opens = "<|im_start|>assistant\n<think>\n", *closed = "<|im_start|>assistant\n<think>\n\n</think>\n\n";
+    CHECK(web_think_prompt_opens(&f, opens, strlen(opens)));
+    CHECK(!web_think_prompt_opens(&f, closed, strlen(closed)));
+    static const struct { int inside; const char *in, *want; } cases[] = {
+        { 0, "<think>\nLet me see.\nSeven.\n</think>\n\nIt is prime.", "Let me see.\nSeven.|It is prime.|" },
+        { 0, "  <think>x</think>y", "x|y|" },
+        { 0, "No block here. <think>not at the start</think>", "|No block here. <think>not at the start</think>|" },
+        { 0, "<thin", "|<thin|" },
+        { 0, "<think>cut off before the end", "cut off before the end||" },
+        { 0, "<think>\n\n</think>\n\nJust the answer.", "|Just the answer.|" },
+        { 0, "<think>a </ b </thin c</think>d", "a </ b </thin c|d|" },
+        { 1, "Already inside.\n</think>\n\nAnswer", "Already inside.|Answer|" },
+        { 0, "", "||" },
+    };
+    em_buf whole = { 0 }, piece = { 0 };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        run_think(&f, cases[i].inside, cases[i].in, 0, &whole);
+        char *bar = strrchr(whole.s, '|');
+        CHECKF(!strncmp(whole.s, cases[i].want, (size_t)(bar - whole.s) + 1), "think case %zu: [%s]", i, whole.s);
+        for (size_t step = 1; step < 9; step++) {
+            run_think(&f, cases[i].inside, cases[i].in, step, &piece);
+            CHECKF(!strncmp(piece.s, whole.s, (size_t)(bar - whole.s) + 1), "think case %zu step %zu: [%s]", i,
+                   step, piece.s);
+        }
+    }
+    em_buf_free(&whole);
+    em_buf_free(&piece);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1) {   /* a survey: test_tools NAME... prints what each template gives */
@@ -360,6 +434,7 @@ int main(int argc, char **argv)
     check_bare_start();
     check_grammar(&f);
     check_parser(&f);
+    check_reasoning();
     web_toolfmt_free(&f);
     return test_summary("tools");
 }
