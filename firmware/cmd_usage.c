@@ -7,7 +7,7 @@
 #include "storage/storage.h"
 
 static const char usage[] =
-    "usage: ember usage [--since DATE] [--until DATE] [--group-by key|day|hour|class|model|batch]\n"
+    "usage: ember usage [--since DATE] [--until DATE] [--group-by key|day|hour|class|model|batch|endpoint]\n"
     "                   [--format table|csv|json] [--gpu-cost-per-hour X] [--db PATH ...]\n"
     "  DATE is YYYY-MM-DD or YYYY-MM-DDTHH:MM[:SS], UTC; an --until date includes\n"
     "  that day. --db may repeat to merge the ledgers of several boxes (default\n"
@@ -37,7 +37,8 @@ int em_cmd_usage(int argc, char **argv)
     em_usage_format fmt;
     em_err err = { 0 };
     if (em_storage_group_by_parse(group, &q.group_by))
-        return em_cli_fail(2, "usage: --group-by: '%s' is not key, day, hour, class or model", group);
+        return em_cli_fail(2, "usage: --group-by: '%s' is not key, day, hour, class, model, batch or endpoint",
+                           group);
     if (em_storage_format_parse(format, &fmt))
         return em_cli_fail(2, "usage: --format: '%s' is not table, csv or json", format);
     if (since && em_storage_parse_time(since, 0, &q.since_ms, &err))

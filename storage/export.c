@@ -39,8 +39,6 @@ static const column cols[] = {
 };
 #define N_COLS (sizeof cols / sizeof cols[0])
 
-static const char *const group_names[] = { "none", "key", "day", "class", "model", "hour", "batch" };
-
 static int64_t cell_i(const em_usage_row *r, const column *c)
 {
     int64_t v;
@@ -218,9 +216,7 @@ int em_storage_usage_json(const em_usage_report *rep, char **out, em_err *err)
     if (!root || !groups) {
         bad = 1;
     } else {
-        unsigned g = (unsigned)rep->query.group_by;
-        bad |= json_object_set_new(root, "group_by",
-                                   json_string(g < 7 ? group_names[g] : "none"));
+        bad |= json_object_set_new(root, "group_by", json_string(em_sto_group_by_name(rep->query.group_by)));
         bad |= json_object_set_new(root, "since_ms", opt_ms(rep->query.since_ms));
         bad |= json_object_set_new(root, "until_ms", opt_ms(rep->query.until_ms));
         if (rep->query.only_key)   /* one key's usage: which (0: requests without a key) */

@@ -245,6 +245,14 @@ static const char *const migrations[EM_STORAGE_SCHEMA_VERSION] = {
      * --response-cache off`): its requests are always computed afresh */
     "ALTER TABLE api_keys ADD COLUMN response_cache INTEGER NOT NULL DEFAULT 1 CHECK (response_cache IN (0, 1));"
     "PRAGMA user_version = 7;",
+
+    /* 7 -> 8: which front door a request came through (NULL: unknown, as
+     * for every row written before this step), the completion tokens it
+     * spent thinking and the tool calls its answer made (0 for older rows). */
+    "ALTER TABLE requests ADD COLUMN endpoint TEXT;"
+    "ALTER TABLE requests ADD COLUMN reasoning_tokens INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE requests ADD COLUMN tool_calls INTEGER NOT NULL DEFAULT 0;"
+    "PRAGMA user_version = 8;",
 };
 
 int em_sto_code(int sqlite_rc)

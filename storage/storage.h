@@ -25,7 +25,7 @@
 #include "core/err.h"
 
 /* The schema version this build writes (PRAGMA user_version). */
-#define EM_STORAGE_SCHEMA_VERSION 7
+#define EM_STORAGE_SCHEMA_VERSION 8
 
 typedef struct em_storage em_storage;
 
@@ -99,6 +99,7 @@ typedef enum {
 #define EM_USAGE_MODEL_MAX  128
 #define EM_USAGE_REASON_MAX 32
 #define EM_USAGE_ERROR_MAX  256
+#define EM_USAGE_ENDPOINT_MAX 32
 
 /* One row of `requests`. The scheduler submits it when a request is admitted
  * and again, with the same request_id, when it ends: the second replaces the
@@ -122,9 +123,14 @@ struct em_usage_record {
     char     error[EM_USAGE_ERROR_MAX];           /* "" unless failed */
     char     batch_id[EM_USAGE_ID_MAX];           /* the batch a batch line belongs to, else "" */
     int      response_cached;                     /* 1: answered from the response cache (no tokens run) */
+    char     endpoint[EM_USAGE_ENDPOINT_MAX];     /* the front door: "chat.completions", "completions",
+                                                     "responses", "messages", "ws.chat"; "" = unknown */
+    int64_t  reasoning_tokens;                    /* completion tokens spent thinking (part of completion_tokens) */
+    int32_t  tool_calls;                          /* tool calls the answer made */
 };
 
-/* Zero rec, mark every duration unknown (-1), class interactive, admitted. */
+/* Zero rec (endpoint "", no reasoning tokens, no tool calls), mark every
+ * duration unknown (-1), class interactive, admitted. */
 void em_usage_record_init(em_usage_record *rec);
 
 /* Copy rec into the writer's queue and return at once; never waits on disk.
@@ -560,6 +566,7 @@ typedef enum {
     EM_USAGE_BY_MODEL,
     EM_USAGE_BY_HOUR,       /* UTC hour of received_ms, YYYY-MM-DDTHH:00Z */
     EM_USAGE_BY_BATCH,      /* the batch a request was a line of ("-" for the others) */
+    EM_USAGE_BY_ENDPOINT,   /* the front door ("chat.completions", ...; "-" when unknown) */
 } em_usage_group_by;
 
 typedef enum {
@@ -623,7 +630,8 @@ int em_storage_usage_json(const em_usage_report *rep, char **out, em_err *err);
  * end_of_day and a date alone, the result is the following midnight (so an
  * --until date includes that day). */
 int em_storage_parse_time(const char *s, int end_of_day, int64_t *ms, em_err *err);
-/* "key" "day" "hour" "class" "model" "none"; "table" "csv" "json". EM_EINVAL otherwise. */
+/* "key" "day" "hour" "class" "model" "batch" "endpoint" "none"; "table" "csv" "json".
+ * EM_EINVAL otherwise. */
 int em_storage_group_by_parse(const char *s, em_usage_group_by *out);
 int em_storage_format_parse(const char *s, em_usage_format *out);
 

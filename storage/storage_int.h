@@ -232,6 +232,9 @@ int em_sto_title_check(const char *title, const char *what, em_err *err);
 /* The UTC day (len_ms one day: "2024-05-01") or hour (one hour:
  * "2024-05-01T10:00Z") that ms falls in: its label (cap >= 18) and start. */
 void em_sto_bucket_label(int64_t ms, int64_t len_ms, char *buf, size_t cap, int64_t *start_ms);
+/* A grouping's name as em_storage_group_by_parse reads it ("none" for one
+ * out of range). Static. */
+const char *em_sto_group_by_name(em_usage_group_by g);
 
 /* ---- export.c ---- */
 /* v rounded to 1/scale as a JSON real; null when NAN or infinite (new reference). */

@@ -1,10 +1,10 @@
 /* usage.c — usage queries: read the `requests` of one or more ledgers
  * through query-only connections of their own (any schema version from 1
  * on, never modified), all keys' or one key's, group them by key, day,
- * hour, class or model, and compute request and token totals, the
- * cached-token share, p50/p99 TTFT, TPOT and queue time, GPU hours and cost (docs/storage.md,
- * "Cost"). Also the date and name parsers used by `ember usage`, GET
- * /api/usage and the web dashboard. */
+ * hour, class, model, batch or endpoint, and compute request and token
+ * totals, the cached-token share, p50/p99 TTFT, TPOT and queue time, GPU
+ * hours and cost (docs/storage.md, "Cost"). Also the date and name
+ * parsers used by `ember usage`, GET /api/usage and the web dashboard. */
 #include "core/grow.h"
 #include "storage/storage_int.h"
 
@@ -115,11 +115,23 @@ void em_sto_bucket_label(int64_t ms, int64_t len_ms, char *buf, size_t cap, int6
     *start_ms = d * len_ms;
 }
 
+/* Columns: received, end, class, model, key name, prompt, cached and
+ * completion tokens, TTFT, TPOT, queue time, batch, endpoint; a column an
+ * older schema lacks reads as 0 or NULL. */
 static const char *const query_v1 =
     "SELECT r.received_ms,"
     " coalesce(r.finished_ms, r.first_token_ms, r.started_ms, r.received_ms),"
     " r.class, r.model, k.name, r.prompt_tokens, 0, r.completion_tokens,"
-    " r.ttft_ms, r.tpot_mean_ms, r.queue_ms, NULL"
+    " r.ttft_ms, r.tpot_mean_ms, r.queue_ms, NULL, NULL"
+    " FROM requests r LEFT JOIN api_keys k ON k.id = r.key_id"
+    " WHERE r.received_ms >= ?1 AND r.received_ms < ?2"
+    "  AND (?3 = 0 OR coalesce(r.key_id, 0) = ?4)";
+
+static const char *const query_v8 =   /* + the endpoint */
+    "SELECT r.received_ms,"
+    " coalesce(r.finished_ms, r.first_token_ms, r.started_ms, r.received_ms),"
+    " r.class, r.model, k.name, r.prompt_tokens, r.cached_tokens, r.completion_tokens,"
+    " r.ttft_ms, r.tpot_mean_ms, r.queue_ms, r.batch_id, r.endpoint"
     " FROM requests r LEFT JOIN api_keys k ON k.id = r.key_id"
     " WHERE r.received_ms >= ?1 AND r.received_ms < ?2"
     "  AND (?3 = 0 OR coalesce(r.key_id, 0) = ?4)";
@@ -128,7 +140,7 @@ static const char *const query_v7 =   /* + the batch */
     "SELECT r.received_ms,"
     " coalesce(r.finished_ms, r.first_token_ms, r.started_ms, r.received_ms),"
     " r.class, r.model, k.name, r.prompt_tokens, r.cached_tokens, r.completion_tokens,"
-    " r.ttft_ms, r.tpot_mean_ms, r.queue_ms, r.batch_id"
+    " r.ttft_ms, r.tpot_mean_ms, r.queue_ms, r.batch_id, NULL"
     " FROM requests r LEFT JOIN api_keys k ON k.id = r.key_id"
     " WHERE r.received_ms >= ?1 AND r.received_ms < ?2"
     "  AND (?3 = 0 OR coalesce(r.key_id, 0) = ?4)";
@@ -137,7 +149,7 @@ static const char *const query_v2 =
     "SELECT r.received_ms,"
     " coalesce(r.finished_ms, r.first_token_ms, r.started_ms, r.received_ms),"
     " r.class, r.model, k.name, r.prompt_tokens, r.cached_tokens, r.completion_tokens,"
-    " r.ttft_ms, r.tpot_mean_ms, r.queue_ms, NULL"
+    " r.ttft_ms, r.tpot_mean_ms, r.queue_ms, NULL, NULL"
     " FROM requests r LEFT JOIN api_keys k ON k.id = r.key_id"
     " WHERE r.received_ms >= ?1 AND r.received_ms < ?2"
     "  AND (?3 = 0 OR coalesce(r.key_id, 0) = ?4)";
@@ -162,7 +174,8 @@ static int read_ledger(const char *path, const em_usage_query *q, accs *g, em_er
         return ret;
     if ((ret = em_sto_user_version(c.db, &v, path, err)))
         goto done;
-    rc = sqlite3_prepare_v2(c.db, v >= 7 ? query_v7 : v >= 2 ? query_v2 : query_v1, -1, &s, NULL);
+    rc = sqlite3_prepare_v2(c.db, v >= 8 ? query_v8 : v >= 7 ? query_v7 : v >= 2 ? query_v2 : query_v1, -1,
+                            &s, NULL);
     if (rc != SQLITE_OK) {
         ret = em_sto_fail(c.db, rc, path, "reading the ledger", err);
         goto done;
@@ -201,8 +214,9 @@ static int read_ledger(const char *path, const em_usage_query *q, accs *g, em_er
             break;
         case EM_USAGE_BY_DAY:   em_sto_bucket_label(r.received_ms, DAY_MS, label, sizeof label, &bucket_ms); break;
         case EM_USAGE_BY_HOUR:  em_sto_bucket_label(r.received_ms, HOUR_MS, label, sizeof label, &bucket_ms); break;
-        case EM_USAGE_BY_BATCH: {
-            const unsigned char *b = sqlite3_column_text(s, 11);
+        case EM_USAGE_BY_BATCH:
+        case EM_USAGE_BY_ENDPOINT: {
+            const unsigned char *b = sqlite3_column_text(s, q->group_by == EM_USAGE_BY_BATCH ? 11 : 12);
             snprintf(label, sizeof label, "%s", b && b[0] ? (const char *)b : "-");
             break;
         }
@@ -406,11 +420,19 @@ bad:
                       s ? s : "");
 }
 
+/* By em_usage_group_by. */
+static const char *const group_names[] = { "none", "key", "day", "class", "model", "hour", "batch", "endpoint" };
+_Static_assert(sizeof group_names / sizeof group_names[0] == EM_USAGE_BY_ENDPOINT + 1, "a grouping without a name");
+
+const char *em_sto_group_by_name(em_usage_group_by g)
+{
+    return (unsigned)g <= EM_USAGE_BY_ENDPOINT ? group_names[g] : "none";
+}
+
 int em_storage_group_by_parse(const char *s, em_usage_group_by *out)
 {
-    static const char *const names[] = { "none", "key", "day", "class", "model", "hour", "batch" };
-    for (int i = 0; i < 7; i++)
-        if (s && strcmp(s, names[i]) == 0) {
+    for (size_t i = 0; i < sizeof group_names / sizeof group_names[0]; i++)
+        if (s && strcmp(s, group_names[i]) == 0) {
             *out = (em_usage_group_by)i;
             return 0;
         }

@@ -126,6 +126,8 @@ int em_storage_submit(em_storage *st, const em_usage_record *rec)
     copy_str(r->model, sizeof r->model, rec->model);
     copy_str(r->finish_reason, sizeof r->finish_reason, rec->finish_reason);
     copy_str(r->error, sizeof r->error, rec->error);
+    copy_str(r->batch_id, sizeof r->batch_id, rec->batch_id);
+    copy_str(r->endpoint, sizeof r->endpoint, rec->endpoint);
     st->ring_ns[at] = mono_ns();
     st->count++;
     st->enq_seq++;
@@ -166,9 +168,10 @@ static const char upsert_sql[] =
     "INSERT INTO requests (request_id, key_id, client_addr, class, model,"
     "  received_ms, started_ms, first_token_ms, finished_ms, status,"
     "  prompt_tokens, cached_tokens, completion_tokens, queue_ms, ttft_ms,"
-    "  tpot_mean_ms, tpot_p99_ms, preemptions, finish_reason, error, batch_id, response_cached)"
+    "  tpot_mean_ms, tpot_p99_ms, preemptions, finish_reason, error, batch_id, response_cached,"
+    "  endpoint, reasoning_tokens, tool_calls)"
     " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15,"
-    "  ?16, ?17, ?18, ?19, ?20, ?21, ?22)"
+    "  ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25)"
     " ON CONFLICT (request_id) DO UPDATE SET"
     "  key_id = coalesce(excluded.key_id, key_id),"
     "  client_addr = coalesce(excluded.client_addr, client_addr),"
@@ -191,7 +194,10 @@ static const char upsert_sql[] =
     "  finish_reason = coalesce(excluded.finish_reason, finish_reason),"
     "  error = coalesce(excluded.error, error),"
     "  batch_id = coalesce(excluded.batch_id, batch_id),"
-    "  response_cached = excluded.response_cached";
+    "  response_cached = excluded.response_cached,"
+    "  endpoint = coalesce(excluded.endpoint, endpoint),"
+    "  reasoning_tokens = excluded.reasoning_tokens,"
+    "  tool_calls = excluded.tool_calls";
 
 static void bind_record(sqlite3_stmt *s, const em_usage_record *r)
 {
@@ -217,6 +223,9 @@ static void bind_record(sqlite3_stmt *s, const em_usage_record *r)
     bind_opt_text(s, 20, r->error);
     bind_opt_text(s, 21, r->batch_id);
     sqlite3_bind_int(s, 22, r->response_cached != 0);
+    bind_opt_text(s, 23, r->endpoint);
+    sqlite3_bind_int64(s, 24, r->reasoning_tokens);
+    sqlite3_bind_int(s, 25, r->tool_calls);
 }
 
 static int step_done(sqlite3_stmt *s)

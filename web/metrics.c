@@ -2,12 +2,13 @@
  * Prometheus text exposition format 0.0.4 (every name prefixed ember_;
  * docs/api.md lists them all) and GET /healthz as JSON, and the request
  * counters behind /metrics. Those counters (requests by class and final
- * status, tokens, the TTFT / TPOT / queue-time histograms) are counted from
- * the one generation path: gen.c hands every request's final ledger row to
- * web_metrics_count, so a request is counted once whatever its front door,
- * under the server's mutex. The scheduler's, the KV pool's and the ledger's
- * figures are read at scrape time. Also routes these two endpoints, GET
- * /api/usage (usage_api.c) and GET /api/utilization (utilization.c). */
+ * status and by endpoint, tokens, reasoning tokens, tool calls, the TTFT /
+ * TPOT / queue-time histograms) are counted from the one generation path:
+ * gen.c hands every request's final ledger row to web_metrics_count, so a
+ * request is counted once whatever its front door, under the server's
+ * mutex. The scheduler's, the KV pool's and the ledger's figures are read
+ * at scrape time. Also routes these two endpoints, GET /api/usage
+ * (usage_api.c) and GET /api/utilization (utilization.c). */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -57,16 +58,33 @@ typedef struct {
     double   sum;                  /* seconds */
 } hist;
 
+/* Requests by front door (the ledger row's endpoint): these from the start,
+ * "unknown" for a row without one, any other name on first sight while
+ * there is room, "other" after that. */
+static const char *const endpoints_known[] = { "chat.completions", "completions", "responses", "messages",
+                                               "ws.chat", "unknown" };
+#define MAX_ENDPOINTS 16
+_Static_assert(COUNT_OF(endpoints_known) < MAX_ENDPOINTS, "MAX_ENDPOINTS too small");
+
 struct web_metrics {
     uint64_t requests[EM_CLASS_COUNT][N_STATUS];
     uint64_t prompt[EM_CLASS_COUNT], cached[EM_CLASS_COUNT], completion[EM_CLASS_COUNT];
+    uint64_t reasoning[EM_CLASS_COUNT], tool_calls[EM_CLASS_COUNT];
     hist     h[H_COUNT][EM_CLASS_COUNT];
+    char     endpoint[MAX_ENDPOINTS][EM_USAGE_ENDPOINT_MAX];
+    uint64_t by_endpoint[MAX_ENDPOINTS];
+    size_t   n_endpoints;
 };
 
 int web_metrics_create(em_web *w)
 {
     w->metrics = calloc(1, sizeof *w->metrics);
-    return w->metrics ? 0 : EM_ENOMEM;
+    if (!w->metrics)
+        return EM_ENOMEM;
+    for (size_t i = 0; i < COUNT_OF(endpoints_known); i++)
+        snprintf(w->metrics->endpoint[i], EM_USAGE_ENDPOINT_MAX, "%s", endpoints_known[i]);
+    w->metrics->n_endpoints = COUNT_OF(endpoints_known);
+    return 0;
 }
 
 void web_metrics_destroy(em_web *w)
@@ -85,6 +103,27 @@ static void observe(hist *h, int which, double s)
     h->sum += s;
 }
 
+/* The slot of the door named name (at most EM_USAGE_ENDPOINT_MAX bytes,
+ * terminated or not; "" is "unknown"), added when new; once the table is
+ * full, its last slot counts every other name as "other". Under w->mu. */
+static size_t endpoint_slot(struct web_metrics *m, const char *name)
+{
+    char want[EM_USAGE_ENDPOINT_MAX];
+    size_t len = strnlen(name, sizeof want - 1);
+    memcpy(want, name, len);
+    want[len] = 0;
+    if (!len)
+        snprintf(want, sizeof want, "unknown");
+    for (size_t i = 0; i < m->n_endpoints; i++)
+        if (strcmp(m->endpoint[i], want) == 0)
+            return i;
+    if (m->n_endpoints == MAX_ENDPOINTS)
+        return MAX_ENDPOINTS - 1;
+    snprintf(m->endpoint[m->n_endpoints], sizeof m->endpoint[0], "%s",
+             m->n_endpoints == MAX_ENDPOINTS - 1 ? "other" : want);
+    return m->n_endpoints++;
+}
+
 void web_metrics_count(em_web *w, const em_usage_record *r)
 {
     struct web_metrics *m = w->metrics;
@@ -100,6 +139,9 @@ void web_metrics_count(em_web *w, const em_usage_record *r)
     m->prompt[c] += r->prompt_tokens > 0 ? (uint64_t)r->prompt_tokens : 0;
     m->cached[c] += r->cached_tokens > 0 ? (uint64_t)r->cached_tokens : 0;
     m->completion[c] += r->completion_tokens > 0 ? (uint64_t)r->completion_tokens : 0;
+    m->reasoning[c] += r->reasoning_tokens > 0 ? (uint64_t)r->reasoning_tokens : 0;
+    m->tool_calls[c] += r->tool_calls > 0 ? (uint64_t)r->tool_calls : 0;
+    m->by_endpoint[endpoint_slot(m, r->endpoint)]++;
     for (int k = 0; k < H_COUNT; k++)
         if (ms[k] >= 0)   /* negative: unknown (no token, never admitted) */
             observe(&m->h[k][c], k, ms[k] / 1e3);
@@ -261,6 +303,17 @@ static void metrics(web_conn *c)
     per_class(&t, "ember_prompt_tokens_cached_total", "counter",
               "Prompt tokens served from the prefix cache instead of computed, by class.", m.cached);
     per_class(&t, "ember_generation_tokens_total", "counter", "Tokens generated, by class.", m.completion);
+    per_class(&t, "ember_reasoning_tokens_total", "counter",
+              "Of the tokens generated, those spent thinking (reasoning), by class.", m.reasoning);
+    per_class(&t, "ember_tool_calls_total", "counter", "Tool calls the answers made, by class.", m.tool_calls);
+    family(&t, "ember_requests_by_endpoint_total", "counter",
+           "Generation requests ended, by the endpoint they came through (chat.completions, completions, "
+           "responses, messages, ws.chat; unknown when the ledger row names none).");
+    for (size_t i = 0; i < m.n_endpoints; i++) {
+        put(&t, "ember_requests_by_endpoint_total{endpoint=");
+        label_value(&t, m.endpoint[i]);
+        put(&t, "} %llu\n", (unsigned long long)m.by_endpoint[i]);
+    }
     for (int k = 0; k < H_COUNT; k++)
         histogram(&t, k, m.h[k]);
 

@@ -1,8 +1,8 @@
 /* usage_api.c — GET /api/usage: the reports of `ember usage` over HTTP,
  * from this server's ledger (storage's em_storage_usage), with the query
  * parameters since and until (YYYY-MM-DD or YYYY-MM-DDTHH:MM[:SS], UTC; an
- * until date includes that day), group_by (none, key, day, hour, class, model, batch),
- * format (json, the default, or csv) and key (an id, or a name).
+ * until date includes that day), group_by (none, key, day, hour, class, model, batch,
+ * endpoint), format (json, the default, or csv) and key (an id, or a name).
  *
  * Who sees what: a key sees its own requests only; an admin key sees every
  * key's and may pick one with key=ID or key=NAME (key=0: the requests made
@@ -153,7 +153,8 @@ void web_usage_api(web_conn *c)
                          &q.until_ms, &e))
         goto fail;
     if (has[A_GROUP_BY] && em_storage_group_by_parse(a[A_GROUP_BY], &q.group_by)) {
-        bad_param(&e, "group_by", "'%s' is not none, key, day, hour, class, model or batch", a[A_GROUP_BY]);
+        bad_param(&e, "group_by", "'%s' is not none, key, day, hour, class, model, batch or endpoint",
+                  a[A_GROUP_BY]);
         goto fail;
     }
     if (has[A_FORMAT] && (em_storage_format_parse(a[A_FORMAT], &fmt) || fmt == EM_USAGE_TABLE)) {

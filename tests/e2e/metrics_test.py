@@ -12,7 +12,10 @@
 #    status, and nothing else moved; the same counts as the ledger's rows;
 #  - the token counters by the usage the responses reported (the dropped
 #    stream's from its ledger row), cached ones included, and the prefix
-#    cache's hit blocks agree with the cached tokens;
+#    cache's hit blocks agree with the cached tokens; reasoning tokens and
+#    tool calls by the ledger rows' sums;
+#  - ember_requests_by_endpoint_total moved by the ledger rows' endpoints
+#    (unknown where a row names none), every door there from the start;
 #  - the TTFT / TPOT / queue-time histograms: _count is the number of
 #    requests that completed, _sum and every bucket agree with the ledger's
 #    values of those requests;
@@ -189,6 +192,9 @@ FAMILIES = {
     'ember_prompt_tokens_total': ('counter', {'class'}),
     'ember_prompt_tokens_cached_total': ('counter', {'class'}),
     'ember_generation_tokens_total': ('counter', {'class'}),
+    'ember_reasoning_tokens_total': ('counter', {'class'}),
+    'ember_tool_calls_total': ('counter', {'class'}),
+    'ember_requests_by_endpoint_total': ('counter', {'endpoint'}),
     'ember_time_to_first_token_seconds': ('histogram', {'class'}),
     'ember_time_per_output_token_seconds': ('histogram', {'class'}),
     'ember_queue_time_seconds': ('histogram', {'class'}),
@@ -316,7 +322,7 @@ try:
 
     rows = srv.ledger_settled(6)
     full = srv.ledger('SELECT class, status, prompt_tokens, cached_tokens, completion_tokens, ttft_ms, '
-                      'tpot_mean_ms, queue_ms FROM requests')
+                      'tpot_mean_ms, queue_ms, endpoint, reasoning_tokens, tool_calls FROM requests')
     assert len(full) == 6, full
     dropped = [r for r in full if r['status'] == 'cancelled']
     assert len(dropped) == 1 and dropped[0]['completion_tokens'] >= 3, full
@@ -363,7 +369,21 @@ try:
                        ('ember_generation_tokens_total', 'completion')):
             d = val(m1, fam, **{'class': c}) - val(m0, fam, **{'class': c})
             assert d == usage[c][k], (fam, c, d, usage[c][k])
+        for fam, col in (('ember_reasoning_tokens_total', 'reasoning_tokens'), ('ember_tool_calls_total', 'tool_calls')):
+            d = val(m1, fam, **{'class': c}) - val(m0, fam, **{'class': c})
+            assert d == sum(r[col] for r in full if r['class'] == c), (fam, c, d)
     assert usage['interactive']['cached'] >= 32, usage
+    # by front door, as the ledger rows name it (none named: unknown); the doors seen from the start
+    def by_door(fams):
+        return {lb['endpoint']: v for _, lb, v in fams['ember_requests_by_endpoint_total']['samples']}
+    doors0, doors1 = by_door(m0), by_door(m1)
+    assert set(doors0) >= {'chat.completions', 'completions', 'responses', 'messages', 'ws.chat', 'unknown'}, doors0
+    assert set(doors1) >= set(doors0), (doors0, doors1)
+    want_doors = {}
+    for r in full:
+        want_doors[r['endpoint'] or 'unknown'] = want_doors.get(r['endpoint'] or 'unknown', 0) + 1
+    moved = {e: v - doors0.get(e, 0) for e, v in doors1.items() if v != doors0.get(e, 0)}
+    assert moved == want_doors and set(moved) <= {'completions', 'unknown'}, (moved, want_doors)
     hits = val(m1, 'ember_prefix_cache_hit_blocks_total') - val(m0, 'ember_prefix_cache_hit_blocks_total')
     assert hits * 16 == usage['interactive']['cached'] + usage['background']['cached'], (hits, usage)
     assert val(m1, 'ember_prefix_cache_lookups_total') - val(m0, 'ember_prefix_cache_lookups_total') >= 4

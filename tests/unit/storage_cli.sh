@@ -2,7 +2,7 @@
 # storage_cli.sh — `ember keys` and `ember usage` end to end, against ledgers
 # that storage_fixture (argument 1) fills with fixed requests: key creation
 # (shown once, never stored or listed), admin keys, list, revoke and their errors; usage
-# as table, CSV and JSON, by key, model, day, hour and class; two --db ledgers merged; bad input and missing or
+# as table, CSV and JSON, by key, model, day, hour, class and endpoint; two --db ledgers merged; bad input and missing or
 # corrupt files (exit 2, message naming the file). Needs EMBER_BIN.
 set -u
 EMBER=${EMBER_BIN:?EMBER_BIN is not set}
@@ -290,6 +290,11 @@ interactive         5            850         29.4%                240         15
 ------------------------------------------------------------------------------------------------------------------------------------
 total               7           2150         41.9%                400         20.0         50.0          6.0          9.0      63.00
 EOF
+
+# By endpoint: the fixture's rows name no front door ("-").
+expect_status 0 "$EMBER" usage --db "$T/a.db" --group-by endpoint --format json
+{ grep -q '"group_by": "endpoint"' "$T/out" && grep -q '"group": "-"' "$T/out"; } ||
+    fail "usage by endpoint: $(cat "$T/out")"
 
 # By UTC hour: each hour with requests its own GPU hour (the window's
 # other hours count in the total only).

@@ -3,10 +3,11 @@
  * upsert/batching/queue-full behaviour, API keys (hashing, constant-time
  * comparison, revocation, admin keys, no key in the file), conversations
  * (per key, deletion, retention, the content switch; branches, import and
- * export are test_storage_conv.c's), usage reports (all keys' or one key's;
- * by hour; queue-time percentiles) and utilization (samples added per hour,
- * by hour and day, windows, the derived figures, JSON, a ledger without the
- * table). Real SQLite files in a temporary directory. */
+ * export are test_storage_conv.c's), the ledger's endpoint, reasoning
+ * tokens and tool calls, usage reports (all keys' or one key's; by hour; by
+ * endpoint; queue-time percentiles) and utilization (samples added per
+ * hour, by hour and day, windows, the derived figures, JSON, a ledger
+ * without the table). Real SQLite files in a temporary directory. */
 #include <jansson.h>
 #include <math.h>
 
@@ -46,6 +47,11 @@ static int make_db_at(const char *path, int v)
                      " prompt_tokens, cached_tokens, completion_tokens, preemptions, tpot_p99_ms)"
                      " VALUES ('old-2', 'interactive', 1714557700000, 'preempted_completed',"
                      " 8, 4, 2, 2, 9.5);");
+    if (!ret && v >= 7)
+        ret = t_exec(db,
+                     "INSERT INTO requests (request_id, class, received_ms, status, prompt_tokens,"
+                     " completion_tokens, batch_id, response_cached) VALUES ('old-7', 'interactive',"
+                     " 1714557800000, 'completed', 6, 0, 'batch_old', 1);");
     if (!ret && v >= 3 && v < 5)
         ret = t_exec(db,
                      "INSERT INTO conversations (id, key_id, title, created_ms, updated_ms)"
@@ -129,7 +135,14 @@ static int test_migrations(void)
             CHECK(t_int(db, "SELECT count(*) FROM api_keys WHERE name = 'old'") == 1);
             /* A key from before admin keys stays an ordinary one. */
             CHECK(t_int(db, "SELECT admin FROM api_keys WHERE name = 'old'") == 0);
+            /* Rows from before version 8: no endpoint, no reasoning tokens or tool calls. */
+            CHECK(t_int(db, "SELECT count(*) FROM requests WHERE endpoint IS NOT NULL"
+                            " OR reasoning_tokens != 0 OR tool_calls != 0") == 0);
         }
+        if (v >= 7)
+            CHECK(t_int(db, "SELECT count(*) FROM requests WHERE request_id = 'old-7'"
+                            " AND batch_id = 'batch_old' AND response_cached = 1 AND endpoint IS NULL"
+                            " AND reasoning_tokens = 0 AND tool_calls = 0") == 1);
         if (v >= 2)
             CHECK(t_int(db, "SELECT count(*) FROM requests WHERE request_id = 'old-2'"
                             " AND cached_tokens = 4 AND preemptions = 2") == 1);
@@ -184,27 +197,39 @@ static int test_migrations(void)
     return 0;
 }
 
+/* Ledgers of old versions are read as they are: a version 1 one (no
+ * cached tokens), and one from before the endpoint column, whose requests
+ * all group under "-" by endpoint. */
 static int test_usage_reads_old_ledger(void)
 {
-    char path[512];
-    t_path(path, sizeof path, "old-ledger.db");
-    REQUIRE(make_db_at(path, 1) == 0);
-    em_usage_query q;
-    em_storage_usage_query_init(&q);
-    em_usage_report *rep = NULL;
-    em_err err = { 0 };
-    const char *paths[1] = { path };
-    CHECK_RC(em_storage_usage_query(paths, 1, &q, &rep, &err), 0);
-    if (rep) {
-        CHECK(rep->total.requests == 1);
-        CHECK(rep->total.prompt_tokens == 7);
-        CHECK(rep->total.cached_tokens == 0);
+    static const int versions[] = { 1, 7 };
+    for (size_t i = 0; i < sizeof versions / sizeof versions[0]; i++) {
+        char path[512], name[32];
+        snprintf(name, sizeof name, "old-ledger-v%d.db", versions[i]);
+        t_path(path, sizeof path, name);
+        REQUIRE(make_db_at(path, versions[i]) == 0);
+        em_usage_query q;
+        em_storage_usage_query_init(&q);
+        em_usage_report *rep = NULL;
+        em_err err = { 0 };
+        const char *paths[1] = { path };
+        CHECK_RC(em_storage_usage_query(paths, 1, &q, &rep, &err), 0);
+        if (rep && versions[i] == 1) {
+            CHECK(rep->total.requests == 1);
+            CHECK(rep->total.prompt_tokens == 7);
+            CHECK(rep->total.cached_tokens == 0);
+        }
+        em_storage_usage_free(rep);
+        q.group_by = EM_USAGE_BY_ENDPOINT;
+        CHECK_RC(em_storage_usage_query(paths, 1, &q, &rep, &err), 0);
+        CHECK(rep && rep->n_rows == 1 && strcmp(rep->rows[0].label, "-") == 0 &&
+              rep->rows[0].requests == (versions[i] == 1 ? 1 : 3));
+        em_storage_usage_free(rep);
+        sqlite3 *db = t_db_open(path);
+        REQUIRE(db);
+        CHECK(t_int(db, "PRAGMA user_version") == versions[i]);   /* read, not migrated */
+        sqlite3_close(db);
     }
-    em_storage_usage_free(rep);
-    sqlite3 *db = t_db_open(path);
-    REQUIRE(db);
-    CHECK(t_int(db, "PRAGMA user_version") == 1);   /* read, not migrated */
-    sqlite3_close(db);
     return 0;
 }
 
@@ -294,6 +319,18 @@ static void on_commit(void *ctx, const em_usage_record *const *rows, size_t n)
     (void)rows;
 }
 
+/* A request's record with its front door, reasoning tokens and tool calls. */
+static void submit_door(em_storage *st, const char *id, em_usage_status status, const char *endpoint,
+                        int64_t reasoning, int32_t tool_calls)
+{
+    em_usage_record r;
+    t_record(&r, id, status);
+    snprintf(r.endpoint, sizeof r.endpoint, "%s", endpoint);
+    r.reasoning_tokens = reasoning;
+    r.tool_calls = tool_calls;
+    CHECK_RC(em_storage_submit(st, &r), 0);
+}
+
 static int test_writer(void)
 {
     char path[512];
@@ -355,6 +392,36 @@ static int test_writer(void)
                     " AND preemptions = 1 AND finish_reason = 'stop' AND error IS NULL"
                     " AND started_ms IS NOT NULL AND first_token_ms IS NOT NULL"
                     " AND tpot_p99_ms = 30 AND key_id IS NULL") == 1);
+    sqlite3_close(db);
+
+    /* The front door, reasoning tokens and tool calls: a round trip; the
+     * end's record without an endpoint keeps the admitted one's, and a
+     * request that never names one stores NULL. */
+    em_usage_record z;
+    em_usage_record_init(&z);
+    CHECK(z.endpoint[0] == 0 && z.reasoning_tokens == 0 && z.tool_calls == 0);
+    submit_door(st, "req-ep", EM_USAGE_ADMITTED, "chat.completions", 0, 0);
+    submit_door(st, "req-ep", EM_USAGE_COMPLETED, "", 4, 2);
+    submit_door(st, "req-noep", EM_USAGE_COMPLETED, "", 0, 0);
+    em_usage_record el;   /* a full array without a terminator: cut to 31 bytes */
+    t_record(&el, "req-longep", EM_USAGE_COMPLETED);
+    memset(el.endpoint, 'x', sizeof el.endpoint);
+    CHECK_RC(em_storage_submit(st, &el), 0);
+    CHECK_RC(em_storage_flush(st, -1, NULL), 0);
+    db = t_db_open(path);
+    REQUIRE(db);
+    CHECK(t_int(db, "SELECT count(*) FROM requests WHERE request_id = 'req-ep'"
+                    " AND endpoint = 'chat.completions' AND completion_tokens = 5"
+                    " AND reasoning_tokens = 4 AND tool_calls = 2 AND status = 'completed'") == 1);
+    CHECK(t_int(db, "SELECT count(*) FROM requests WHERE request_id = 'req-noep'"
+                    " AND endpoint IS NULL AND reasoning_tokens = 0 AND tool_calls = 0") == 1);
+    CHECK(t_int(db, "SELECT length(endpoint) FROM requests WHERE request_id = 'req-longep'") ==
+          EM_USAGE_ENDPOINT_MAX - 1);
+    /* A later record replaces the counts, as it does completion_tokens. */
+    submit_door(st, "req-ep", EM_USAGE_COMPLETED, "", 0, 0);
+    CHECK_RC(em_storage_flush(st, -1, NULL), 0);
+    CHECK(t_int(db, "SELECT count(*) FROM requests WHERE request_id = 'req-ep'"
+                    " AND endpoint = 'chat.completions' AND reasoning_tokens = 0 AND tool_calls = 0") == 1);
     sqlite3_close(db);
 
     /* Interrupted requests: admitted, never ended. */
@@ -851,6 +918,50 @@ static int test_usage(void)
     return 0;
 }
 
+/* Grouped by the front door ("-" where a row names none; older ledgers:
+ * test_usage_reads_old_ledger). */
+static int test_usage_by_endpoint(void)
+{
+    char path[512];
+    t_path(path, sizeof path, "endpoints.db");
+    em_storage *st = t_open_at(path, NULL);
+    REQUIRE(st);
+    static const char *const doors[] = { "chat.completions", "completions", "chat.completions", "ws.chat", "" };
+    for (size_t i = 0; i < sizeof doors / sizeof doors[0]; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "ep%zu", i);
+        submit_door(st, id, EM_USAGE_COMPLETED, doors[i], 0, 0);
+    }
+    CHECK_RC(em_storage_flush(st, -1, NULL), 0);
+    em_storage_close(st);
+
+    em_usage_query q;
+    em_storage_usage_query_init(&q);
+    CHECK_RC(em_storage_group_by_parse("endpoint", &q.group_by), 0);
+    CHECK(q.group_by == EM_USAGE_BY_ENDPOINT);
+    em_usage_report *rep = NULL;
+    em_err err = { 0 };
+    const char *one[1] = { path };
+    CHECK_RC(em_storage_usage_query(one, 1, &q, &rep, &err), 0);
+    REQUIRE(rep);
+    CHECK(rep->n_rows == 4);
+    const em_usage_row *r = find_row(rep, "chat.completions");
+    CHECK(r && r->requests == 2 && r->completion_tokens == 10);
+    r = find_row(rep, "completions");
+    CHECK(r && r->requests == 1 && r->completion_tokens == 5);
+    r = find_row(rep, "ws.chat");
+    CHECK(r && r->requests == 1);
+    r = find_row(rep, "-");
+    CHECK(r && r->requests == 1 && r->completion_tokens == 5);
+    CHECK(rep->total.requests == 5 && rep->total.completion_tokens == 25);
+    char *js = NULL;
+    CHECK_RC(em_storage_usage_json(rep, &js, &err), 0);
+    CHECK(js && strstr(js, "\"group_by\": \"endpoint\""));
+    free(js);
+    em_storage_usage_free(rep);
+    return 0;
+}
+
 /* ---- utilization ---- */
 
 static const em_util_row *util_row(const em_util_report *rep, const char *label)
@@ -1043,6 +1154,7 @@ int main(void)
         { "keys", test_keys },
         { "conversations", test_conversations },
         { "usage", test_usage },
+        { "usage_by_endpoint", test_usage_by_endpoint },
         { "utilization", test_utilization },
         { "parse", test_parse },
     };
