@@ -67,7 +67,7 @@ void em_sto_txn_abort(em_storage *st)
     }
 }
 
-static char *dup_column(sqlite3_stmt *s, int col)
+char *em_sto_column_dup(sqlite3_stmt *s, int col)
 {
     const unsigned char *t = sqlite3_column_text(s, col);
     size_t len = (size_t)sqlite3_column_bytes(s, col);
@@ -92,7 +92,7 @@ int em_sto_message_row(sqlite3_stmt *s, em_message *m)
     m->id = sqlite3_column_int64(s, 0);
     m->parent_id = sqlite3_column_int64(s, 1);
     copy_column(s, 2, m->role, sizeof m->role);
-    if (!(m->content = dup_column(s, 3)))
+    if (!(m->content = em_sto_column_dup(s, 3)))
         return EM_ENOMEM;
     m->tokens = sqlite3_column_int64(s, 4);
     copy_column(s, 5, m->finish_reason, sizeof m->finish_reason);

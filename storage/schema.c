@@ -253,6 +253,20 @@ static const char *const migrations[EM_STORAGE_SCHEMA_VERSION] = {
     "ALTER TABLE requests ADD COLUMN reasoning_tokens INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE requests ADD COLUMN tool_calls INTEGER NOT NULL DEFAULT 0;"
     "PRAGMA user_version = 8;",
+
+    /* 8 -> 9: stored responses of the Responses API (storage/responses.c):
+     * the caller's JSON texts per response id, owned by the key that made
+     * them (NULL: no key, as files), deleted by retention by created_ms. */
+    "CREATE TABLE responses ("
+    "  id           TEXT    PRIMARY KEY,"
+    "  key_id       INTEGER,"
+    "  created_ms   INTEGER NOT NULL,"
+    "  conversation TEXT    NOT NULL,"
+    "  input        TEXT    NOT NULL,"
+    "  response     TEXT    NOT NULL"
+    ");"
+    "CREATE INDEX responses_created ON responses(created_ms);"
+    "PRAGMA user_version = 9;",
 };
 
 int em_sto_code(int sqlite_rc)

@@ -222,34 +222,47 @@ done:
     return ret;
 }
 
+/* Run the delete in slot (sql: one bound parameter, the cutoff) and add
+ * the rows it removed to *n. */
+static int retention_delete(em_storage *st, int slot, const char *sql, int64_t cutoff, int64_t *n, int *rc,
+                            const char *what, em_err *err)
+{
+    int ret = 0;
+    sqlite3_stmt *s = em_sto_prep(st, slot, sql, &ret, err);
+    if (!s)
+        return ret;
+    sqlite3_bind_int64(s, 1, cutoff);
+    if ((ret = em_sto_step_done(st, s, rc, what, err)))
+        return ret;
+    *n += sqlite3_changes64(st->ops.db);
+    return 0;
+}
+
 int em_storage_retention_run(em_storage *st, int64_t now_ms, int64_t *deleted, em_err *err)
 {
     int ret, rc = SQLITE_OK;
+    int64_t n = 0;
     if (deleted)
         *deleted = 0;
     if (st->opts.retention_days <= 0)
         return 0;
     if ((ret = em_sto_ops_begin(st, err)))
         return ret;
-    /* Messages go with their conversation (ON DELETE CASCADE). */
-    sqlite3_stmt *s = em_sto_stmt(&st->ops, EM_STMT_RETENTION,
-                                  "DELETE FROM conversations WHERE updated_ms < ?1",
-                                  st->path, err);
-    if (!s) {
-        ret = err ? err->code : EM_EIO;
-        goto done;
+    int64_t cutoff = now_ms - (int64_t)st->opts.retention_days * 86400000LL;
+    /* Messages go with their conversation (ON DELETE CASCADE); both tables
+     * in one transaction. */
+    if (!(ret = em_sto_txn(st, EM_STMT_OPS_BEGIN, &rc, err)) &&
+        !(ret = retention_delete(st, EM_STMT_RETENTION, "DELETE FROM conversations WHERE updated_ms < ?1", cutoff,
+                                 &n, &rc, "deleting expired conversations", err)) &&
+        !(ret = retention_delete(st, EM_STMT_RETENTION_RESPONSES, "DELETE FROM responses WHERE created_ms < ?1",
+                                 cutoff, &n, &rc, "deleting expired responses", err)))
+        ret = em_sto_txn(st, EM_STMT_OPS_COMMIT, &rc, err);
+    if (ret) {
+        em_sto_txn_abort(st);
+        n = 0;
     }
-    sqlite3_bind_int64(s, 1, now_ms - (int64_t)st->opts.retention_days * 86400000LL);
-    rc = sqlite3_step(s);
-    sqlite3_reset(s);
-    if (rc != SQLITE_DONE) {
-        ret = em_sto_fail(st->ops.db, rc, st->path, "deleting expired conversations", err);
-        goto done;
-    }
-    rc = SQLITE_OK;
     if (deleted)
-        *deleted = sqlite3_changes64(st->ops.db);
-done:
+        *deleted = n;
     em_sto_ops_end(st, rc);
     return ret;
 }

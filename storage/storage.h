@@ -1,5 +1,6 @@
 /* storage.h — everything ember persists: one SQLite database holding the
- * usage ledger (`requests`), API keys and conversation history. No other
+ * usage ledger (`requests`), API keys, conversation history, the Files and
+ * Batch APIs' rows, the response cache and stored responses. No other
  * layer runs SQL. The schema, migration policy and the writer's behaviour are
  * described in docs/storage.md.
  *
@@ -25,7 +26,7 @@
 #include "core/err.h"
 
 /* The schema version this build writes (PRAGMA user_version). */
-#define EM_STORAGE_SCHEMA_VERSION 8
+#define EM_STORAGE_SCHEMA_VERSION 9
 
 typedef struct em_storage em_storage;
 
@@ -41,9 +42,10 @@ typedef void (*em_storage_commit_fn)(void *ctx, const em_usage_record *const *ro
 typedef struct {
     const char *path;        /* database file; copied by em_storage_open */
     int  create;             /* 1: create the file when missing (default 1) */
-    int  store_content;      /* 1: keep conversation text; 0: refuse to (default 1) */
-    int  retention_days;     /* delete conversations not updated for this many
-                                days, checked at open and hourly; 0 = keep (default 0) */
+    int  store_content;      /* 1: keep conversation and stored-response text; 0: refuse to (default 1) */
+    int  retention_days;     /* delete conversations not updated, and stored
+                                responses not created, for this many days,
+                                checked at open and hourly; 0 = keep (default 0) */
     int  queue_cap;          /* records the queue holds before dropping (default 4096) */
     int  batch_rows;         /* commit when this many rows wait (default 256) */
     int  batch_ms;           /* ... or when the oldest waited this long (default 200) */
@@ -176,8 +178,9 @@ void em_storage_counters_get(em_storage *st, em_storage_counters *out);
 int em_storage_mark_interrupted(em_storage *st, int64_t *n, em_err *err);
 
 /* Delete conversations (and their messages) not updated since
- * now_ms - retention_days. No-op when retention_days is 0. *deleted
- * (optional) gets the number of conversations removed. */
+ * now_ms - retention_days, and stored responses created before it, in one
+ * transaction. No-op when retention_days is 0. *deleted (optional) gets
+ * the number of conversations and responses removed. */
 int em_storage_retention_run(em_storage *st, int64_t now_ms, int64_t *deleted, em_err *err);
 
 /* Names as stored in the database ("interactive", "completed", ...). Static. */
@@ -410,6 +413,37 @@ int em_storage_cache_put(em_storage *st, const unsigned char *key, const char *m
 int em_storage_cache_retain(em_storage *st, const char *model, uint64_t *removed, em_err *err);
 /* Rows and bytes held. */
 int em_storage_cache_size(em_storage *st, int64_t *rows, int64_t *bytes, em_err *err);
+
+/* ---- stored responses (the Responses API, web/responses.c) -----------------------
+ * A response created with store (the default) is kept so that it can be
+ * read back (GET /v1/responses/{id}), continued (previous_response_id) and
+ * deleted. Its row holds three JSON texts the caller made, stored and
+ * returned byte for byte (bounded only by what the caller sends): the
+ * conversation as chat messages up to and including the answer (what a
+ * continuation renders), the request's input items, and the response
+ * object. Per key like files and conversations: key_id 0 is "no key" (a
+ * loopback client), a scope of its own; a response of another key is
+ * EM_ENOENT, the same answer as one that does not exist (never told
+ * apart). retention_days deletes responses by their created_ms. With
+ * store_content = 0 a put is refused (EM_ESTATE); reads and deletes work. */
+#define EM_STORAGE_RESPONSE_ID_MAX 64   /* bytes of an id, NUL included */
+
+/* Store a new response id ("resp_" and 16 alphanumerics, as the web layer
+ * makes them; 1..63 bytes) of key_id (>= 0) created at created_ms (epoch
+ * ms). conversation, input and response: NUL-terminated JSON texts,
+ * borrowed, copied into the database. Replaces nothing: an id already
+ * stored (by any key) is EM_EINVAL, as are a bad id, a negative key_id and
+ * a NULL text. EM_ESTATE: storing content is switched off. */
+int em_storage_response_put(em_storage *st, const char *id, int64_t key_id, int64_t created_ms,
+                            const char *conversation, const char *input, const char *response, em_err *err);
+/* Response id of key_id: *conversation, *input and *response (each
+ * optional: NULL to skip) get malloc'd NUL-terminated copies of the stored
+ * texts, the caller frees them; all are NULL after a failure. EM_ENOENT:
+ * no such id, or it is another key's (never told apart). */
+int em_storage_response_get(em_storage *st, const char *id, int64_t key_id, char **conversation, char **input,
+                            char **response, em_err *err);
+/* Delete response id of key_id. EM_ENOENT as for em_storage_response_get. */
+int em_storage_response_delete(em_storage *st, const char *id, int64_t key_id, em_err *err);
 
 /* ---- batches (the Batch API, docs/api.md "Batches") -----------------------------
  * A batch's row holds OpenAI's object (status, counts, times, files); its

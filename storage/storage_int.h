@@ -74,8 +74,13 @@ enum {
     EM_STMT_CACHE_SIZE,
     EM_STMT_BATCH_ACTIVE,
     EM_STMT_BATCH_RESULTS,
+    /* ops connection: stored responses of the Responses API (responses.c) */
+    EM_STMT_RESP_INSERT,
+    EM_STMT_RESP_GET,
+    EM_STMT_RESP_DELETE,
     /* ops connection: maintenance */
     EM_STMT_RETENTION,
+    EM_STMT_RETENTION_RESPONSES,
     EM_STMT_MARK_INTERRUPTED,
     EM_STMT_UTIL_ADD,
     EM_STMT_OPS_BEGIN,
@@ -198,6 +203,9 @@ int  em_sto_id_ok(const char *id, const char *prefix);
 void em_sto_bind_scope(sqlite3_stmt *s, int a, int64_t key_id);
 /* Bind key_id as conversations.key_id holds it (0: NULL). */
 void em_sto_bind_key(sqlite3_stmt *s, int i, int64_t key_id);
+/* The text of column col of the row s is on, as a malloc'd NUL-terminated
+ * copy ("" for NULL); NULL when out of memory. */
+char *em_sto_column_dup(sqlite3_stmt *s, int col);
 /* Read the message row s is on (columns: id, parent_id, role, content,
  * tokens, finish_reason, created_ms) into m (content malloc'd). EM_ENOMEM. */
 int em_sto_message_row(sqlite3_stmt *s, em_message *m);

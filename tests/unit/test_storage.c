@@ -2,8 +2,9 @@
  * every earlier version, refusal of newer and corrupt files, the writer's
  * upsert/batching/queue-full behaviour, API keys (hashing, constant-time
  * comparison, revocation, admin keys, no key in the file), conversations
- * (per key, deletion, retention, the content switch; branches, import and
- * export are test_storage_conv.c's), the ledger's endpoint, reasoning
+ * (per key, deletion, retention of them and of stored responses, the
+ * content switch; branches, import and export are test_storage_conv.c's;
+ * stored responses' calls test_storage_files.c's), the ledger's endpoint, reasoning
  * tokens and tool calls, usage reports (all keys' or one key's; by hour; by
  * endpoint; queue-time percentiles) and utilization (samples added per
  * hour, by hour and day, windows, the derived figures, JSON, a ledger
@@ -52,6 +53,15 @@ static int make_db_at(const char *path, int v)
                      "INSERT INTO requests (request_id, class, received_ms, status, prompt_tokens,"
                      " completion_tokens, batch_id, response_cached) VALUES ('old-7', 'interactive',"
                      " 1714557800000, 'completed', 6, 0, 'batch_old', 1);");
+    if (!ret && v >= 8)
+        ret = t_exec(db,
+                     "INSERT INTO requests (request_id, class, received_ms, status, prompt_tokens,"
+                     " completion_tokens, endpoint, reasoning_tokens, tool_calls) VALUES ('old-8',"
+                     " 'interactive', 1714557900000, 'completed', 5, 4, 'responses', 2, 1);");
+    if (!ret && v >= 9)
+        ret = t_exec(db,
+                     "INSERT INTO responses (id, key_id, created_ms, conversation, input, response)"
+                     " VALUES ('resp_old9aaaaaaaaaaaa', 1, 1714557900000, '[]', '\"hi\"', '{}');");
     if (!ret && v >= 3 && v < 5)
         ret = t_exec(db,
                      "INSERT INTO conversations (id, key_id, title, created_ms, updated_ms)"
@@ -117,6 +127,13 @@ static int test_migrations(void)
         CHECK_RC(em_storage_conv_create(st, 0, "new", &conv, &err), 0);
         em_util_sample us = { D1, D1 + 60000, 1.5, 10, 20, 3 };
         CHECK_RC(em_storage_util_add(st, &us, &err), 0);
+        char *conv_json = NULL;
+        CHECK_RC(em_storage_response_put(st, "resp_migratedaaaaaaa", 1, D1, "[{\"role\":\"user\"}]", "\"q\"",
+                                         "{}", &err), 0);
+        CHECK_RC(em_storage_response_get(st, "resp_migratedaaaaaaa", 1, &conv_json, NULL, NULL, &err), 0);
+        CHECK(conv_json && strcmp(conv_json, "[{\"role\":\"user\"}]") == 0);
+        free(conv_json);
+        CHECK_RC(em_storage_response_get(st, "resp_migratedaaaaaaa", 0, NULL, NULL, NULL, &err), EM_ENOENT);
         em_storage_close(st);
 
         sqlite3 *db = t_db_open(path);
@@ -136,9 +153,16 @@ static int test_migrations(void)
             /* A key from before admin keys stays an ordinary one. */
             CHECK(t_int(db, "SELECT admin FROM api_keys WHERE name = 'old'") == 0);
             /* Rows from before version 8: no endpoint, no reasoning tokens or tool calls. */
-            CHECK(t_int(db, "SELECT count(*) FROM requests WHERE endpoint IS NOT NULL"
-                            " OR reasoning_tokens != 0 OR tool_calls != 0") == 0);
+            CHECK(t_int(db, "SELECT count(*) FROM requests WHERE request_id != 'old-8' AND"
+                            " (endpoint IS NOT NULL OR reasoning_tokens != 0 OR tool_calls != 0)") == 0);
         }
+        if (v >= 8)   /* a version 8 row keeps its endpoint, reasoning tokens and tool calls */
+            CHECK(t_int(db, "SELECT count(*) FROM requests WHERE request_id = 'old-8' AND endpoint = 'responses'"
+                            " AND reasoning_tokens = 2 AND tool_calls = 1 AND completion_tokens = 4") == 1);
+        /* responses (version 9): empty before, the one put above after */
+        CHECK(t_int(db, "SELECT count(*) FROM responses") == 1);
+        CHECK(t_int(db, "SELECT count(*) FROM responses WHERE id = 'resp_migratedaaaaaaa' AND key_id = 1"
+                        " AND created_ms = 1714521600000 AND input = '\"q\"' AND response = '{}'") == 1);
         if (v >= 7)
             CHECK(t_int(db, "SELECT count(*) FROM requests WHERE request_id = 'old-7'"
                             " AND batch_id = 'batch_old' AND response_cached = 1 AND endpoint IS NULL"
@@ -654,8 +678,17 @@ static int test_conversations(void)
      * writer makes at open matters: c2 updated at now + 10 days, c3 at
      * now + 40 days; a pass "at" now + 50 days with 30 days kept removes c2. */
     CHECK_RC(em_storage_message_add(st, a.id, c2, "user", "old", 1, NULL, &err), 0);
-    em_storage_close(st);
+    /* Stored responses by created_ms, the same cutoff (now + 20 days): the
+     * ones before it go (any key, key 0 too), the one at it and after stay. */
     int64_t now = em_storage_now_ms(), day = 86400000LL;
+    static const struct { const char *id; int64_t key, at_days; int kept; } rs[] = {
+        { "resp_old1aaaaaaaaaaaa", 1, 10, 0 }, { "resp_old0aaaaaaaaaaaa", 0, 19, 0 },
+        { "resp_edgeaaaaaaaaaaaa", 1, 20, 1 }, { "resp_new0aaaaaaaaaaaa", 0, 40, 1 },
+    };
+    for (size_t i = 0; i < sizeof rs / sizeof rs[0]; i++)
+        CHECK_RC(em_storage_response_put(st, rs[i].id, rs[i].key == 1 ? a.id : 0, now + rs[i].at_days * day, "[]",
+                                         "\"x\"", "{}", &err), 0);
+    em_storage_close(st);
     char sql[160];
     snprintf(sql, sizeof sql, "UPDATE conversations SET updated_ms = %lld WHERE id = %lld",
              (long long)(now + 10 * day), (long long)c2);
@@ -667,8 +700,16 @@ static int test_conversations(void)
     st = t_open_at(path, &o);
     REQUIRE(st);
     int64_t deleted = 0;
+    for (size_t i = 0; i < sizeof rs / sizeof rs[0]; i++)   /* the pass at open (now) removed none */
+        CHECK_RC(em_storage_response_get(st, rs[i].id, rs[i].key == 1 ? a.id : 0, NULL, NULL, NULL, &err), 0);
     CHECK_RC(em_storage_retention_run(st, now + 50 * day, &deleted, &err), 0);
-    CHECK(deleted == 1);
+    CHECK(deleted == 3);   /* c2 and two responses */
+    for (size_t i = 0; i < sizeof rs / sizeof rs[0]; i++)
+        CHECK_RC(em_storage_response_get(st, rs[i].id, rs[i].key == 1 ? a.id : 0, NULL, NULL, NULL, &err),
+                 rs[i].kept ? 0 : EM_ENOENT);
+    CHECK(t_int(db, "SELECT count(*) FROM responses") == 2);
+    CHECK_RC(em_storage_retention_run(st, now + 50 * day, &deleted, &err), 0);   /* again: nothing left to do */
+    CHECK(deleted == 0);
     CHECK(t_int(db, "SELECT count(*) FROM conversations") == 1);
     snprintf(sql, sizeof sql, "SELECT count(*) FROM conversations WHERE id = %lld", (long long)c3);
     CHECK(t_int(db, sql) == 1);

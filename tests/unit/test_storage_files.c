@@ -10,8 +10,10 @@
  * start (lines stored in several transactions, in order; a batch no
  * longer validating is refused, its lines kept, or dropped when it was
  * cancelled while validating); and storage/cache.c, the response cache's
- * LRU rows. Real SQLite files in a
- * temporary directory. */
+ * LRU rows; storage/responses.c, the Responses API's stored responses
+ * (round trip of big texts, each key and key 0 its own scope both ways,
+ * deletion, duplicate ids, refusals, the content switch). Real SQLite
+ * files in a temporary directory. */
 #include "tests/unit/storage_test.h"
 
 static int test_round_trip(void)
@@ -263,6 +265,132 @@ static int test_cache(void)
     return 0;
 }
 
+/* storage/responses.c: the Responses API's stored responses, per key. */
+static int test_responses(void)
+{
+    char db[512];
+    em_err err = { 0 };
+    t_path(db, sizeof db, "responses.db");
+    em_storage *st = t_open_at(db, NULL);
+    REQUIRE(st);
+    /* a big text (bounded only by the caller), with UTF-8 in it */
+    size_t big_n = (size_t)3 << 20;
+    char *big = malloc(big_n + 1);
+    REQUIRE(big);
+    for (size_t i = 0; i < big_n; i++)
+        big[i] = (char)('a' + i % 26);
+    memcpy(big + 100, "\xc3\xa9\xe2\x82\xac", 5);
+    big[big_n] = 0;
+    const char *conv = "[{\"role\":\"user\",\"content\":\"h\\u00e9\"},{\"role\":\"assistant\",\"content\":\"hi\"}]";
+    CHECK_RC(em_storage_response_put(st, "resp_A1b2C3d4E5f6G7h8", 1, 1000, conv, "\"hello\"", big, &err), 0);
+    CHECK_RC(em_storage_response_put(st, "resp_key2aaaaaaaaaaaa", 2, 2000, "[]", "[{\"type\":\"message\"}]", "{}", &err), 0);
+    CHECK_RC(em_storage_response_put(st, "resp_loopbackaaaaaaa", 0, 3000, "[1]", "\"\"", "{\"id\":\"x\"}", &err), 0);
+    em_storage_close(st);
+
+    st = t_open_at(db, NULL);   /* rows outlive the process */
+    REQUIRE(st);
+    char *c = NULL, *in = NULL, *r = NULL;
+    CHECK_RC(em_storage_response_get(st, "resp_A1b2C3d4E5f6G7h8", 1, &c, &in, &r, &err), 0);
+    CHECK(c && strcmp(c, conv) == 0 && in && strcmp(in, "\"hello\"") == 0 && r && strlen(r) == big_n &&
+          memcmp(r, big, big_n) == 0);
+    free(c);
+    free(in);
+    free(r);
+    CHECK_RC(em_storage_response_get(st, "resp_loopbackaaaaaaa", 0, &c, &in, &r, &err), 0);
+    CHECK(c && strcmp(c, "[1]") == 0 && in && strcmp(in, "\"\"") == 0 && r && strcmp(r, "{\"id\":\"x\"}") == 0);
+    free(c);
+    free(in);
+    free(r);
+    CHECK_RC(em_storage_response_get(st, "resp_key2aaaaaaaaaaaa", 2, NULL, &in, NULL, &err), 0);   /* outs optional */
+    CHECK(in && strcmp(in, "[{\"type\":\"message\"}]") == 0);
+    free(in);
+
+    /* scope: another key's id is missing, the same answer as an unknown one,
+     * every way round including key 0; the outs stay NULL */
+    static const struct { const char *id; int64_t key; } other[] = {
+        { "resp_A1b2C3d4E5f6G7h8", 2 }, { "resp_A1b2C3d4E5f6G7h8", 0 }, { "resp_key2aaaaaaaaaaaa", 1 },
+        { "resp_key2aaaaaaaaaaaa", 0 }, { "resp_loopbackaaaaaaa", 1 },  { "resp_loopbackaaaaaaa", 2 },
+        { "resp_nosuchaaaaaaaaa", 1 },  { "resp_nosuchaaaaaaaaa", 0 },  { "", 1 },
+    };
+    char unknown[sizeof err.msg];
+    static char mark[] = "x";
+    for (size_t i = 0; i < sizeof other / sizeof other[0]; i++) {
+        c = in = r = mark;
+        CHECK_RC(em_storage_response_get(st, other[i].id, other[i].key, &c, &in, &r, &err), EM_ENOENT);
+        CHECK(!c && !in && !r);
+        if (i == 0)
+            snprintf(unknown, sizeof unknown, "%s", err.msg);
+        if (i == 0 || i == 6)   /* the same words whether it is another key's or none at all */
+            CHECK(strstr(err.msg, other[i].id) != NULL && strstr(err.msg, "does not exist") != NULL);
+        CHECK_RC(em_storage_response_delete(st, other[i].id, other[i].key, &err), EM_ENOENT);
+    }
+    CHECK_RC(em_storage_response_get(st, "resp_A1b2C3d4E5f6G7h8", EM_STORAGE_ANY_KEY, &c, NULL, NULL, &err),
+             EM_ENOENT);   /* no admin scope here */
+    CHECK(!c);
+    CHECK_RC(em_storage_response_delete(st, "resp_loopbackaaaaaaa", EM_STORAGE_ANY_KEY, &err), EM_ENOENT);
+    /* ... and nothing was deleted by those tries */
+    CHECK_RC(em_storage_response_get(st, "resp_A1b2C3d4E5f6G7h8", 1, NULL, NULL, NULL, &err), 0);
+    CHECK_RC(em_storage_response_get(st, "resp_key2aaaaaaaaaaaa", 2, NULL, NULL, NULL, &err), 0);
+    CHECK_RC(em_storage_response_get(st, "resp_loopbackaaaaaaa", 0, NULL, NULL, NULL, &err), 0);
+
+    /* a duplicate id replaces nothing, whichever key tries */
+    CHECK_RC(em_storage_response_put(st, "resp_A1b2C3d4E5f6G7h8", 1, 5000, "[]", "\"x\"", "{}", &err), EM_EINVAL);
+    CHECK(strstr(err.msg, "taken") != NULL);
+    CHECK_RC(em_storage_response_put(st, "resp_A1b2C3d4E5f6G7h8", 2, 5000, "[]", "\"x\"", "{}", &err), EM_EINVAL);
+    CHECK_RC(em_storage_response_put(st, "resp_loopbackaaaaaaa", 0, 5000, "[]", "\"x\"", "{}", &err), EM_EINVAL);
+    CHECK_RC(em_storage_response_get(st, "resp_A1b2C3d4E5f6G7h8", 1, NULL, &in, NULL, &err), 0);
+    CHECK(in && strcmp(in, "\"hello\"") == 0);
+    free(in);
+    CHECK_RC(em_storage_response_get(st, "resp_A1b2C3d4E5f6G7h8", 2, NULL, NULL, NULL, &err), EM_ENOENT);
+
+    /* refusals: bad ids, a negative key, a missing text */
+    char longid[EM_STORAGE_RESPONSE_ID_MAX + 1];
+    memset(longid, 'r', sizeof longid - 1);
+    longid[sizeof longid - 1] = 0;
+    CHECK_RC(em_storage_response_put(st, "", 1, 1, "[]", "\"\"", "{}", &err), EM_EINVAL);
+    CHECK_RC(em_storage_response_put(st, NULL, 1, 1, "[]", "\"\"", "{}", &err), EM_EINVAL);
+    CHECK_RC(em_storage_response_put(st, longid, 1, 1, "[]", "\"\"", "{}", &err), EM_EINVAL);
+    CHECK_RC(em_storage_response_put(st, "resp_negkeyaaaaaaaaa", -1, 1, "[]", "\"\"", "{}", &err), EM_EINVAL);
+    CHECK_RC(em_storage_response_put(st, "resp_nulltextaaaaaaa", 1, 1, NULL, "\"\"", "{}", &err), EM_EINVAL);
+    CHECK_RC(em_storage_response_put(st, "resp_nulltextaaaaaaa", 1, 1, "[]", NULL, "{}", &err), EM_EINVAL);
+    CHECK_RC(em_storage_response_put(st, "resp_nulltextaaaaaaa", 1, 1, "[]", "\"\"", NULL, &err), EM_EINVAL);
+    CHECK_RC(em_storage_response_get(st, longid, 1, &c, NULL, NULL, &err), EM_ENOENT);
+    CHECK_RC(em_storage_response_get(st, NULL, 1, &c, NULL, NULL, &err), EM_ENOENT);
+    CHECK(!c);
+
+    /* delete: the key's own, once */
+    CHECK_RC(em_storage_response_delete(st, "resp_A1b2C3d4E5f6G7h8", 1, &err), 0);
+    CHECK_RC(em_storage_response_get(st, "resp_A1b2C3d4E5f6G7h8", 1, &c, &in, &r, &err), EM_ENOENT);
+    CHECK(strcmp(err.msg, unknown) == 0);   /* gone reads as another key's did */
+    CHECK_RC(em_storage_response_delete(st, "resp_A1b2C3d4E5f6G7h8", 1, &err), EM_ENOENT);
+    CHECK_RC(em_storage_response_delete(st, "resp_loopbackaaaaaaa", 0, &err), 0);
+    CHECK_RC(em_storage_response_get(st, "resp_key2aaaaaaaaaaaa", 2, NULL, NULL, NULL, &err), 0);
+    em_storage_close(st);
+    sqlite3 *h = t_db_open(db);
+    REQUIRE(h);
+    CHECK(t_int(h, "SELECT count(*) FROM responses") == 1);
+    CHECK(t_int(h, "SELECT count(*) FROM responses WHERE id = 'resp_key2aaaaaaaaaaaa' AND key_id = 2"
+                   " AND created_ms = 2000") == 1);
+    sqlite3_close(h);
+
+    /* content switched off: nothing new is stored; what is there still reads and deletes */
+    em_storage_opts o;
+    em_storage_opts_init(&o);
+    o.store_content = 0;
+    st = t_open_at(db, &o);
+    REQUIRE(st);
+    CHECK_RC(em_storage_response_put(st, "resp_secretaaaaaaaaa", 1, 1, "[\"secret text\"]", "\"\"", "{}", &err),
+             EM_ESTATE);
+    CHECK(strstr(err.msg, "switched off") != NULL);
+    CHECK_RC(em_storage_response_get(st, "resp_key2aaaaaaaaaaaa", 2, &c, NULL, NULL, &err), 0);
+    free(c);
+    CHECK_RC(em_storage_response_delete(st, "resp_key2aaaaaaaaaaaa", 2, &err), 0);
+    em_storage_close(st);
+    CHECK(!t_file_contains(db, "secret text"));
+    free(big);
+    return 0;
+}
+
 int main(void)
 {
     if (t_mkdtemp("storage-files"))
@@ -275,6 +403,7 @@ int main(void)
         { "refusals", test_refusals },
         { "batch_start", test_batch_start },
         { "cache", test_cache },
+        { "responses", test_responses },
     };
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
         int before = test_failures;
