@@ -291,6 +291,7 @@ int em_req_emit_token(em_request *r, const em_tokenizer *tok, int32_t id, const 
             if (hit && (size_t)(hit - r->text) < upto) {
                 upto = (size_t)(hit - r->text);
                 stopped = 1;
+                r->stop_hit = i + 1;
             }
         }
         if (!stopped)
@@ -347,7 +348,7 @@ void em_req_finish(em_request *r, const em_tokenizer *tok, em_finish f, const ch
         if (k > 0)
             append_text(r, piece, (size_t)k);
     }
-    em_event ev = { .kind = EM_EV_DONE, .finish = f };
+    em_event ev = { .kind = EM_EV_DONE, .finish = f, .stop_hit = f == EM_FINISH_STOP ? r->stop_hit : 0 };
     ev.text = dup_range(r->text + r->emitted, r->text_len - r->emitted);
     ev.text_len = ev.text ? (uint32_t)(r->text_len - r->emitted) : 0;
     r->emitted = r->text_len;

@@ -24,6 +24,7 @@ struct em_request {
     uint32_t         n_stop_tokens;
     char            *stop[EM_MAX_STOP];
     size_t           max_stop_len;
+    int              stop_hit;          /* 1 + the stop string that ended the output; 0: none */
     int              ignore_eog;
     int              logprobs;
     uint32_t         top_logprobs;

@@ -193,6 +193,8 @@ typedef struct {
     char          *text;         /* malloc'd, NUL-terminated; owned by the event */
     uint32_t       text_len;
     em_finish      finish;       /* DONE */
+    int            stop_hit;     /* DONE with EM_FINISH_STOP: 1 + the index of the stop string that ended it
+                                  * (em_req_params.stop); 0: an end-of-text token or a stop token */
     char           error[256];   /* DONE with EM_FINISH_ERROR */
     em_req_metrics metrics;      /* DONE */
 } em_event;

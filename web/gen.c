@@ -63,6 +63,7 @@ struct em_gen {
     json_t          *calls[EM_GEN_MAX_N];     /* the calls so far: [{id, type, function: {name, arguments}}] */
     json_t          *tdelta[EM_GEN_MAX_N];    /* their streamed deltas not yet taken */
     int              calls_whole[EM_GEN_MAX_N];
+    int              stop_hit[EM_GEN_MAX_N];   /* em_event.stop_hit */
     uint64_t         seed;
     em_usage_record  rec;          /* the ledger row */
 };
@@ -107,11 +108,13 @@ static void ledger(em_web *w, const em_usage_record *r)
         em_storage_submit(w->o.storage, r);
 }
 
-void em_gen_cached(em_web *w, const char *request_id, const em_web_auth *auth, const char *client_addr, em_class cls,
-                   const char *batch_id, const char *finish_reason, double server_ms)
+void em_gen_cached(em_web *w, const char *request_id, const char *endpoint, const em_web_auth *auth,
+                   const char *client_addr, em_class cls, const char *batch_id, const char *finish_reason,
+                   double server_ms)
 {
     em_usage_record r;
     em_usage_record_init(&r);
+    snprintf(r.endpoint, sizeof r.endpoint, "%s", endpoint ? endpoint : "");
     snprintf(r.request_id, sizeof r.request_id, "%s", request_id);
     snprintf(r.batch_id, sizeof r.batch_id, "%s", batch_id ? batch_id : "");
     snprintf(r.client_addr, sizeof r.client_addr, "%s", client_addr ? client_addr : "");
@@ -149,6 +152,7 @@ static int refused_row(em_web *w, const em_gen_params *p, const em_web_error *e)
     snprintf(r.batch_id, sizeof r.batch_id, "%s", p->batch_id ? p->batch_id : "");
     snprintf(r.client_addr, sizeof r.client_addr, "%s", p->client_addr ? p->client_addr : "");
     snprintf(r.model, sizeof r.model, "%s", w->model_id);
+    snprintf(r.endpoint, sizeof r.endpoint, "%s", p->endpoint ? p->endpoint : "");
     r.key_id = p->auth && e->status != 401 ? p->auth->key_id : 0;
     r.cls = p->cls == EM_CLASS_BACKGROUND ? EM_USAGE_BACKGROUND : EM_USAGE_INTERACTIVE;
     r.received_ms = r.finished_ms = epoch_ms();
@@ -234,6 +238,77 @@ static void too_long(em_web *w, const em_gen_params *p, size_t n_prompt, const c
                 qual, (long long)n_prompt + comp, qual, n_prompt, p->param_name, comp, p->param_name);
 }
 
+/* p's prompt: the messages rendered through the model's template (with its
+ * tools, unless tool_choice is none), or the completion prompt, as token
+ * ids. *text (malloc'd; NULL for a completion) and *ids (malloc'd) the
+ * caller's. 0, or -1 with e filled. */
+static int prompt_ids(em_web *w, const em_gen_params *p, char **text, size_t *text_len, int32_t **ids, size_t *n_ids,
+                      em_web_error *e)
+{
+    em_err err = { 0 };
+    int rc;
+    const em_tokenizer *tok = w->o.tok;
+    *text = NULL;
+    *text_len = 0;
+    *ids = NULL;
+    *n_ids = 0;
+    /* A prompt that cannot fit is refused before the work that would show it
+     * (rendering, tokenizing: on the service thread, seconds for megabytes):
+     * no token stands for more than max_token_bytes bytes of text. */
+    size_t per_tok = em_tokenizer_max_token_bytes(tok), room = w->o.n_ctx - (p->max_tokens > 0 ? 1 : 0);
+    size_t text_bytes = p->messages ? content_bytes(p->messages) : p->prompt_len;
+    if (text_bytes / per_tok > room) {
+        too_long(w, p, text_bytes / per_tok, "at least ", e);
+        return -1;
+    }
+    const web_tools *tl = p->tools && p->tools->n ? p->tools : NULL;
+    if (p->messages) {
+        /* the template copied at start: a request never reads the model's mapping */
+        int32_t bos = em_tokenizer_bos(tok), eos = em_tokenizer_eos(tok);
+        /* rendered text past n_ctx * per_tok bytes could not fit either: the
+         * render stops there (many short messages) */
+        em_tmpl_opts to = { .max_output = (size_t)w->o.n_ctx * per_tok + 1, .extra_vars = p->template_vars };
+        rc = em_chat_render(w->tmpl, w->tmpl_len, p->messages, 1, bos >= 0 ? em_tokenizer_token_text(tok, bos) : "",
+                            eos >= 0 ? em_tokenizer_token_text(tok, eos) : "",
+                            tl && tl->choice != WEB_TOOL_NONE ? tl->render : NULL, &to, text, text_len, &err);
+        if (rc == EM_ERANGE && strstr(err.msg, EM_TMPL_OUTPUT_CAPPED)) {
+            too_long(w, p, to.max_output / per_tok, "more than ", e);
+            return -1;
+        }
+        if (rc) {
+            /* a Jinja error the messages caused (roles out of order,
+             * raise_exception): the request's fault; else the template's */
+            if (rc == EM_EINVAL)
+                return em_web_fail(e, 400, "invalid_request_error", "template_error", "messages",
+                                   "the model's chat template refused these messages: %s", err.msg);
+            return em_web_fail(e, 500, "server_error", "template_error", NULL, "the model's chat template failed: %s",
+                               err.msg);
+        }
+        rc = em_chat_tokenize(tok, *text, *text_len, ids, n_ids, &err);
+    } else {
+        rc = em_tokenizer_encode(tok, p->prompt ? p->prompt : "", p->prompt_len, 1, 0, ids, n_ids, &err);
+    }
+    if (rc) {
+        free(*text);
+        *text = NULL;
+        return em_web_fail(e, 500, "server_error", NULL, NULL, "tokenizing the prompt failed: %s", err.msg);
+    }
+    return 0;
+}
+
+int em_gen_count_prompt(em_web *w, const em_gen_params *p, uint32_t *n, em_web_error *e)
+{
+    char *text;
+    size_t text_len, n_ids;
+    int32_t *ids;
+    if (prompt_ids(w, p, &text, &text_len, &ids, &n_ids, e))
+        return -1;
+    free(text);
+    free(ids);
+    *n = (uint32_t)n_ids;
+    return 0;
+}
+
 /* Tools asked for (not tool_choice none): the calls' grammar and the split
  * of each choice's answer. 0, or -1 with e filled. */
 static int tools_start(em_gen *g, const em_gen_params *p, const web_tools *tl, em_web_error *e)
@@ -292,6 +367,7 @@ int em_gen_start(em_web *w, const em_gen_params *p, em_gen **out, em_web_error *
     g->rec.key_id = p->auth ? p->auth->key_id : 0;
     g->rec.cls = p->cls == EM_CLASS_BACKGROUND ? EM_USAGE_BACKGROUND : EM_USAGE_INTERACTIVE;
     g->rec.received_ms = epoch_ms();
+    snprintf(g->rec.endpoint, sizeof g->rec.endpoint, "%s", p->endpoint ? p->endpoint : "");
     if (web_drain_refuse(w, e)) {   /* stopping: no new work (drain.c) */
         refuse(g, EM_USAGE_REJECTED, e);
         gen_free(g);
@@ -304,58 +380,15 @@ int em_gen_start(em_web *w, const em_gen_params *p, em_gen **out, em_web_error *
     size_t n_ids = 0;
     em_err err = { 0 };
     int rc;
-    const em_tokenizer *tok = w->o.tok;
-    /* A prompt that cannot fit is refused before the work that would show it
-     * (rendering, tokenizing: on the service thread, seconds for megabytes):
-     * no token stands for more than max_token_bytes bytes of text. */
-    size_t per_tok = em_tokenizer_max_token_bytes(tok), room = w->o.n_ctx - (p->max_tokens > 0 ? 1 : 0);
-    size_t text_bytes = p->messages ? content_bytes(p->messages) : p->prompt_len;
-    if (text_bytes / per_tok > room) {
-        too_long(w, p, text_bytes / per_tok, "at least ", e);
-        goto fail;
-    }
     const web_tools *tl = p->tools && p->tools->n ? p->tools : NULL;
     if (tl && tl->choice != WEB_TOOL_NONE && tools_start(g, p, tl, e))
         goto fail;
-    if (p->messages) {
-        /* the template copied at start: a request never reads the model's mapping */
-        const char *src = w->tmpl;
-        size_t src_len = w->tmpl_len;
-        int32_t bos = em_tokenizer_bos(tok), eos = em_tokenizer_eos(tok);
-        /* rendered text past n_ctx * per_tok bytes could not fit either: the
-         * render stops there (many short messages) */
-        em_tmpl_opts to = { .max_output = (size_t)w->o.n_ctx * per_tok + 1, .extra_vars = p->template_vars };
-        rc = em_chat_render(src, src_len, p->messages, 1, bos >= 0 ? em_tokenizer_token_text(tok, bos) : "",
-                            eos >= 0 ? em_tokenizer_token_text(tok, eos) : "",
-                            tl && tl->choice != WEB_TOOL_NONE ? tl->render : NULL, &to, &text, &text_len,
-                            &err);
-        if (rc == EM_ERANGE && strstr(err.msg, EM_TMPL_OUTPUT_CAPPED)) {
-            too_long(w, p, to.max_output / per_tok, "more than ", e);
-            goto fail;
-        }
-        if (rc) {
-            /* a Jinja error the messages caused (roles out of order,
-             * raise_exception): the request's fault; else the template's */
-            if (rc == EM_EINVAL)
-                em_web_fail(e, 400, "invalid_request_error", "template_error", "messages",
-                            "the model's chat template refused these messages: %s", err.msg);
-            else
-                em_web_fail(e, 500, "server_error", "template_error", NULL,
-                            "the model's chat template failed: %s", err.msg);
-            goto fail;
-        }
-        if (!g->harmony && w->thinkfmt) {   /* a prompt that opens the block: the answer begins inside it */
-            g->think_on = 1;
-            for (uint32_t i = 0; i < g->n; i++)
-                web_think_init(&g->th[i], w->thinkfmt, web_think_prompt_opens(w->thinkfmt, text, text_len));
-        }
-        rc = em_chat_tokenize(tok, text, text_len, &ids, &n_ids, &err);
-    } else {
-        rc = em_tokenizer_encode(tok, p->prompt ? p->prompt : "", p->prompt_len, 1, 0, &ids, &n_ids, &err);
-    }
-    if (rc) {
-        em_web_fail(e, 500, "server_error", NULL, NULL, "tokenizing the prompt failed: %s", err.msg);
+    if (prompt_ids(w, p, &text, &text_len, &ids, &n_ids, e))
         goto fail;
+    if (text && !g->harmony && w->thinkfmt) {   /* a prompt that opens the block: the answer begins inside it */
+        g->think_on = 1;
+        for (uint32_t i = 0; i < g->n; i++)
+            web_think_init(&g->th[i], w->thinkfmt, web_think_prompt_opens(w->thinkfmt, text, text_len));
     }
     if (em_log_content())   /* log_content = true: the prompt as the model sees it */
         em_log(EM_LOG_DEBUG, p->request_id, "prompt: %.*s", (int)(text ? text_len : p->prompt ? p->prompt_len : 0),
@@ -679,6 +712,7 @@ int em_gen_pump(em_gen *g, em_buf *delta)
                 }
                 g->done[i] = 1;
                 g->finish[i] = ev.finish;
+                g->stop_hit[i] = ev.stop_hit;
                 g->m[i] = ev.metrics;
                 if (ev.finish == EM_FINISH_ERROR && !g->error[0])
                     snprintf(g->error, sizeof g->error, "%s", ev.error[0] ? ev.error : "generation failed");
@@ -749,6 +783,11 @@ const char *em_gen_finish_reason(const em_gen *g, uint32_t i)
     if (g->finish[i] == EM_FINISH_STOP && g->calls_whole[i])
         return "tool_calls";
     return em_finish_name(g->finish[i]);
+}
+
+int em_gen_stop_index(const em_gen *g, uint32_t i)
+{
+    return g->stop_hit[i] - 1;
 }
 
 const char *em_gen_error(const em_gen *g)
@@ -823,6 +862,9 @@ void em_gen_destroy(em_gen *g)
     em_gen_usage(g, &prompt, &cached, &comp);
     r->cached_tokens = cached;
     r->completion_tokens = comp;
+    r->reasoning_tokens = em_gen_reasoning_tokens(g);
+    for (uint32_t i = 0; i < g->n; i++)
+        r->tool_calls += g->calls[i] ? (int32_t)json_array_size(g->calls[i]) : 0;
     r->finished_ms = epoch_ms();
     if (g->done[0]) {
         double base = m->t_submit;

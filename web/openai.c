@@ -16,39 +16,17 @@
 
 #include "core/log.h"
 #include "core/model/model.h"
-#include "web/tools.h"
-#include "web/web_int.h"
+#include "web/api_req.h"
 
 #define BACKLOG_MAX (256 * 1024)   /* a slow reader: stop pulling events past this */
 
-typedef struct api_req {
-    int         chat;              /* chat.completion, else text_completion */
-    int         stream, include_usage;
-    char        id[64];
-    int64_t     created;
-    em_web_auth auth;
-    em_gen     *gen;
-    em_buf      delta[EM_GEN_MAX_N];
-    int         role_sent[EM_GEN_MAX_N], finish_sent[EM_GEN_MAX_N];
-    json_t     *lp_all[EM_GEN_MAX_N];   /* every entry so far (as text[]) */
-    size_t      text_off[EM_GEN_MAX_N]; /* completions' text_offset of the next token */
-    /* the response cache: a hit's whole response (no generation), or a
-     * miss to store once done */
-    char       *cached;
-    int         store;
-    unsigned char key[EM_STORAGE_CACHE_KEY];
-    web_tools   tools;             /* chat: the request's tools (borrowing from its body: kept) */
-    json_t     *body;
-    json_t     *tvars;             /* chat: the template's extra variables (NULL: none) */
-    int         hide_reasoning;    /* "include_reasoning": false */
-    size_t      rsent[EM_GEN_MAX_N];   /* a stream's reasoning bytes seen (a chunk for new ones) */
-    em_buf      rdelta;            /* a stream's reasoning not yet sent */
-} api_req;
 
 static void api_free(api_req *a)
 {
     if (!a)
         return;
+    if (a->door_free)
+        a->door_free(a->door);
     free(a->cached);
     for (uint32_t i = 0; i < EM_GEN_MAX_N; i++)
         json_decref(a->lp_all[i]);
@@ -374,6 +352,11 @@ void web_openai_pump(web_conn *c)
     api_req *a = c->api;
     if (!a || c->complete)
         return;
+    if (a->door_pump) {   /* another door's framing (responses.c, messages.c) */
+        if (!a->stream || c->head_sent)
+            a->door_pump(c);
+        return;
+    }
     if (a->stream && !c->head_sent)
         return;   /* the headers go first */
     if (web_backlog(c) > BACKLOG_MAX)
@@ -430,6 +413,56 @@ void web_openai_pump(web_conn *c)
     }
 }
 
+/* ---- what the other doors share ----------------------------------------------- */
+
+void web_api_go(web_conn *c, api_req *a, void *door, void (*door_free)(void *), void (*door_pump)(web_conn *c))
+{
+    a->door = door;
+    a->door_free = door_free;
+    a->door_pump = door_pump;
+    c->api = a;
+    web_live_add(c);
+    if (a->stream)
+        web_stream_begin(c, 200, "text/event-stream");
+}
+
+void web_sse_event(web_conn *c, const char *type, json_t *j)
+{
+    json_object_set_new(j, "type", json_string(type));
+    if (c) {
+        em_buf b = { 0 };
+        em_buf_addf(&b, "event: %s\ndata: ", type);
+        em_buf_add_json(&b, j);
+        em_buf_add(&b, "\n\n", 2);
+        web_stream_write(c, b.s, b.n);
+        em_buf_free(&b);
+    }
+    json_decref(j);
+}
+
+void web_api_take(api_req *a, void (*piece)(void *ctx, int kind, const char *s, size_t n, const json_t *call),
+                  void *ctx)
+{
+    em_buf r = { 0 };
+    em_gen_take_reasoning(a->gen, 0, &r);
+    if (r.n)
+        piece(ctx, WEB_PIECE_REASONING, r.s, r.n, NULL);
+    em_buf_free(&r);
+    if (a->delta[0].n)
+        piece(ctx, WEB_PIECE_TEXT, a->delta[0].s, a->delta[0].n, NULL);
+    em_buf_reset(&a->delta[0]);
+    json_t *calls = em_gen_take_tool_deltas(a->gen, 0), *cd;
+    size_t k;
+    json_array_foreach(calls, k, cd) {
+        if (json_object_get(cd, "id"))
+            piece(ctx, WEB_PIECE_CALL, "", 0, cd);
+        json_t *frag = json_object_get(json_object_get(cd, "function"), "arguments");
+        if (json_string_length(frag))
+            piece(ctx, WEB_PIECE_ARGS, json_string_value(frag), json_string_length(frag), NULL);
+    }
+    json_decref(calls);
+}
+
 /* ---- requests ----------------------------------------------------------------- */
 
 void web_new_id(em_web *w, const char *prefix, char *out, size_t cap)
@@ -481,12 +514,23 @@ static int reasoning_params(json_t *req, api_req *a, em_web_error *e)
 int web_openai_start(em_web *w, json_t *req, int chat, const em_web_auth *auth, const char *addr, const char *id,
                      const char *batch_id, api_req **out, em_web_error *e)
 {
+    return web_api_start(w, req, chat ? WEB_API_CHAT : WEB_API_COMPLETIONS, auth, addr, id, batch_id, out, e);
+}
+
+/* web_api_start, or with count non-NULL web_api_count: the prompt's tokens
+ * counted instead of run (and no ledger row). */
+static int api_begin(em_web *w, json_t *req, int kind, const em_web_auth *auth, const char *addr, const char *id,
+                     const char *batch_id, api_req **out, uint32_t *count, em_web_error *e)
+{
+    int chat = kind != WEB_API_COMPLETIONS;
+    static const char *const endpoints[] = { "completions", "chat.completions", "responses", "messages" };
     api_req *a = NULL;
     json_t *msgs = NULL;
     em_gen *none = NULL;
     *out = NULL;
     em_gen_params gp = { .n = 1, .max_tokens = -1, .auth = auth, .client_addr = addr, .request_id = id,
-                         .batch_id = batch_id, .cls = batch_id ? EM_CLASS_BACKGROUND : EM_CLASS_INTERACTIVE };
+                         .batch_id = batch_id, .cls = batch_id ? EM_CLASS_BACKGROUND : EM_CLASS_INTERACTIVE,
+                         .endpoint = endpoints[kind] };
     int background = batch_id != NULL;
     if (e->status)   /* refused at the door (auth, rate, the body's JSON) */
         goto fail;
@@ -576,20 +620,27 @@ int web_openai_start(em_web *w, json_t *req, int chat, const em_web_auth *auth, 
         em_web_fail(e, 400, "invalid_request_error", NULL, "cache", "'cache' must be true or false");
         goto fail;
     }
+    if (count) {
+        int rc = em_gen_count_prompt(w, &gp, count, e);
+        api_free(a);
+        json_decref(msgs);
+        return rc;
+    }
     a->chat = chat;
+    a->kind = kind;
     a->stream = stream;
     a->include_usage = include_usage;
     a->auth = *auth;
     a->created = (int64_t)time(NULL);
     snprintf(a->id, sizeof a->id, "%s", id);
     /* deterministic (greedy, or a seed given) and not refused: the cache */
-    if (!json_is_false(cv) && !auth->no_cache && !a->tools.n &&
+    if (!json_is_false(cv) && !auth->no_cache && !a->tools.n && kind <= WEB_API_CHAT &&
         (gp.sample.temp == 0 || gp.sample.top_k == 1 || json_object_get(req, "seed"))) {
         const char *fr = NULL;
         double ms = 0;
         int hit = web_cache_lookup(w, req, chat, a->key, &a->cached, &fr, &ms);
         if (hit > 0) {
-            em_gen_cached(w, id, auth, addr, gp.cls, batch_id, fr, ms);
+            em_gen_cached(w, id, gp.endpoint, auth, addr, gp.cls, batch_id, fr, ms);
             json_decref(msgs);
             *out = a;
             return 0;
@@ -602,11 +653,24 @@ int web_openai_start(em_web *w, json_t *req, int chat, const em_web_auth *auth, 
     *out = a;
     return 0;
 fail:   /* refused before the start: em_gen_start writes its row */
-    em_gen_start(w, &gp, &none, e);
+    if (!count)
+        em_gen_start(w, &gp, &none, e);
 done:
     api_free(a);
     json_decref(msgs);
     return -1;
+}
+
+int web_api_start(em_web *w, json_t *req, int kind, const em_web_auth *auth, const char *addr, const char *id,
+                  const char *batch_id, api_req **out, em_web_error *e)
+{
+    return api_begin(w, req, kind, auth, addr, id, batch_id, out, NULL, e);
+}
+
+int web_api_count(em_web *w, json_t *req, const em_web_auth *auth, uint32_t *n, em_web_error *e)
+{
+    api_req *none = NULL;
+    return api_begin(w, req, WEB_API_CHAT, auth, "", "", NULL, &none, n, e);
 }
 
 static void completions(web_conn *c, int chat)
@@ -633,10 +697,7 @@ static void completions(web_conn *c, int chat)
         json_decref(req);
         return;
     }
-    c->api = a;
-    web_live_add(c);
-    if (a->stream)
-        web_stream_begin(c, 200, "text/event-stream");
+    web_api_go(c, a, NULL, NULL, NULL);
     json_decref(req);
     return;
 fail:

@@ -491,6 +491,8 @@ static void route(web_conn *c)
     }
     if (web_files_route(c) == 0 || web_batch_route(c) == 0)   /* /v1/files, /v1/batches */
         return;
+    if (web_responses_route(c) == 0 || web_messages_route(c) == 0)   /* /v1/responses, /v1/messages */
+        return;
     if (web_openai_route(c) == 0 || web_metrics_route(c) == 0)   /* /metrics, /healthz, /api/usage, /api/utilization */
         return;
     if (web_api_route(c) == 0)   /* /api/conversations */
@@ -536,6 +538,9 @@ static int begin(web_conn *c, struct lws *wsi, em_web *w, const char *uri)
     web_client_of(w, wsi, peer, c->addr, sizeof c->addr, &c->loopback);   /* proxy.c */
     if (lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_AUTHORIZATION) < (int)sizeof c->authz)
         lws_hdr_copy(wsi, c->authz, sizeof c->authz, WSI_TOKEN_HTTP_AUTHORIZATION);
+    if (lws_hdr_custom_length(wsi, "x-api-key:", 10) > 0 &&
+        lws_hdr_custom_length(wsi, "x-api-key:", 10) < (int)sizeof c->api_key)
+        lws_hdr_custom_copy(wsi, c->api_key, sizeof c->api_key, "x-api-key:", 10);
     if (lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_IF_NONE_MATCH) < (int)sizeof c->if_none_match)
         lws_hdr_copy(wsi, c->if_none_match, sizeof c->if_none_match, WSI_TOKEN_HTTP_IF_NONE_MATCH);
     if (lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_CONTENT_TYPE) < (int)sizeof c->ctype_in)

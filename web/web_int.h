@@ -109,6 +109,7 @@ typedef struct web_conn {
     char        addr[64];          /* the peer's address */
     int         loopback;
     char        authz[512];        /* the Authorization header as received */
+    char        api_key[512];      /* the x-api-key header (Anthropic's clients send the key there) */
     char        if_none_match[80]; /* the If-None-Match header (assets.c) */
     char        ctype_in[256];     /* the request's Content-Type header */
     size_t      max_body;          /* this request's body bound (uploads have their own) */
@@ -167,6 +168,22 @@ void     web_batch_metrics(em_web *w, em_buf *b);
 
 /* ---- openai.c: one completions request, apart from its connection ---------- */
 
+/* The doors a generation request comes through (its framing). */
+enum { WEB_API_COMPLETIONS, WEB_API_CHAT, WEB_API_RESPONSES, WEB_API_MESSAGES };
+
+/* One request's state beside its connection: struct api_req, web/api_req.h. */
+
+/* web_openai_start for any door: req is a chat completions body (the
+ * Responses and Messages doors translate theirs into one); kind says how
+ * the answer is framed (the response cache only for completions and
+ * chat). */
+int     web_api_start(em_web *w, json_t *req, int kind, const em_web_auth *auth, const char *addr, const char *id,
+                      const char *batch_id, struct api_req **out, em_web_error *e);
+/* The tokens a chat completions body's prompt takes (its messages and
+ * tools through the template), nothing run, no ledger row: 0 with *n, or
+ * -1 with e filled. */
+int     web_api_count(em_web *w, json_t *req, const em_web_auth *auth, uint32_t *n, em_web_error *e);
+
 /* Check a /v1/chat/completions (chat) or /v1/completions body req
  * (borrowed) of auth and start it (batch_id non-NULL: a line of that batch,
  * in the background class, named in its ledger row, and it may not
@@ -196,6 +213,12 @@ int     web_cache_lookup(em_web *w, const json_t *req, int chat, unsigned char *
 /* A whole answer (borrowed) under key; rid names the request in a warning. */
 void    web_cache_store(em_web *w, const unsigned char *key, const json_t *whole, const char *rid);
 void    web_openai_free(struct api_req *a);   /* accepts NULL */
+
+/* responses.c: OpenAI's Responses API (/v1/responses[/ID[/input_items]]);
+ * messages.c: Anthropic's Messages API (/v1/messages[/count_tokens]). Each
+ * 0 when it answered, 1 when the path is not its. */
+int web_responses_route(web_conn *c);
+int web_messages_route(web_conn *c);
 
 /* ---- multipart/form-data (multipart.c) ---------------------------------- */
 
@@ -416,6 +439,7 @@ typedef struct {
     const struct web_tools *tools; /* chat: the request's tools (tools.h; NULL or none: no tools) */
     const json_t *template_vars;   /* chat: more variables for the template (borrowed; NULL: none):
                                     * chat_template_kwargs, reasoning_effort */
+    const char   *endpoint;        /* the door, for the ledger: "chat.completions", "responses", ... */
 } em_gen_params;
 
 /* The one start of every generation request, whatever its door: render,
@@ -427,10 +451,16 @@ typedef struct {
  * request's one ledger row (rejected for 401/403/429/503, else failed; a
  * 401's row names no key). */
 int  em_gen_start(em_web *w, const em_gen_params *p, em_gen **out, em_web_error *e);
+/* The tokens p's prompt takes (its messages through the template with its
+ * tools, or its completion prompt), nothing run and no ledger row: 0 with
+ * *n, or -1 with e filled (400 for a prompt past the context or one the
+ * template refuses). */
+int  em_gen_count_prompt(em_web *w, const em_gen_params *p, uint32_t *n, em_web_error *e);
 /* The ledger row of a request answered from the response cache: completed,
  * response_cached, no tokens, server_ms (the lookup) as its TTFT. */
-void em_gen_cached(em_web *w, const char *request_id, const em_web_auth *auth, const char *client_addr, em_class cls,
-                   const char *batch_id, const char *finish_reason, double server_ms);
+void em_gen_cached(em_web *w, const char *request_id, const char *endpoint, const em_web_auth *auth,
+                   const char *client_addr, em_class cls, const char *batch_id, const char *finish_reason,
+                   double server_ms);
 
 /* Move what the scheduler produced into the choices' text: appends each
  * choice's new text to delta[i] (caller's buffers, n of them). Returns 1
@@ -483,6 +513,9 @@ int         em_gen_choice_done(const em_gen *g, uint32_t i);
 em_finish   em_gen_finish(const em_gen *g, uint32_t i);         /* compare these, not the names */
 const char *em_gen_finish_reason(const em_gen *g, uint32_t i);   /* "stop", "length", ... (for the wire) */
 const char *em_gen_error(const em_gen *g);                      /* NULL unless a choice failed */
+/* Which of the request's stop strings ended choice i (its index), -1 when
+ * none did (an end-of-text token, max_tokens, a grammar's end). */
+int         em_gen_stop_index(const em_gen *g, uint32_t i);
 void        em_gen_usage(const em_gen *g, uint32_t *prompt, uint32_t *cached, uint32_t *completion);
 /* Queue ms, TTFT ms and tokens/s of the first choice (after done). */
 void        em_gen_timings(const em_gen *g, double *queue_ms, double *ttft_ms, double *tok_s);

@@ -644,6 +644,7 @@ static void ws_chat_start(ws_chat *c, json_t *m, const json_t *id)
     char rid[64];
     web_new_id(w, "chatws-", rid, sizeof rid);
     em_gen_params gp = { .n = 1, .max_tokens = -1, .auth = &c->auth, .client_addr = c->addr, .request_id = rid,
+                         .endpoint = "ws.chat",
                          .param_name = "messages" };
     if (!valid_id(id)) {   /* not a request the client could refer to: no ledger row */
         ws_error(c, NULL, id ? "invalid_id" : "missing_id", "id", 0,
