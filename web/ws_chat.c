@@ -65,6 +65,7 @@ typedef struct ws_chat {
     int         auth_fails;
     em_web_auth auth;
     em_buf      rx;                    /* the message being received */
+    em_buf      think;                 /* a request's reasoning taken for its frame (ws_pump) */
     size_t      rx_n;                  /* its bytes so far (binary ones are not kept) */
     int         rx_open, rx_binary;
     ws_frame   *q_head, *q_tail;
@@ -252,7 +253,7 @@ static void make_title(const json_t *msgs, char *out, size_t cap)
  * messages to_store and then the answer (its token count and finish
  * reason) as one chain under r->parent_id, in one transaction. The
  * conversation's id, or 0 when nothing was stored (storing switched off, no
- * answer, a failure, which is logged); *user_id and *answer_id get the ids
+ * output at all, a failure, which is logged); *user_id and *answer_id get the ids
  * of the user message sent (the last one stored before the answer, when it
  * is a user's) and of the answer, 0 when not stored. */
 static int64_t store_exchange(ws_chat *c, ws_req *r, uint32_t completion_tokens, em_finish finish,
@@ -260,9 +261,10 @@ static int64_t store_exchange(ws_chat *c, ws_req *r, uint32_t completion_tokens,
 {
     em_storage *st = c->w->o.storage;
     *user_id = *answer_id = 0;
-    size_t answer_len;
+    size_t answer_len, reasoning_len;
     const char *answer = em_gen_text(r->gen, 0, &answer_len);
-    if (!st || !r->to_store || !answer_len)
+    em_gen_reasoning(r->gen, 0, &reasoning_len);
+    if (!st || !r->to_store || (!answer_len && !reasoning_len))   /* (a model that only thought: its empty answer) */
         return 0;
     em_err err = { 0 };
     int64_t conv = r->conv_id;
@@ -336,12 +338,13 @@ static void req_done(ws_chat *c, ws_req *r)
         ws_error_web(c, r->id, &e);
         return;
     }
-    json_t *j = json_pack("{s:s, s:O, s:o, s:o, s:o, s:s, s:{s:I, s:I, s:I}, s:{s:o, s:o, s:o}}", "type", "done",
+    json_t *j = json_pack("{s:s, s:O, s:o, s:o, s:o, s:s, s:{s:I, s:I, s:I, s:I}, s:{s:o, s:o, s:o}}", "type", "done",
                           "id", r->id, "conversation_id", conv ? json_integer(conv) : json_null(),
                           "user_message_id", user_id ? json_integer(user_id) : json_null(), "message_id",
                           answer_id ? json_integer(answer_id) : json_null(), "finish_reason",
                           em_finish_name(finish), "usage", "prompt_tokens", (json_int_t)prompt,
-                          "completion_tokens", (json_int_t)comp, "cached_tokens", (json_int_t)cached, "timings",
+                          "completion_tokens", (json_int_t)comp, "cached_tokens", (json_int_t)cached,
+                          "reasoning_tokens", (json_int_t)em_gen_reasoning_tokens(r->gen), "timings",
                           "queue_ms", rounded_or_null(queue_ms, 1), "ttft_ms", rounded_or_null(ttft_ms, comp > 0),
                           "tokens_per_s", rounded_or_null(tok_s, comp > 1));
     ws_send(c, j);
@@ -365,6 +368,13 @@ static void ws_pump(ws_chat *c)
         if (!all && pos != r->position) {
             r->position = pos;
             ws_send(c, json_pack("{s:s, s:O, s:I}", "type", "queued", "id", r->id, "position", (json_int_t)pos));
+        }
+        em_buf_reset(&c->think);
+        em_gen_take_reasoning(r->gen, 0, &c->think);
+        if (c->think.n) {   /* the reasoning before the answer: frames of its own */
+            json_t *text = json_stringn(c->think.s, c->think.n);
+            ws_send(c, json_pack("{s:s, s:O, s:o}", "type", "reasoning", "id", r->id, "text",
+                                 text ? text : json_string("\xef\xbf\xbd")));
         }
         if (r->delta.n) {
             json_t *text = json_stringn(r->delta.s, r->delta.n);
@@ -835,6 +845,7 @@ static void ws_free(ws_chat *c)
         free(f);
     }
     em_buf_free(&c->rx);
+    em_buf_free(&c->think);
     free(c);
 }
 

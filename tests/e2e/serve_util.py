@@ -238,6 +238,68 @@ class Server:
         return self.p.returncode, err
 
 
+def gguf_with_template(src, dst, template):
+    """A copy of the GGUF file src at dst whose tokenizer.chat_template is template (added when absent):
+    the metadata rewritten, the tensor infos and data as they were (the data re-aligned)."""
+    import struct
+    sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+    with open(src, 'rb') as f:
+        magic, version, n_tensors, n_kv = struct.unpack('<4sIQQ', f.read(24))
+        assert magic == b'GGUF' and version in (2, 3), (magic, version)
+
+        def string():
+            n, = struct.unpack('<Q', f.read(8))
+            return f.read(n)
+
+        def skip_value(t):
+            if t == 8:
+                string()
+            elif t == 9:
+                et, n = struct.unpack('<IQ', f.read(12))
+                for _ in range(n):
+                    skip_value(et)
+            else:
+                f.read(sizes[t])
+        kvs, align = [], 32
+        for _ in range(n_kv):
+            start = f.tell()
+            key = string()
+            t, = struct.unpack('<I', f.read(4))
+            at = f.tell()
+            skip_value(t)
+            end = f.tell()
+            if key == b'general.alignment':
+                f.seek(at)
+                align, = struct.unpack('<I', f.read(4))
+                f.seek(end)
+            if key != b'tokenizer.chat_template':
+                f.seek(start)
+                kvs.append(f.read(end - start))
+        t0 = f.tell()
+        for _ in range(n_tensors):
+            string()
+            nd, = struct.unpack('<I', f.read(4))
+            f.read(8 * nd + 12)
+        infos_end = f.tell()
+        f.seek(t0)
+        infos = f.read(infos_end - t0)
+        data_at = (infos_end + align - 1) // align * align
+        tb = template.encode()
+        kvs.append(struct.pack('<Q', 23) + b'tokenizer.chat_template' + struct.pack('<IQ', 8, len(tb)) + tb)
+        with open(dst, 'wb') as o:
+            o.write(struct.pack('<4sIQQ', b'GGUF', version, n_tensors, len(kvs)))
+            for kv in kvs:
+                o.write(kv)
+            o.write(infos)
+            o.write(b'\0' * ((-o.tell()) % align))
+            f.seek(data_at)
+            while True:
+                chunk = f.read(1 << 20)
+                if not chunk:
+                    break
+                o.write(chunk)
+
+
 def add_key(db, name, *extra):
     r = subprocess.run([EMBER, 'keys', 'add', name, '--db', db] + list(extra), capture_output=True, text=True,
                        check=True)

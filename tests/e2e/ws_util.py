@@ -105,7 +105,7 @@ def check_stream(frames):
     for k in ('conversation_id', 'user_message_id', 'message_id'):
         assert d[k] is None or (isinstance(d[k], int) and d[k] > 0), d
     u, t = d['usage'], d['timings']
-    assert set(u) == {'prompt_tokens', 'completion_tokens', 'cached_tokens'}, u
+    assert set(u) == {'prompt_tokens', 'completion_tokens', 'cached_tokens', 'reasoning_tokens'}, u
     assert u['prompt_tokens'] > 0 and 0 <= u['cached_tokens'] <= u['prompt_tokens'], u
     assert set(t) == {'queue_ms', 'ttft_ms', 'tokens_per_s'}, t
     assert t['queue_ms'] >= 0, t

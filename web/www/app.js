@@ -9,7 +9,7 @@
 import { Socket, api, key, ApiError } from './conn.js';
 import { Tree } from './tree.js';
 import { renderInto } from './render.js';
-import { message, editor, convList, statsText, el, button, icon } from './view.js';
+import { message, editor, convList, statsText, el, button, icon, thought } from './view.js';
 import { compose, readTextFile, describe, PASTE_CHARS, PASTE_LINES, MAX_FILE_BYTES } from './attach.js';
 
 const $ = (id) => document.getElementById(id);
@@ -157,6 +157,9 @@ function onFrame(m) {
       break;
     case 'queued':
       if (mine) { p.position = m.position; p.state = p.state === 'running' ? 'running' : 'queued'; showStatus(); }
+      break;
+    case 'reasoning':
+      if (mine) onReasoning(p, m.text);
       break;
     case 'token':
       if (mine) onToken(p, m.text);
@@ -581,11 +584,19 @@ let patches = Promise.resolve();
 // ---- streaming ----
 
 let drawQueued = false;
+/** Reasoning before the answer: shown folded above it, timed until the answer's first text. */
+function onReasoning(p, text) {
+  if (!p.reasoning) p.thinkAt = performance.now();
+  p.reasoning = (p.reasoning || '') + text;
+  onToken(p, '');
+}
+
 function onToken(p, text) {
   if (p.state !== 'running') {
     p.state = 'running';
     p.firstAt = performance.now();
   }
+  if (text && p.reasoning && p.thoughtS === undefined) p.thoughtS = (performance.now() - p.thinkAt) / 1000;
   p.text += text;
   p.frames++;
   const secs = (performance.now() - p.firstAt) / 1000;
@@ -603,7 +614,11 @@ function drawLive() {
   const p = S.pending;
   if (!p) return;
   const stick = nearBottom();
-  const body = p.el.querySelector('.body');
+  const body = p.el.querySelector(':scope > .body');
+  if (p.reasoning) {
+    const box = thought(p.reasoning, p.thoughtS), old = p.el.querySelector('.thought');
+    if (old) { box.open = old.open; old.replaceWith(box); } else p.el.insertBefore(box, body);
+  }
   renderInto(body, p.text, false);
   const ls = p.el.querySelector('.livestats');
   if (ls) ls.textContent = p.rate ? '≈ ' + p.rate.toFixed(1) + ' tok/s' : 'generating…';
@@ -641,6 +656,10 @@ async function onDone(p, m) {
   const timing = { ttft_ms: m.timings ? m.timings.ttft_ms : null, tokens_per_s: m.timings ? m.timings.tokens_per_s : null,
     completion_tokens: m.usage ? m.usage.completion_tokens : undefined, prompt_tokens: m.usage && m.usage.prompt_tokens,
     finish_reason: m.finish_reason };
+  if (p.reasoning) {   // kept with the answer in this browser (the server stores the answer alone)
+    timing.reasoning = p.reasoning;
+    timing.thought_s = p.thoughtS !== undefined ? p.thoughtS : (performance.now() - p.thinkAt) / 1000;
+  }
   p.timing = timing;
   p.state = 'finishing';
   p.el.classList.remove('live');

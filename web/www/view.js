@@ -79,6 +79,16 @@ function userBody(content) {
   return body;
 }
 
+/** The reasoning an answer began with, folded: "Thinking…" while it comes,
+ * "Thought for 3.2 s" once the answer starts (secs null: still thinking). */
+export function thought(text, secs) {
+  const d = el('details', 'thought');
+  d.appendChild(el('summary', null, secs === null || secs === undefined ? 'Thinking…'
+    : 'Thought for ' + (secs < 10 ? secs.toFixed(1) : Math.round(secs)) + ' s'));
+  d.appendChild(el('div', 'thought-text', text));
+  return d;
+}
+
 /**
  * One message as an <article>. n: {id, role, content, tokens, finish_reason}; opt: {
  *   siblings: [index, count] | null, onSibling(step), onEdit(), onRegenerate(), timing, cutoff, modelName }
@@ -98,6 +108,7 @@ export function message(n, opt = {}) {
   if (n.role === 'user') {
     a.appendChild(userBody(n.content));
   } else {
+    if (opt.timing && opt.timing.reasoning) a.appendChild(thought(opt.timing.reasoning, opt.timing.thought_s));
     const body = el('div', 'body md');
     renderInto(body, n.content);
     a.appendChild(body);
