@@ -365,8 +365,9 @@ void web_addr_release(em_web *w, int fd);
 int web_auth(em_web *w, const web_conn *c, em_web_auth *a, em_web_error *e);
 /* The same rules for a key given as a string (NULL: none given) by the
  * client at addr (its failures are counted: 429 too_many_auth_failures
- * past 10 a minute); how says how to send one, for the missing-key message
- * ("as \"Authorization: ...\""). */
+ * past 10 a minute; from loopback without require_key a key the server
+ * does not know is no key, logged once and not counted); how says how to
+ * send one, for the missing-key message ("as \"Authorization: ...\""). */
 int web_auth_key(em_web *w, const char *key, int loopback, const char *addr, const char *how, em_web_auth *a,
                  em_web_error *e);
 /* The key's rate limit: 0 to go on, -1 with e filled (429, Retry-After). */
