@@ -30,6 +30,7 @@ typedef struct api_req {
     json_t     *body;
     json_t     *tvars;             /* chat: the template's extra variables (NULL: none) */
     int         hide_reasoning;    /* "include_reasoning": false */
+    uint32_t    budget;            /* "reasoning_budget" (0: none) */
     size_t      rsent[EM_GEN_MAX_N];   /* a stream's reasoning bytes seen (a chunk for new ones) */
     em_buf      rdelta;            /* a stream's reasoning not yet sent */
     /* another door's framing of the same generation (responses.c,

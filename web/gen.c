@@ -55,6 +55,8 @@ struct em_gen {
     web_think        th[EM_GEN_MAX_N];
     em_buf           rdelta[EM_GEN_MAX_N];
     uint32_t         rtok[EM_GEN_MAX_N];      /* tokens spent on it */
+    int              think_inside;            /* the prompt opened the block */
+    uint32_t         budget;                  /* the block's tokens at most (0: no bound) */
     /* a chat with tools: each choice's answer split into text and calls */
     int              tools_on;
     const char      *trigger;                 /* the calls' grammar waits for it (tool_choice auto) */
@@ -184,6 +186,20 @@ static void gen_free(em_gen *g)
     free(g);
 }
 
+/* A choice's constraint: its grammar (tools, structured output), within
+ * the reasoning budget when there is one. 0, or an error code with err. */
+static int choice_constraint(em_gen *g, uint32_t n_vocab, em_constraint *out, em_err *err)
+{
+    *out = (em_constraint){ 0 };
+    int rc = g->grammar ? web_grammar_constraint(g->grammar, n_vocab, g->trigger, g->start_trigger, out, err) : 0;
+    if (!rc && g->budget && g->think_on) {
+        em_constraint inner = *out;
+        rc = web_budget_constraint(g->w, g->w->thinkfmt, g->think_inside, g->budget, n_vocab, &inner, out, err);
+        web_constraint_free(&inner);   /* (taken on success: empty) */
+    }
+    return rc;
+}
+
 /* The other choices, once the first one's prompt is in the KV cache (its
  * first token came, or it ended). A full queue fails only those choices. */
 static void submit_rest(em_gen *g)
@@ -193,8 +209,7 @@ static void submit_rest(em_gen *g)
     for (uint32_t i = g->n_submitted; i < g->n; i++) {
         em_err err = { 0 };
         g->rp.sample.seed = g->seed + i;   /* each choice its own draws */
-        int rc = g->grammar ? web_grammar_constraint(g->grammar, em_model_hparams(g->w->o.model)->n_vocab,
-                                                     g->trigger, g->start_trigger, &g->rp.constraint, &err) : 0;
+        int rc = choice_constraint(g, em_model_hparams(g->w->o.model)->n_vocab, &g->rp.constraint, &err);
         if (rc || em_sched_submit(g->w->o.sched, &g->rp, &g->req[i], NULL, &err)) {
             web_constraint_free(&g->rp.constraint);
             g->done[i] = 1;
@@ -387,8 +402,10 @@ int em_gen_start(em_web *w, const em_gen_params *p, em_gen **out, em_web_error *
         goto fail;
     if (text && !g->harmony && w->thinkfmt) {   /* a prompt that opens the block: the answer begins inside it */
         g->think_on = 1;
+        g->think_inside = web_think_prompt_opens(w->thinkfmt, text, text_len);
+        g->budget = p->reasoning_budget;
         for (uint32_t i = 0; i < g->n; i++)
-            web_think_init(&g->th[i], w->thinkfmt, web_think_prompt_opens(w->thinkfmt, text, text_len));
+            web_think_init(&g->th[i], w->thinkfmt, g->think_inside);
     }
     if (em_log_content())   /* log_content = true: the prompt as the model sees it */
         em_log(EM_LOG_DEBUG, p->request_id, "prompt: %.*s", (int)(text ? text_len : p->prompt ? p->prompt_len : 0),
@@ -438,7 +455,7 @@ int em_gen_start(em_web *w, const em_gen_params *p, em_gen **out, em_web_error *
         }
     if (!g->grammar && p->structure && web_structured_get(w, p->structure, &g->grammar, e))
         goto fail;
-    if (g->grammar && (rc = web_grammar_constraint(g->grammar, n_vocab, g->trigger, g->start_trigger, &rp.constraint, &err))) {
+    if ((rc = choice_constraint(g, n_vocab, &rp.constraint, &err))) {
         em_web_fail(e, rc == EM_ENOMEM ? 500 : 400, rc == EM_ENOMEM ? "server_error" : "invalid_request_error",
                     rc == EM_ENOMEM ? NULL : "invalid_grammar", NULL, "%s", err.msg);
         goto fail;

@@ -264,6 +264,9 @@ static json_t *to_chat(json_t *req, int count, em_web_error *e)
         const char *type = json_string_value(json_object_get(think, "type"));
         json_object_set_new(chat, "chat_template_kwargs", json_pack("{s:b}", "enable_thinking",
                                                                     type && !strcmp(type, "enabled")));
+        json_t *bt = json_object_get(think, "budget_tokens");
+        if (type && !strcmp(type, "enabled") && bt)   /* the block is closed past it */
+            json_object_set(chat, "reasoning_budget", bt);
     }
     if (!count)
         json_object_set(chat, "max_tokens", mt);

@@ -483,15 +483,19 @@ void web_new_id(em_web *w, const char *prefix, char *out, size_t cap)
 }
 
 /* A chat's reasoning parameters: include_reasoning (false: the reasoning is
- * not sent back; its tokens still count), reasoning_effort and
+ * not sent back; its tokens still count), reasoning_budget (the think
+ * block's tokens at most: then it is closed), reasoning_effort and
  * chat_template_kwargs (variables the template reads: enable_thinking,
  * reasoning_effort, as transformers' apply_chat_template takes them). 0, or
  * -1 with e filled (400). */
 static int reasoning_params(json_t *req, api_req *a, em_web_error *e)
 {
     int inc = 1;
-    if (web_want_bool(req, "include_reasoning", &inc, e))
+    long long budget = 0;
+    if (web_want_bool(req, "include_reasoning", &inc, e) ||
+        web_want_int(req, "reasoning_budget", 1, 1 << 24, &budget, e))
         return -1;
+    a->budget = (uint32_t)budget;
     a->hide_reasoning = !inc;
     json_t *kw = json_object_get(req, "chat_template_kwargs"), *eff = json_object_get(req, "reasoning_effort");
     if (kw && !json_is_null(kw) && !json_is_object(kw))
@@ -596,6 +600,7 @@ static int api_begin(em_web *w, json_t *req, int kind, const em_web_auth *auth, 
         if (web_tools_parse(req, &a->tools, e) || reasoning_params(req, a, e))
             goto fail;
         gp.template_vars = a->tvars;
+        gp.reasoning_budget = a->budget;
         gp.tools = &a->tools;
         a->body = json_incref(req);   /* the tools' names and schemas point into it */
         if (!(msgs = web_messages_check(json_object_get(req, "messages"), e)))

@@ -65,6 +65,7 @@ static const web_param params[] = {
     { "tool_choice", P_CHAT, NULL, NULL },
     { "parallel_tool_calls", P_CHAT, NULL, NULL },
     { "include_reasoning", P_CHAT, NULL, NULL },
+    { "reasoning_budget", P_CHAT, NULL, NULL },
     { "reasoning_effort", P_CHAT, NULL, NULL },
     { "chat_template_kwargs", P_CHAT, NULL, NULL },
     /* not built: refused by name rather than ignored */

@@ -152,6 +152,11 @@ int web_think_feed(web_think *t, const char *s, size_t n, em_buf *reasoning, em_
     return was == T_IN || t->state == T_IN || t->state == T_AFTER;
 }
 
+int web_think_inside(const web_think *t)
+{
+    return t->state == T_IN;
+}
+
 void web_think_finish(web_think *t, em_buf *reasoning, em_buf *answer)
 {
     if (t->state == T_IN)

@@ -40,6 +40,8 @@ void web_think_init(web_think *t, const web_thinkfmt *f, int inside);
  * (either may get nothing). Returns 1 when these bytes were (in part) the
  * reasoning's or its tags: a token that counts as reasoning. */
 int  web_think_feed(web_think *t, const char *s, size_t n, em_buf *reasoning, em_buf *answer);
+/* Whether t is inside the think block now. */
+int  web_think_inside(const web_think *t);
 /* The answer ended: what is held back goes out (an unclosed block is all
  * reasoning). */
 void web_think_finish(web_think *t, em_buf *reasoning, em_buf *answer);

@@ -19,6 +19,7 @@
 #include "core/grammar/grammar.h"
 #include "core/grammar/json_schema.h"
 #include "core/log.h"
+#include "web/reasoning.h"
 #include "web/tools.h"
 #include "web/web_int.h"
 
@@ -171,6 +172,25 @@ static int request_gbnf(const json_t *req, char **gbnf, size_t *len, const char 
     return 0;
 }
 
+/* The grammar vocabulary, built at the first use (under s->mu). */
+static int vocab_once(em_web *w, web_structured *s, em_err *err)
+{
+    if (s->vr)
+        return 0;
+    vocab_ref *vr = calloc(1, sizeof *vr);
+    if (!vr)
+        return EM_ENOMEM;
+    int rc = em_gvocab_from_tokenizer(w->o.tok, &vr->v, err);
+    if (rc) {
+        free(vr);
+        return rc;
+    }
+    atomic_init(&vr->refs, 1);
+    vr->words = em_gvocab_mask_words(vr->v);
+    s->vr = vr;
+    return 0;
+}
+
 int web_structured_get(em_web *w, const json_t *req, web_grammar **out, em_web_error *e)
 {
     *out = NULL;
@@ -202,18 +222,8 @@ int web_structured_text(em_web *w, char *text, size_t len, const char *param, we
             break;
         }
     }
-    if (!*out && !s->vr) {   /* the vocabulary, once */
-        vocab_ref *vr = calloc(1, sizeof *vr);
-        if (!vr)
-            rc = EM_ENOMEM;
-        else if ((rc = em_gvocab_from_tokenizer(w->o.tok, &vr->v, &err)))
-            free(vr);
-        else {
-            atomic_init(&vr->refs, 1);
-            vr->words = em_gvocab_mask_words(vr->v);
-            s->vr = vr;
-        }
-    }
+    if (!*out)
+        rc = vocab_once(w, s, &err);
     web_grammar *g = NULL;
     if (!*out && !rc) {
         g = calloc(1, sizeof *g);
@@ -392,6 +402,133 @@ int web_grammar_constraint(web_grammar *g, uint32_t n_vocab, const char *trigger
     }
     atomic_fetch_add(&g->refs, 1);
     *out = (em_constraint){ c, con_allowed, con_accept, con_can_end, con_done, con_destroy };
+    return 0;
+}
+
+/* ---- a reasoning budget around another constraint --------------------------------- */
+
+/* Counts the tokens of the think block an output begins with; once there
+ * are budget of them the block is closed: only tokens that spell on the
+ * close tag and a blank line may come (nothing may end the output
+ * meanwhile), then the output goes on free. The inner constraint (a tool
+ * call's grammar) sees every token and its mask applies too. */
+typedef struct {
+    em_constraint inner;
+    vocab_ref    *vr;
+    web_think     th;
+    web_thinkfmt  fmt;
+    uint32_t      budget, used;
+    char          force[WEB_THINK_TAG_MAX + 2];   /* what closing writes */
+    size_t        forced;      /* bytes of it written while forcing */
+    int           forcing;
+    uint32_t      words;
+} budget_ctx;
+
+static int budget_allowed(void *ctx, uint32_t *allow, em_err *err)
+{
+    budget_ctx *b = ctx;
+    if (b->inner.ctx) {
+        int rc = b->inner.allowed(b->inner.ctx, allow, err);
+        if (rc)
+            return rc;
+    } else {
+        memset(allow, 0xff, b->words * sizeof *allow);
+    }
+    if (!b->forcing)
+        return 0;
+    const char *rest = b->force + b->forced;
+    size_t rn = strlen(rest);
+    uint32_t n_vocab = em_gvocab_n_vocab(b->vr->v);
+    for (uint32_t id = 0; id < n_vocab; id++) {   /* a prefix of what is left of the tag */
+        uint32_t len;
+        const char *t = em_gvocab_token_bytes(b->vr->v, id, &len);
+        if (!len || len > rn || memcmp(t, rest, len))
+            allow[id / 32] &= ~(1u << (id % 32));
+    }
+    for (uint32_t id = n_vocab; id < b->words * 32; id++)
+        allow[id / 32] &= ~(1u << (id % 32));
+    return 0;
+}
+
+static int budget_accept(void *ctx, int32_t id, em_err *err)
+{
+    budget_ctx *b = ctx;
+    if (b->inner.ctx) {
+        int rc = b->inner.accept(b->inner.ctx, id, err);
+        if (rc)
+            return rc;
+    }
+    uint32_t len;
+    const char *t = em_gvocab_token_bytes(b->vr->v, (uint32_t)id, &len);
+    em_buf r = { 0 }, a = { 0 };
+    int in = web_think_feed(&b->th, t, len, &r, &a);
+    em_buf_free(&r);
+    em_buf_free(&a);
+    if (b->forcing) {
+        b->forced += len;
+        if (b->forced >= strlen(b->force))
+            b->forcing = 0;
+    } else if (in && web_think_inside(&b->th) && ++b->used >= b->budget) {
+        b->forcing = 1;   /* the budget is spent: the block is closed from the next token on */
+        b->forced = 0;
+    }
+    return 0;
+}
+
+static int budget_can_end(void *ctx)
+{
+    budget_ctx *b = ctx;
+    return !b->forcing && (!b->inner.ctx || b->inner.can_end(b->inner.ctx));
+}
+
+static int budget_done(void *ctx)
+{
+    budget_ctx *b = ctx;
+    return !b->forcing && b->inner.ctx && b->inner.done(b->inner.ctx);
+}
+
+static void budget_destroy(void *ctx)
+{
+    budget_ctx *b = ctx;
+    web_constraint_free(&b->inner);
+    web_think_free(&b->th);
+    vocab_unref(b->vr);
+    free(b);
+}
+
+int web_budget_constraint(em_web *w, const web_thinkfmt *f, int inside, uint32_t budget, uint32_t n_vocab,
+                          em_constraint *inner, em_constraint *out, em_err *err)
+{
+    *out = (em_constraint){ 0 };
+    web_structured *s = w->structured;
+    budget_ctx *b = calloc(1, sizeof *b);
+    if (!b)
+        return em_err_set(err, EM_ENOMEM, "out of memory");
+    pthread_mutex_lock(&s->mu);
+    int rc = vocab_once(w, s, err);
+    if (!rc) {
+        b->vr = s->vr;
+        atomic_fetch_add(&s->vr->refs, 1);
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (rc) {
+        free(b);
+        return rc == EM_ENOMEM ? em_err_set(err, rc, "out of memory") : rc;
+    }
+    if (b->vr->words > (n_vocab + 31) / 32) {
+        vocab_unref(b->vr);
+        free(b);
+        return em_err_set(err, EM_EINVAL, "the tokenizer has more tokens than the model's %u logits", n_vocab);
+    }
+    b->fmt = *f;
+    web_think_init(&b->th, &b->fmt, inside);
+    /* what is forced: the close tag and the blank line models write after it */
+    snprintf(b->force, sizeof b->force, "%s\n\n", f->close);
+    b->budget = budget;
+    b->words = (n_vocab + 31) / 32;
+    b->inner = *inner;   /* taken */
+    *inner = (em_constraint){ 0 };
+    *out = (em_constraint){ b, budget_allowed, budget_accept, budget_can_end, budget_done, budget_destroy };
     return 0;
 }
 

@@ -407,6 +407,14 @@ void web_grammar_unref(web_grammar *g);   /* accepts NULL; any thread */
 int  web_grammar_constraint(web_grammar *g, uint32_t n_vocab, const char *trigger, const char *start,
                             em_constraint *out, em_err *err);
 void web_constraint_free(em_constraint *c);
+/* A reasoning budget as a constraint: the output's think block (tags f,
+ * borrowed and copied; inside: the prompt opened it) may take budget
+ * tokens, then its close tag is forced and the output goes on free. inner
+ * (taken, emptied; may be empty) is the request's other constraint, asked
+ * and told of every token as well. *out's destroy frees it all. */
+struct web_thinkfmt;
+int  web_budget_constraint(em_web *w, const struct web_thinkfmt *f, int inside, uint32_t budget, uint32_t n_vocab,
+                           em_constraint *inner, em_constraint *out, em_err *err);
 
 /* ---- gen.c: the one generation path ---------------------------------------- */
 
@@ -441,6 +449,7 @@ typedef struct {
     const json_t *template_vars;   /* chat: more variables for the template (borrowed; NULL: none):
                                     * chat_template_kwargs, reasoning_effort */
     const char   *endpoint;        /* the door, for the ledger: "chat.completions", "responses", ... */
+    uint32_t      reasoning_budget; /* chat: the think block's tokens at most, then it is closed (0: no bound) */
 } em_gen_params;
 
 /* The one start of every generation request, whatever its door: render,

@@ -9,7 +9,9 @@
 # answer, "Thinking…" while it comes and "Thought for N s" once filed, the
 # text inside when unfolded; the stored answer holds none of it. On the
 # stock template a grammar forces a block and an answer: both come, each in
-# its own frames.
+# its own frames. A reasoning budget closes the block after that many
+# tokens (chat's reasoning_budget, Anthropic's thinking.budget_tokens), and
+# the model answers after it.
 import asyncio
 import json
 import os
@@ -72,6 +74,18 @@ try:
     assert got['reasoning'] and not got['token'], got   # it never closes the block: all of it is reasoning
     assert done['usage']['reasoning_tokens'] == done['usage']['completion_tokens'] > 0, done
     assert done['message_id'], done   # stored, though its answer is empty
+
+    # a reasoning budget: the block is closed after it, and the model goes on to answer
+    st, _, r = srv.post('/v1/chat/completions', {'messages': [{'role': 'user', 'content': 'Is 7 prime?'}],
+                                                 'max_tokens': 40, 'temperature': 0, 'reasoning_budget': 4})
+    assert st == 200, r
+    u, m = r['usage'], r['choices'][0]['message']
+    assert 4 <= u['completion_tokens_details']['reasoning_tokens'] <= 4 + 6, u   # the budget, then the close tag
+    assert m['content'] and m['reasoning_content'] and '</think>' not in m['content'], m
+    print('ui-reasoning: budget 4: %r | %r' % (m['reasoning_content'], m['content'][:40]))
+    st, _, r = srv.post('/v1/messages', {'max_tokens': 40, 'temperature': 0, 'messages': [
+        {'role': 'user', 'content': 'Is 7 prime?'}], 'thinking': {'type': 'enabled', 'budget_tokens': 4}})
+    assert st == 200 and [c['type'] for c in r['content']][:2] == ['thinking', 'text'], r
 
     b = Browser()
     b.get(srv.base + '/')
