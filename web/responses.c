@@ -31,7 +31,6 @@ typedef struct {
     int      cur;           /* ITEM_*: the item open now */
     json_t  *item;          /* it (a reference into resp's output) */
     em_buf   text;          /* its text so far (message, reasoning) */
-    int      finished;
 } resp_door;
 
 static void door_free(void *p)
@@ -404,7 +403,7 @@ static void close_item(web_conn *c, resp_door *d)
 }
 
 /* Open an item of kind (its .added events); call: the call's chat delta. */
-static void open_item(web_conn *c, api_req *a, resp_door *d, int kind, json_t *call)
+static void open_item(web_conn *c, resp_door *d, int kind, json_t *call)
 {
     close_item(c, d);
     char id[64];
@@ -424,7 +423,6 @@ static void open_item(web_conn *c, api_req *a, resp_door *d, int kind, json_t *c
                        json_object_get(call, "id"), "name", json_object_get(fn, "name"), "arguments", "", "status",
                        "in_progress");
     }
-    (void)a;
     size_t oi = json_array_size(output(d));
     json_array_append_new(output(d), it);
     d->item = it;
@@ -441,7 +439,6 @@ static void open_item(web_conn *c, api_req *a, resp_door *d, int kind, json_t *c
  * output (and, streaming, its events), opening the item it belongs to. */
 typedef struct {
     web_conn  *c;
-    api_req   *a;
     resp_door *d;
 } take_ctx;
 
@@ -451,7 +448,7 @@ static void piece(void *ctx, int kind, const char *s, size_t n, const json_t *ca
     resp_door *d = t->d;
     static const int item[] = { ITEM_REASONING, ITEM_MESSAGE, ITEM_CALL, ITEM_CALL };
     if (kind == WEB_PIECE_CALL || (kind != WEB_PIECE_ARGS && d->cur != item[kind]))
-        open_item(t->c, t->a, d, item[kind], (json_t *)call);
+        open_item(t->c, d, item[kind], (json_t *)call);
     if (kind == WEB_PIECE_CALL || (kind == WEB_PIECE_ARGS && d->cur != ITEM_CALL))
         return;
     static const char *const ev[] = { "response.reasoning_text.delta", "response.output_text.delta", "",
@@ -471,7 +468,7 @@ static void piece(void *ctx, int kind, const char *s, size_t n, const json_t *ca
 static void finish(web_conn *c, api_req *a, resp_door *d)
 {
     if (json_array_size(output(d)) == 0 && d->cur == ITEM_NONE)
-        open_item(c, a, d, ITEM_MESSAGE, NULL);   /* an empty answer is still a message */
+        open_item(c, d, ITEM_MESSAGE, NULL);   /* an empty answer is still a message */
     close_item(c, d);
     const json_t *whole = em_gen_tool_calls(a->gen, 0);
     size_t i;
@@ -500,7 +497,6 @@ static void finish(web_conn *c, api_req *a, resp_door *d)
     json_object_set_new(d->resp, "status", json_string(cut ? "incomplete" : "completed"));
     if (cut)
         json_object_set_new(d->resp, "incomplete_details", json_pack("{s:s}", "reason", "max_output_tokens"));
-    d->finished = 1;
 }
 
 /* The answer as chat messages after the conversation (what
@@ -561,7 +557,7 @@ static void pump(web_conn *c)
         event(sc, d, "response.in_progress", json_pack("{s:O}", "response", d->resp));
     }
     int all = em_gen_pump(a->gen, a->delta);
-    take_ctx tc = { sc, a, d };
+    take_ctx tc = { sc, d };
     web_api_take(a, piece, &tc);
     if (!all)
         return;
@@ -619,15 +615,11 @@ static void create(web_conn *c)
         goto fail;
     }
     resp_door *d = calloc(1, sizeof *d);
-    if (!d) {
-        api_free_now:
+    if (!d || !(d->resp = skeleton(w, a, req))) {
+        free(d);
         web_openai_free(a);
         em_web_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
         goto fail;
-    }
-    if (!(d->resp = skeleton(w, a, req))) {
-        free(d);
-        goto api_free_now;
     }
     d->w = w;
     d->conv = conv;
