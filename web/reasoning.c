@@ -56,8 +56,8 @@ void web_thinkfmt_detect(const char *src, size_t len, const char *bos, const cha
     if (!em_chat_render(src, len, msgs, 0, bos, eos, NULL, NULL, &out, &n, &err) && tags_around(out, n, &got)) {
         *f = got;
         f->from_template = 1;
-    } else if (memmem(src, len, "</think>", 8)) {
-        f->from_template = 1;   /* it strips past </think> from history: the customary tags are its */
+    } else if (memmem(src, len, "<think>", 7) || memmem(src, len, "</think>", 8)) {
+        f->from_template = 1;   /* it opens the block, or strips past </think> from history: the customary tags */
     }
     free(out);
     json_decref(msgs);

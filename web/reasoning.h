@@ -20,7 +20,8 @@ typedef struct web_thinkfmt {
 
 /* Render the template (src, len; NULL: the ChatML fallback) with an
  * assistant message carrying reasoning_content and read the tags around
- * it; a template that strips "</think>" from history names them too.
+ * it; a template that writes "<think>" (its generation prompt opens the
+ * block) or strips "</think>" from history names them too.
  * Otherwise <think> and </think>, the convention: an answer that begins
  * with <think> is reasoning until </think> whatever the template. */
 void web_thinkfmt_detect(const char *src, size_t len, const char *bos, const char *eos, web_thinkfmt *f);

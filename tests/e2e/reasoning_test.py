@@ -6,16 +6,46 @@
 # `usage.completion_tokens_details.reasoning_tokens` counting the block's
 # tokens (also in the ledger); `include_reasoning: false` leaves the
 # reasoning out; a think block that is not at the start stays text; bad
-# reasoning parameters are refused by name.
+# reasoning parameters are refused by name. The WebSocket protocol sends the
+# reasoning in `reasoning` frames before the answer's `token`s, and stores
+# the answer alone. Then SmolLM2 with a template whose generation prompt
+# opens the block (as DeepSeek-R1's does): all it writes is reasoning, and
+# a reasoning budget (chat's reasoning_budget, Anthropic's
+# thinking.budget_tokens) closes the block after that many tokens, the
+# model answering after it.
+import asyncio
+import json
+
 import serve_util as su
 
 try:
     import openai
+    import websockets
 except ImportError as e:
-    su.skip('%s (scripts/venv.sh installs the openai SDK)' % e)
+    su.skip('%s (scripts/venv.sh installs the openai SDK, scripts/setup.sh python3-websockets)' % e)
 
 THINK = 'root ::= "<think>\\n" [a-z ]{10,60} "\\n</think>\\n\\n" [A-Za-z ,.]{5,40}'
 LATE = 'root ::= "So. <think>" [a-z ]{3,20} "</think> done"'
+
+
+async def frames(srv, params, text='Is 7 prime?'):
+    """The frames of one chat over the WebSocket, by type (their texts joined), and its done."""
+    async with websockets.connect('ws://127.0.0.1:%d/ws' % srv.port, subprotocols=['ember.chat.v1'],
+                                  open_timeout=30) as ws:
+        got = {'reasoning': '', 'token': '', 'order': []}
+        while True:
+            m = json.loads(await asyncio.wait_for(ws.recv(), 300))
+            if m['type'] == 'ready':
+                await ws.send(json.dumps({'type': 'chat', 'id': 'r1', 'params': params,
+                                          'messages': [{'role': 'user', 'content': text}]}))
+            elif m['type'] in ('reasoning', 'token'):
+                got[m['type']] += m['text']
+                if m['text']:
+                    got['order'].append(m['type'])
+            elif m['type'] == 'done':
+                return got, m
+            elif m['type'] == 'error':
+                raise AssertionError(m)
 
 srv = su.Server(su.chat_model())
 try:
@@ -80,8 +110,42 @@ try:
                                        reasoning_effort='low', extra_body={'chat_template_kwargs':
                                                                            {'enable_thinking': False}})
     assert r.choices[0].message.content
+
+    # the WebSocket protocol: reasoning frames, then the answer's
+    got, done = asyncio.run(frames(srv, {'grammar': THINK, 'max_tokens': 80, 'temperature': 0}))
+    assert got['reasoning'] and got['token'] and '<think>' not in got['token'] + got['reasoning'], got
+    last_r = max(i for i, k in enumerate(got['order']) if k == 'reasoning')
+    assert got['order'].index('token') > last_r, got['order']
+    assert 0 < done['usage']['reasoning_tokens'] < done['usage']['completion_tokens'], done
+    st, _, stored = srv.request('GET', '/api/conversations/%d' % done['conversation_id'])
+    stored = json.loads(stored)
+    assert [m['content'] for m in stored['messages'] if m['role'] == 'assistant'] == [got['token']], stored
 finally:
     rc, err = srv.stop()
 assert rc == 0, err
 assert 'reasoning: <think>...</think>' in err, err
+
+# a template whose generation prompt opens the block: the answer begins inside it
+srv = su.Server(su.thinking_model(su.chat_model()))
+try:
+    got, done = asyncio.run(frames(srv, {'max_tokens': 24, 'temperature': 0}))
+    assert got['reasoning'] and not got['token'], got   # it never closes the block: all of it is reasoning
+    assert done['usage']['reasoning_tokens'] == done['usage']['completion_tokens'] > 0, done
+    assert done['message_id'], done   # stored, though its answer is empty
+
+    # a reasoning budget: the block is closed after it, and the model goes on to answer
+    st, _, r = srv.post('/v1/chat/completions', {'messages': [{'role': 'user', 'content': 'Is 7 prime?'}],
+                                                 'max_tokens': 40, 'temperature': 0, 'reasoning_budget': 4})
+    assert st == 200, r
+    u, m = r['usage'], r['choices'][0]['message']
+    assert 4 <= u['completion_tokens_details']['reasoning_tokens'] <= 4 + 6, u   # the budget, then the close tag
+    assert m['content'] and m['reasoning_content'] and '</think>' not in m['content'], m
+    print('reasoning: budget 4: %r | %r' % (m['reasoning_content'], m['content'][:40]))
+    st, _, r = srv.post('/v1/messages', {'max_tokens': 40, 'temperature': 0, 'messages': [
+        {'role': 'user', 'content': 'Is 7 prime?'}], 'thinking': {'type': 'enabled', 'budget_tokens': 4}})
+    assert st == 200 and [c['type'] for c in r['content']][:2] == ['thinking', 'text'], r
+finally:
+    rc, err = srv.stop()
+assert rc == 0, err
+assert 'reasoning: <think>...</think> (the template' in err, err
 print('reasoning: ok')

@@ -300,6 +300,17 @@ def gguf_with_template(src, dst, template):
                 o.write(chunk)
 
 
+def thinking_model(base):
+    """A copy of the ChatML model base (SmolLM2) whose chat template's generation prompt opens a think block,
+    as DeepSeek-R1's does: all the model then writes is reasoning until it closes the block (it never does
+    unless made to). Made once per test, in a temporary folder."""
+    template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                "{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}")
+    path = os.path.join(tempfile.mkdtemp(prefix='ember-think-'), 'thinking.gguf')
+    gguf_with_template(base, path, template)
+    return path
+
+
 def add_key(db, name, *extra):
     r = subprocess.run([EMBER, 'keys', 'add', name, '--db', db] + list(extra), capture_output=True, text=True,
                        check=True)

@@ -4,12 +4,11 @@
 # openai SDK: tool_choice auto, required, a named tool and none, plain and
 # streamed (the SDK's stream helper assembles the calls; they equal the
 # plain answer's), parallel_tool_calls false, a whole round trip with the
-# tool's result, many seeds at temperature 1 whose every call parses and
+# tool's result, 16 answers at temperature 1 whose every call parses and
 # validates against its tool's schema (Debian's python3-jsonschema), the
 # ledger's finish_reason, and bad requests refused with the parameter named.
 import json
 import os
-import sys
 import threading
 
 import serve_util as su
@@ -105,7 +104,7 @@ try:
     # parallel_tool_calls false: one call at most, whatever is asked
     two = [{'role': 'user', 'content': 'Get the weather in Paris, then the weather in Tokyo, then in Oslo.'}]
     r = client.chat.completions.create(model=name, messages=two, tools=TOOLS, tool_choice='required',
-                                       parallel_tool_calls=False, temperature=0, max_tokens=120)
+                                       parallel_tool_calls=False, temperature=0, max_tokens=60)
     assert len(r.choices[0].message.tool_calls) == 1, r.choices[0].message.tool_calls
     print('tools: required, named, none and parallel_tool_calls false as asked')
 
@@ -126,18 +125,16 @@ try:
     print('tools: round trip ->', repr(r.choices[0].message.content[:80]))
 
     # many seeds at temperature 1: every call that comes back validates
-    prompts = ['What will the weather be in Paris for the next 3 days?',
-               'Book a meeting called Budget review on 2027-03-14 with Ann and Bo in room 4B.',
+    prompts = ['Book a meeting called Budget review on 2027-03-14 with Ann and Bo in room 4B.',
                'What time is it?',
                'Tell me a joke about compilers.',
-               'Is it going to rain in Tokyo tomorrow? Use fahrenheit.',
-               'Add my dentist appointment on 2027-01-05, high priority.']
+               'Is it going to rain in Tokyo tomorrow? Use fahrenheit.']
     results, errors = [], []
 
     def sample(i, p):
         try:
             r = client.chat.completions.create(model=name, messages=[{'role': 'user', 'content': p}], tools=TOOLS,
-                                               temperature=1.0, seed=1000 + i, n=4, max_tokens=100)
+                                               temperature=1.0, seed=1000 + i, n=4, max_tokens=80)
             results.append(r)
         except Exception as e:   # noqa: BLE001 — reported below
             errors.append(repr(e))
