@@ -29,6 +29,7 @@ static int test_round_trip(void)
         big[i] = (char)(i * 131 + (i >> 9));
     em_file_info a, b, c, e;
     CHECK_RC(em_storage_file_add(st, 1, "batch.jsonl", "batch", "{\"x\":1}\n\0tail", 14, &a, &err), 0);
+    usleep(2000);   /* b newer than a by the clock: the lists' order below (ids break ties at random) */
     CHECK_RC(em_storage_file_add(st, 1, "big.bin", "batch", big, sizeof big, &b, &err), 0);
     CHECK_RC(em_storage_file_add(st, 2, "other.jsonl", "batch", "", 0, &c, &err), 0);
     CHECK_RC(em_storage_file_add(st, 0, "loopback.jsonl", "batch_output", "zz", 2, &e, &err), 0);
