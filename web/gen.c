@@ -780,6 +780,16 @@ int em_gen_drain_error(const em_gen *g, em_web_error *e)
     return 1;
 }
 
+int em_gen_failed(const em_gen *g, em_web_error *e)
+{
+    if (em_gen_drain_error(g, e))
+        return 1;
+    if (!g->error[0])
+        return 0;
+    em_web_fail(e, 500, "server_error", NULL, NULL, "generation failed: %s", g->error);
+    return 1;
+}
+
 uint32_t em_gen_n(const em_gen *g)
 {
     return g->n;

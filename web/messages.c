@@ -316,8 +316,8 @@ static void close_block(web_conn *c, msg_door *d)
         json_object_set(d->block, "text", t);
     } else if (d->cur == BLOCK_THINKING) {
         json_object_set(d->block, "thinking", t);
-        web_sse_event(c, "content_block_delta", json_pack("{s:I, s:{s:s, s:s}}", "index", (json_int_t)idx, "delta", "type",
-                                                  "signature_delta", "signature", ""));
+        web_sse_event(c, "content_block_delta", json_pack("{s:I, s:{s:s, s:s}}", "index", (json_int_t)idx, "delta",
+                                                          "type", "signature_delta", "signature", ""));
     } else {
         json_t *input = json_loads(json_string_value(t), 0, NULL);
         json_object_set_new(d->block, "input", input ? input : json_object());
@@ -412,15 +412,13 @@ static void pump(web_conn *c)
     if (!all)
         return;
     em_web_error e = { 0 };
-    const char *err = em_gen_error(a->gen);
-    if (err || em_gen_drain_error(a->gen, &e)) {
-        if (err)
-            em_web_fail(&e, 500, "server_error", NULL, NULL, "generation failed: %s", err);
+    if (em_gen_failed(a->gen, &e)) {
         if (!a->stream) {
             respond_error(c, &e);
             return;
         }
-        web_sse_event(sc, "error", json_pack("{s:{s:s, s:s}}", "error", "type", error_type(e.status), "message", e.message));
+        web_sse_event(sc, "error", json_pack("{s:{s:s, s:s}}", "error", "type", error_type(e.status), "message",
+                                             e.message));
         web_stream_end(c);
         return;
     }
@@ -448,9 +446,9 @@ static void pump(web_conn *c)
     }
     uint32_t prompt, cached, comp;
     em_gen_usage(a->gen, &prompt, &cached, &comp);
-    web_sse_event(sc, "message_delta", json_pack("{s:{s:s, s:O}, s:{s:I}}", "delta", "stop_reason", reason, "stop_sequence",
-                                         json_object_get(d->msg, "stop_sequence"), "usage", "output_tokens",
-                                         (json_int_t)comp));
+    web_sse_event(sc, "message_delta", json_pack("{s:{s:s, s:O}, s:{s:I}}", "delta", "stop_reason", reason,
+                                                 "stop_sequence", json_object_get(d->msg, "stop_sequence"), "usage",
+                                                 "output_tokens", (json_int_t)comp));
     web_sse_event(sc, "message_stop", json_object());
     web_stream_end(c);
 }

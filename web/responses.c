@@ -346,7 +346,8 @@ static json_t *skeleton(em_web *w, const api_req *a, json_t *req)
                           "store", json_boolean(!json_is_false(json_object_get(req, "store"))), "temperature",
                           or_null(json_object_get(req, "temperature")), "text",
                           text ? json_incref(text) : json_pack("{s:{s:s}}", "format", "type", "text"), "tool_choice",
-                          tc ? json_incref(tc) : json_string("auto"), "tools", tools ? json_incref(tools) : json_array(),
+                          tc ? json_incref(tc) : json_string("auto"), "tools",
+                          tools ? json_incref(tools) : json_array(),
                           "truncation", "disabled", "usage", "top_p", or_null(json_object_get(req, "top_p")),
                           "metadata", json_is_object(json_object_get(req, "metadata"))
                                           ? json_incref(json_object_get(req, "metadata")) : json_object());
@@ -429,7 +430,8 @@ static void open_item(web_conn *c, resp_door *d, int kind, json_t *call)
     d->cur = kind;
     event(c, d, "response.output_item.added", json_pack("{s:I, s:O}", "output_index", (json_int_t)oi, "item", it));
     if (kind == ITEM_MESSAGE) {
-        json_t *part = json_pack("{s:s, s:s, s:[], s:[]}", "type", "output_text", "text", "", "annotations", "logprobs");
+        json_t *part = json_pack("{s:s, s:s, s:[], s:[]}", "type", "output_text", "text", "", "annotations",
+                                 "logprobs");
         event(c, d, "response.content_part.added", json_pack("{s:s, s:I, s:i, s:o}", "item_id", id, "output_index",
                                                             (json_int_t)oi, "content_index", 0, "part", part));
     }
@@ -512,7 +514,8 @@ static void store(em_web *w, api_req *a, resp_door *d)
         const char *type = json_string_value(json_object_get(it, "type"));
         if (!strcmp(type, "message")) {
             json_t *p = json_array_get(json_object_get(it, "content"), 0);
-            em_buf_add(&text, json_string_value(json_object_get(p, "text")), json_string_length(json_object_get(p, "text")));
+            json_t *pt = json_object_get(p, "text");
+            em_buf_add(&text, json_string_value(pt), json_string_length(pt));
         } else if (!strcmp(type, "function_call") && !strcmp(json_string_value(json_object_get(it, "status")),
                                                               "completed")) {
             json_array_append_new(calls, json_pack("{s:O, s:s, s:{s:O, s:O}}", "id", json_object_get(it, "call_id"),
@@ -538,15 +541,6 @@ static void store(em_web *w, api_req *a, resp_door *d)
     free(input);
 }
 
-/* The error a failed response carries, as its 'error' member. */
-static json_t *failure(api_req *a, em_web_error *e)
-{
-    const char *err = em_gen_error(a->gen);
-    if (err)
-        em_web_fail(e, 500, "server_error", NULL, NULL, "generation failed: %s", err);
-    return json_pack("{s:s, s:s}", "code", e->code ? e->code : "server_error", "message", e->message);
-}
-
 static void pump(web_conn *c)
 {
     api_req *a = c->api;
@@ -562,16 +556,15 @@ static void pump(web_conn *c)
     if (!all)
         return;
     em_web_error e = { 0 };
-    if (em_gen_error(a->gen) || em_gen_drain_error(a->gen, &e)) {
-        json_t *err = failure(a, &e);
+    if (em_gen_failed(a->gen, &e)) {
         if (!a->stream) {
             web_respond_error(c, &e);
-            json_decref(err);
             return;
         }
         close_item(sc, d);
         json_object_set_new(d->resp, "status", json_string("failed"));
-        json_object_set_new(d->resp, "error", err);
+        json_object_set_new(d->resp, "error", json_pack("{s:s, s:s}", "code", e.code ? e.code : "server_error",
+                                                        "message", e.message));
         event(sc, d, "response.failed", json_pack("{s:O}", "response", d->resp));
         web_stream_end(c);
         return;

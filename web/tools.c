@@ -174,8 +174,8 @@ void web_toolfmt_detect(const char *src, size_t len, const char *bos, const char
     if (ct) {
         size_t from = (size_t)(ct - pc) + strlen(PROBE_TEXT), cn, dummy1, dummy2;
         char why[256];
-        if (find_call(pc, nc, from, PROBE_A, "ember_val_a", &cn, &dummy1, &dummy2, why, sizeof why) && cn - from <= name_at &&
-            !memcmp(pc + from, a + name_at - (cn - from), cn - from))
+        if (find_call(pc, nc, from, PROBE_A, "ember_val_a", &cn, &dummy1, &dummy2, why, sizeof why) &&
+            cn - from <= name_at && !memcmp(pc + from, a + name_at - (cn - from), cn - from))
             o = name_at - (cn - from);
     }
     free(pc);

@@ -503,6 +503,10 @@ const char *em_gen_text(const em_gen *g, uint32_t i, size_t *len);
  * request is done because the drain stopped it: its client is told so
  * instead of getting a cut-off answer as if whole; else 0. */
 int  em_gen_drain_error(const em_gen *g, em_web_error *e);
+/* Once every choice is done: 1 with e filled when the request did not end
+ * as an answer — a choice failed (500 "generation failed: ...") or the
+ * drain stopped it (em_gen_drain_error's 503); else 0. */
+int  em_gen_failed(const em_gen *g, em_web_error *e);
 
 /* The log-probability entries of choice i's tokens taken by em_gen_pump
  * since the last call, as a new JSON array (the caller's reference) of
