@@ -335,13 +335,7 @@ static int tools_start(em_gen *g, const em_gen_params *p, const web_tools *tl, e
     if (g->harmony)
         return em_web_fail(e, 400, "invalid_request_error", "tools_unsupported", "tools",
                            "tool calls in a harmony model's commentary channel are not built yet");
-    const json_t *st = p->structure;
-    int structured = 0;
-    for (int k = 0; k < 3 && st; k++) {
-        json_t *v = json_object_get(st, (const char *[]){ "response_format", "grammar", "regex" }[k]);
-        structured |= v && !json_is_null(v);
-    }
-    if (structured)
+    if (web_structured_asked(p->structure))
         return em_web_fail(e, 400, "invalid_request_error", NULL, "tools",
                            "'tools' with 'response_format', 'grammar' or 'regex' in one request is not supported");
     char *gbnf;

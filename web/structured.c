@@ -191,6 +191,15 @@ static int vocab_once(em_web *w, web_structured *s, em_err *err)
     return 0;
 }
 
+int web_structured_asked(const json_t *req)
+{
+    json_t *rf = json_object_get(req, "response_format"), *gr = json_object_get(req, "grammar"),
+           *re = json_object_get(req, "regex");
+    const char *type = json_string_value(json_object_get(rf, "type"));
+    return (rf && !json_is_null(rf) && !(type && !strcmp(type, "text"))) || (gr && !json_is_null(gr)) ||
+           (re && !json_is_null(re));
+}
+
 int web_structured_get(em_web *w, const json_t *req, web_grammar **out, em_web_error *e)
 {
     *out = NULL;

@@ -391,6 +391,9 @@ void web_structured_destroy(web_structured *s);
  * web_grammar_unref, NULL when it asks for none. -1 with e filled (400
  * naming the parameter and, for GBNF, line and column; 500). */
 int  web_structured_get(em_web *w, const json_t *req, web_grammar **out, em_web_error *e);
+/* Whether req (borrowed; NULL: no) asks for structure at all: a
+ * response_format other than text, a grammar or a regex (checked or not). */
+int  web_structured_asked(const json_t *req);
 /* The same for GBNF text (taken: text is freed here, whatever happens; len
  * bytes) that param came from, for the errors. */
 int  web_structured_text(em_web *w, char *text, size_t len, const char *param, web_grammar **out,

@@ -174,6 +174,9 @@ try:
     refused('messages[0]', messages=[{'role': 'user', 'content': 'x', 'tool_calls': [
         {'id': 'a', 'type': 'function', 'function': {'name': 'f', 'arguments': '{}'}}]}])
     refused('tools', response_format={'type': 'json_object'})
+    r = client.chat.completions.create(model=name, messages=weather, tools=TOOLS, tool_choice='required', max_tokens=60,
+                                       temperature=0, response_format={'type': 'text'})   # (asks for no structure)
+    assert r.choices[0].finish_reason == 'tool_calls', r.choices[0]
     refused('tools', tools=[{'type': 'function', 'function': {'name': 'f%d' % i}} for i in range(129)])
     print('tools: bad requests refused by name')
 
