@@ -332,9 +332,6 @@ static int tools_start(em_gen *g, const em_gen_params *p, const web_tools *tl, e
     if (!f || !f->ok)
         return em_web_fail(e, 400, "invalid_request_error", "tools_unsupported", "tools",
                            "this model cannot take tools: %s", f ? f->why : "no chat template");
-    if (g->harmony)
-        return em_web_fail(e, 400, "invalid_request_error", "tools_unsupported", "tools",
-                           "tool calls in a harmony model's commentary channel are not built yet");
     if (web_structured_asked(p->structure))
         return em_web_fail(e, 400, "invalid_request_error", NULL, "tools",
                            "'tools' with 'response_format', 'grammar' or 'regex' in one request is not supported");
@@ -541,27 +538,39 @@ json_t *em_gen_take_logprobs(em_gen *g, uint32_t i)
     return taken;
 }
 
+typedef struct harmony_out harmony_out;
+static void harmony_sink(void *ctx, em_harmony_channel ch, const char *s, size_t n);
+
 /* Where a choice's answer goes when it has tools: the text to the delta
- * and the choice's text, the calls to g->calls with their deltas. */
+ * and the choice's text (a harmony model's: to its channels' split), the
+ * calls to g->calls with their deltas. */
 typedef struct {
-    em_gen  *g;
-    uint32_t i;
-    em_buf  *delta;
+    em_gen      *g;
+    uint32_t     i;
+    em_buf      *delta;
+    harmony_out *ho;   /* a harmony model's (NULL: none) */
 } tools_out;
 
 static void tools_text(void *ctx, const char *s, size_t n)
 {
     tools_out *o = ctx;
+    if (o->ho) {
+        em_harmony_feed(&o->g->hm[o->i], s, n, harmony_sink, o->ho);
+        return;
+    }
     em_buf_add(o->delta, s, n);
     em_buf_add(&o->g->text[o->i], s, n);
 }
 
-static void tools_call(void *ctx, uint32_t index, const char *name)
+static void tools_call(void *ctx, uint32_t index, const char *name, const char *model_id)
 {
     tools_out *o = ctx;
     em_gen *g = o->g;
     char id[40];
-    web_new_id(g->w, "call_", id, sizeof id);
+    if (model_id)   /* the one the model wrote: the next turn's template checks it */
+        snprintf(id, sizeof id, "%s", model_id);
+    else
+        web_new_id(g->w, "call_", id, sizeof id);
     json_array_append_new(g->calls[o->i], json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "function",
                                                     "function", "name", name, "arguments", ""));
     if (!g->tdelta[o->i])
@@ -620,7 +629,7 @@ static void answer_text(em_gen *g, uint32_t i, em_buf *delta, const char *s, siz
     if (!n)
         return;
     if (g->tools_on) {
-        tools_out to = { g, i, delta };
+        tools_out to = { g, i, delta, NULL };
         if (g->rtok[i])   /* a bare call counts only at the output's start (the constraint's rule) */
             g->tp[i].at_start = 0;
         web_toolparse_feed(&g->tp[i], s, n, &tools_sink, &to);
@@ -655,14 +664,14 @@ static int think_feed(em_gen *g, uint32_t i, em_buf *delta, const char *s, size_
 }
 
 /* Where a harmony channel's text goes: the answer to the delta and the
- * choice's text, the reasoning apart, other channels (commentary: tool
- * calls) nowhere yet. */
-typedef struct {
+ * choice's text, the reasoning apart, other channels nowhere (a tool call,
+ * in commentary, was taken out before: tools_text). */
+struct harmony_out {
     em_gen  *g;
     uint32_t i;
     em_buf  *delta;
     int      analysis;   /* this token's text was (in part) the reasoning's */
-} harmony_out;
+};
 
 static void harmony_sink(void *ctx, em_harmony_channel ch, const char *s, size_t n)
 {
@@ -690,8 +699,12 @@ int em_gen_pump(em_gen *g, em_buf *delta)
         while (!g->done[i] && g->req[i] && em_request_next(g->req[i], &ev, 0)) {
             harmony_out ho = { g, i, &delta[i], 0 };
             int reasoning = 0;
-            if (ev.text_len && g->harmony) {
-                em_harmony_feed(&g->hm[i], ev.text, ev.text_len, harmony_sink, &ho);
+            if (ev.text_len && g->harmony) {   /* (with tools: the calls taken out first) */
+                tools_out to = { g, i, &delta[i], &ho };
+                if (g->tools_on)
+                    web_toolparse_feed(&g->tp[i], ev.text, ev.text_len, &tools_sink, &to);
+                else
+                    em_harmony_feed(&g->hm[i], ev.text, ev.text_len, harmony_sink, &ho);
                 reasoning = ho.analysis;
             } else if (g->think_on && (ev.kind == EM_EV_TOKEN || ev.text_len)) {
                 reasoning = think_feed(g, i, &delta[i], ev.text, ev.text_len, 0);
@@ -709,18 +722,18 @@ int em_gen_pump(em_gen *g, em_buf *delta)
             if (ev.kind == EM_EV_TOKEN && ev.has_lp && g->lp[i])
                 json_array_append_new(g->lp[i], lp_entry(g->w->o.tok, &ev));
             if (ev.kind == EM_EV_DONE) {
-                if (g->harmony)
-                    em_harmony_finish(&g->hm[i], harmony_sink, &ho);
                 if (g->think_on)
                     think_feed(g, i, &delta[i], NULL, 0, 1);
-                if (g->tools_on) {
-                    tools_out to = { g, i, &delta[i] };
+                if (g->tools_on) {   /* (before harmony's: text it held goes there) */
+                    tools_out to = { g, i, &delta[i], g->harmony ? &ho : NULL };
                     g->calls_whole[i] = web_toolparse_finish(&g->tp[i], &tools_sink, &to);
                     /* a call cut off (max_tokens) is not a call: only whole ones are returned */
                     size_t whole = g->tp[i].n_done;
                     while (json_array_size(g->calls[i]) > whole)
                         json_array_remove(g->calls[i], json_array_size(g->calls[i]) - 1);
                 }
+                if (g->harmony)
+                    em_harmony_finish(&g->hm[i], harmony_sink, &ho);
                 g->done[i] = 1;
                 g->finish[i] = ev.finish;
                 g->stop_hit[i] = ev.stop_hit;

@@ -874,13 +874,25 @@ int em_web_create(const em_web_opts *o, em_web **out, em_err *err)
     if (o->tok) {   /* how the template writes a tool call: read off it once */
         int32_t bos = em_tokenizer_bos(o->tok), eos = em_tokenizer_eos(o->tok), eot = em_tokenizer_eot(o->tok);
         const char *bt = bos >= 0 ? em_tokenizer_token_text(o->tok, bos) : "";
-        const char *stops[2] = { eos >= 0 ? em_tokenizer_token_text(o->tok, eos) : NULL,
+        /* what ends a turn: EOS, EOT, then the other end-of-generation tokens (harmony's <|call|>) */
+        const char *stops[8] = { eos >= 0 ? em_tokenizer_token_text(o->tok, eos) : NULL,
                                  eot >= 0 ? em_tokenizer_token_text(o->tok, eot) : NULL };
-        web_toolfmt_detect(w->tmpl, w->tmpl_len, bt, stops[0] ? stops[0] : "", stops, 2, w->toolfmt);
-        if (w->toolfmt->ok)
-            em_log(EM_LOG_INFO, NULL, "tool calls: the template writes them as %s...%s", w->toolfmt->trigger,
-                   w->toolfmt->close);
-        else
+        size_t n_stops = 2;
+        for (int32_t id = 0; id < (int32_t)em_tokenizer_n_vocab(o->tok) && n_stops < 8; id++)
+            if (em_tokenizer_is_eog(o->tok, id) && id != eos && id != eot)
+                stops[n_stops++] = em_tokenizer_token_text(o->tok, id);
+        web_toolfmt_detect(w->tmpl, w->tmpl_len, bt, stops[0] ? stops[0] : "", stops, n_stops, w->toolfmt);
+        if (w->toolfmt->ok) {
+            /* markers the format writes that are control tokens ([TOOL_CALLS]):
+             * decoded as their text, so that the grammar may allow them and
+             * the answer's parser sees them */
+            const web_toolfmt *f = w->toolfmt;
+            const char *pieces[4] = { f->open, f->mid, f->sep ? f->sep : "", f->close };
+            for (int i = 0; i < 4; i++)
+                em_tokenizer_show(o->tok, pieces[i]);
+            em_log(EM_LOG_INFO, NULL, "tool calls: the template writes them as %s...%s", f->trigger,
+                   f->id_len ? " (with the call's id)" : "");
+        } else
             em_log(EM_LOG_INFO, NULL, "tool calls: none (%s)", w->toolfmt->why);
         if (!(w->thinkfmt = calloc(1, sizeof *w->thinkfmt))) {
             rc = em_err_set(err, EM_ENOMEM, "serve: out of memory");

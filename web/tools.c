@@ -132,6 +132,31 @@ static int find_call(const char *a, size_t n, size_t from, const char *name, con
     return 1;
 }
 
+/* The probe ids in a render (s, *n; NUL-terminated) replaced by WEB_TOOL_ID. */
+static void mark_ids(char *s, size_t *n)
+{
+    if (!s)
+        return;
+    const char *ids[2] = { PROBE_ID, PROBE_ID2 };
+    for (int k = 0; k < 2; k++) {
+        size_t idn = strlen(ids[k]);
+        char *p;
+        while ((p = memmem(s, *n, ids[k], idn))) {
+            *p = WEB_TOOL_ID;
+            memmove(p + 1, p + idn, *n - (size_t)(p + idn - s) + 1);
+            *n -= idn - 1;
+        }
+    }
+}
+
+static size_t count_ids(const char *s)
+{
+    size_t n = 0;
+    for (; s && *s; s++)
+        n += *s == WEB_TOOL_ID;
+    return n;
+}
+
 static size_t common_prefix(const char *a, size_t na, const char *b, size_t nb)
 {
     size_t i = 0;
@@ -155,21 +180,18 @@ void web_toolfmt_detect(const char *src, size_t len, const char *bos, const char
                                         "assistant's tool_calls");
         goto done;
     }
+    mark_ids(p1, &n1);   /* a call's id where the template writes one */
     size_t base = common_prefix(g, ng, p1, n1);
     const char *a = p1 + base;
     size_t na = n1 - base, name_at, args_at, args_end;
     if (!find_call(a, na, 0, PROBE_A, "ember_val_a", &name_at, &args_at, &args_end, f->why, sizeof f->why))
         goto done;
-    if (memmem(a, na, PROBE_ID, strlen(PROBE_ID))) {
-        snprintf(f->why, sizeof f->why, "the chat template writes the call's id into the call, which ember "
-                                        "cannot generate yet");
-        goto done;
-    }
     size_t o = 0;   /* the open starts at the first character the model writes */
     /* ... after any text: with content, what stands between it and the call
      * (a template may put more before the content: an empty think block) */
     size_t nc = 0;
     char *pc = render_probe(src, len, bos, eos, 1, PROBE_TEXT, &nc);
+    mark_ids(pc, &nc);
     const char *ct = pc ? memmem(pc, nc, PROBE_TEXT, strlen(PROBE_TEXT)) : NULL;
     if (ct) {
         size_t from = (size_t)(ct - pc) + strlen(PROBE_TEXT), cn, dummy1, dummy2;
@@ -179,8 +201,11 @@ void web_toolfmt_detect(const char *src, size_t len, const char *bos, const char
             o = name_at - (cn - from);
     }
     free(pc);
+    size_t o0 = o;
     while (o < name_at && isspace((unsigned char)a[o]))
         o++;
+    if (o0 == 0 && o > 0 && !(f->lead = dupn(a, o)))   /* (harmony's " to=functions.") */
+        goto done;
     if (o == name_at) {
         snprintf(f->why, sizeof f->why, "the chat template writes nothing before a tool call's name");
         goto done;
@@ -198,11 +223,21 @@ void web_toolfmt_detect(const char *src, size_t len, const char *bos, const char
     f->open = dupn(a + o, name_at - o);
     f->mid = dupn(a + name_end, args_at - name_end);
     f->close = dupn(a + args_end, close_end - args_end);
+    if (memchr(a, WEB_TOOL_ID, name_at) || count_ids(f->mid) + count_ids(f->close) > 1 ||
+        (f->mid && f->mid[0] == WEB_TOOL_ID)) {
+        snprintf(f->why, sizeof f->why, "the chat template writes a tool call's id where ember cannot read it "
+                                        "(before the call's name, right after it, or twice)");
+        goto done;
+    }
+    if (count_ids(f->mid) + count_ids(f->close))
+        f->id_len = strlen(PROBE_ID);
     size_t t = 1;   /* the trigger: open up to its first bracket or line break */
     while (t < strlen(f->open) && !strchr("{[\n", f->open[t]))
         t++;
+    while (t > 1 && isspace((unsigned char)f->open[t - 1]))   /* what follows the tag is the grammar's */
+        t--;
     f->trigger = dupn(f->open, t);
-    if (f->open && f->close && t < strlen(f->open)) {
+    if (f->open && f->close && t < strlen(f->open) && !f->id_len) {
         size_t b = t, c = 0;
         while (isspace((unsigned char)f->open[b]))
             b++;
@@ -220,6 +255,7 @@ void web_toolfmt_detect(const char *src, size_t len, const char *bos, const char
     }
     /* two calls: what stands between them (none: one call per answer) */
     if ((p2 = render_probe(src, len, bos, eos, 2, "", &n2))) {
+        mark_ids(p2, &n2);
         size_t b2 = common_prefix(g, ng, p2, n2), x, y, z, bx, by, bz;
         const char *a2 = p2 + b2;
         size_t na2 = n2 - b2;
@@ -228,6 +264,11 @@ void web_toolfmt_detect(const char *src, size_t len, const char *bos, const char
             find_call(a2, na2, z, PROBE_B, "ember_val_b", &bx, &by, &bz, why, sizeof why) && bx >= z &&
             by - bx - strlen(PROBE_B) == strlen(f->mid) && !memcmp(a2 + bx + strlen(PROBE_B), f->mid, strlen(f->mid)))
             f->sep = dupn(a2 + z, bx - z);
+        if (f->sep && count_ids(f->sep) != count_ids(f->close)) {   /* the id of the call before it, or none */
+            snprintf(f->why, sizeof f->why, "the chat template writes a tool call's id between two calls but not "
+                                            "after the last");
+            goto done;
+        }
     }
     f->ok = 1;
 done:
@@ -249,6 +290,7 @@ void web_toolfmt_free(web_toolfmt *f)
     free(f->sep);
     free(f->close);
     free(f->trigger);
+    free(f->lead);
     free(f->bare_open);
     free(f->bare_close);
     free(f->bare_key);
@@ -415,6 +457,24 @@ static void gbnf_literal(em_buf *b, const char *s)
     em_buf_add(b, "\"", 1);
 }
 
+/* A piece of the format (mid, sep, close) as GBNF: its text, and the
+ * call's id where it stands (id_len letters and digits); nothing for "". */
+static void gbnf_piece(em_buf *b, const char *s, size_t id_len)
+{
+    const char *m;
+    while ((m = strchr(s, WEB_TOOL_ID))) {
+        if (m > s) {
+            char *part = dupn(s, (size_t)(m - s));
+            gbnf_literal(b, part ? part : "");
+            free(part);
+        }
+        em_buf_addf(b, " [a-zA-Z0-9]{%zu} ", id_len);
+        s = m + 1;
+    }
+    if (*s)
+        gbnf_literal(b, s);
+}
+
 /* lit as GBNF with JSON's freedom of white space: its tokens (structural
  * characters, whole strings, a lone quote that opens or closes one) with
  * `ws` between them; in_str: lit begins inside a string (its first quote
@@ -465,7 +525,7 @@ static void tool_alternatives(em_buf *b, const web_toolfmt *f, const web_tools *
         if (bare)
             gbnf_flex(b, f->mid, 1);
         else
-            gbnf_literal(b, f->mid);
+            gbnf_piece(b, f->mid, f->id_len);
         em_buf_addf(b, " args%zu", i);
     }
 }
@@ -491,7 +551,12 @@ int web_tools_gbnf(const web_toolfmt *f, const web_tools *t, char **gbnf, size_t
                            "tool '%s': its parameters schema cannot be enforced: %s", t->name[failed], err.msg);
     }
     em_buf b = { 0 };
-    em_buf_add(&b, "root ::= calls", 14);
+    em_buf_add(&b, "root ::= ", 9);
+    if (f->lead && t->choice != WEB_TOOL_AUTO) {   /* the answer is the call: as the template begins it */
+        gbnf_literal(&b, f->lead);
+        em_buf_add(&b, " ", 1);
+    }
+    em_buf_add(&b, "calls", 5);
     if (f->bare_open && t->choice == WEB_TOOL_AUTO) {   /* what the start trigger begins: one bare call */
         em_buf_addf(&b, "%s", " | [ \\t\\n]* (\"```\" [a-z]{0,12} [ \\t]* \"\\n\")? ");
         gbnf_flex(&b, f->bare_open, 0);
@@ -505,11 +570,11 @@ int web_tools_gbnf(const web_toolfmt *f, const web_tools *t, char **gbnf, size_t
     em_buf_add(&b, " call", 5);
     if (t->parallel && f->sep) {
         em_buf_add(&b, " (", 2);
-        gbnf_literal(&b, f->sep);
+        gbnf_piece(&b, f->sep, f->id_len);
         em_buf_addf(&b, " call){0,%d}", WEB_TOOL_CALLS_MAX - 1);
     }
     em_buf_add(&b, " ", 1);
-    gbnf_literal(&b, f->close);
+    gbnf_piece(&b, f->close, f->id_len);
     em_buf_add(&b, "\ncall ::= ", 10);
     tool_alternatives(&b, f, t, 0);
     em_buf_add(&b, "\n", 1);
@@ -528,18 +593,31 @@ int web_tools_gbnf(const web_toolfmt *f, const web_tools *t, char **gbnf, size_t
 
 enum { P_TEXT, P_OPEN, P_NAME, P_ARGS, P_AFTER, P_END, P_BOPEN };
 
-/* h[0..n) against lit with white space free between lit's characters (in
- * lit ignored, in h any amount skipped before each of lit's characters):
- * the bytes of h that matched all of lit (>= 0), -1 when h ended first, -2
- * when they differ. */
-static long flex(const char *h, size_t n, const char *lit)
+/* h[0..n) against a piece of the format lit: with ws, white space free
+ * between lit's characters (in lit ignored, in h any amount skipped before
+ * each of lit's characters); where lit has WEB_TOOL_ID, the call's id
+ * (id_len letters and digits), copied to id (24 bytes). The bytes of h that
+ * matched all of lit (>= 0), -1 when h ended first, -2 when they differ. */
+static long lit_match(const char *h, size_t n, const char *lit, int ws, size_t id_len, char *id)
 {
     size_t i = 0;
     for (const char *l = lit; *l; l++) {
-        if (isspace((unsigned char)*l))
+        if (ws && isspace((unsigned char)*l))
             continue;
-        while (i < n && isspace((unsigned char)h[i]))
+        while (ws && i < n && isspace((unsigned char)h[i]))
             i++;
+        if (*l == WEB_TOOL_ID) {
+            for (size_t k = 0; k < id_len; k++, i++) {
+                if (i == n)
+                    return -1;
+                if (!isalnum((unsigned char)h[i]))
+                    return -2;
+                if (k < 23)
+                    id[k] = h[i];
+            }
+            id[id_len < 23 ? id_len : 23] = 0;
+            continue;
+        }
         if (i == n)
             return -1;
         if (h[i] != *l)
@@ -547,6 +625,11 @@ static long flex(const char *h, size_t n, const char *lit)
         i++;
     }
     return (long)i;
+}
+
+static long flex(const char *h, size_t n, const char *lit)
+{
+    return lit_match(h, n, lit, 1, 0, NULL);
 }
 
 long web_tools_bare_start(const char *s, size_t n, const char *key)
@@ -588,6 +671,7 @@ void web_toolparse_free(web_toolparse *p)
 {
     em_buf_free(&p->hold);
     em_buf_free(&p->name);
+    em_buf_free(&p->held);
 }
 
 static void drop(em_buf *b, size_t n)
@@ -605,6 +689,17 @@ static size_t partial_suffix(const char *s, size_t n, const char *w)
         if (!memcmp(s + n - k, w, k))
             return k;
     return 0;
+}
+
+/* A call whose id came after its arguments: given now, with them. */
+static void release(web_toolparse *p, const web_toolsink *k, void *ctx)
+{
+    if (!p->held_on)
+        return;
+    p->held_on = 0;
+    k->call(ctx, p->n_calls - 1, p->name.s ? p->name.s : "", p->id);
+    k->args(ctx, p->n_calls - 1, p->held.s ? p->held.s : "", p->held.n);
+    em_buf_reset(&p->held);
 }
 
 static int is_prefix(const char *s, size_t n, const char *w)
@@ -650,6 +745,10 @@ void web_toolparse_feed(web_toolparse *p, const char *s, size_t n, const web_too
         }
         case P_OPEN: {
             size_t on = strlen(f->open);
+            while (h->n && isspace((unsigned char)h->s[0]))   /* (the lead: not text) */
+                drop(h, 1);
+            if (!h->n)
+                break;
             if (!is_prefix(h->s, h->n, f->open)) {   /* not a call after all (the grammar rules it out) */
                 k->text(ctx, h->s, h->n);
                 drop(h, h->n);
@@ -674,6 +773,7 @@ void web_toolparse_feed(web_toolparse *p, const char *s, size_t n, const web_too
         }
         case P_NAME: {
             size_t nn, mn;
+            const char *mark = p->bare ? NULL : strchr(f->mid, WEB_TOOL_ID);
             if (p->bare) {   /* the name ends at its quote; the mid with free white space */
                 const char *q = memchr(h->s, '"', h->n);
                 long r = q ? flex(q, h->n - (size_t)(q - h->s), f->mid) : -1;
@@ -683,16 +783,22 @@ void web_toolparse_feed(web_toolparse *p, const char *s, size_t n, const web_too
                     break;
                 nn = (size_t)(q - h->s);
                 mn = (size_t)r;
-            } else {
-                const char *m = memmem(h->s, h->n, f->mid, strlen(f->mid));
-                if (!m)
+            } else {   /* the name ends where the mid begins (up to the id in it) */
+                const char *m = memmem(h->s, h->n, f->mid, mark ? (size_t)(mark - f->mid) : strlen(f->mid));
+                long r = m ? lit_match(m, h->n - (size_t)(m - h->s), f->mid, 0, f->id_len, p->id) : -1;
+                if (r == -2)
+                    p->state = P_END;   /* (the grammar rules it out) */
+                if (r < 0)
                     break;
                 nn = (size_t)(m - h->s);
-                mn = strlen(f->mid);
+                mn = (size_t)r;
             }
             em_buf_reset(&p->name);
             em_buf_add(&p->name, h->s, nn);
-            k->call(ctx, p->n_calls++, p->name.s ? p->name.s : "");
+            p->held_on = f->id_len && !mark;   /* the id comes after the arguments */
+            if (!p->held_on)
+                k->call(ctx, p->n_calls, p->name.s ? p->name.s : "", mark ? p->id : NULL);
+            p->n_calls++;
             drop(h, nn + mn);
             p->state = P_ARGS;
             p->depth = p->in_str = p->esc = 0;
@@ -722,7 +828,10 @@ void web_toolparse_feed(web_toolparse *p, const char *s, size_t n, const web_too
                     end = i + 1;
                 }
             }
-            k->args(ctx, p->n_calls - 1, h->s, i);
+            if (p->held_on)
+                em_buf_add(&p->held, h->s, i);
+            else
+                k->args(ctx, p->n_calls - 1, h->s, i);
             drop(h, i);
             if (end) {
                 p->n_done++;
@@ -733,7 +842,6 @@ void web_toolparse_feed(web_toolparse *p, const char *s, size_t n, const web_too
         }
         case P_AFTER: {
             const char *close = p->bare ? f->bare_close : f->close, *sep = p->bare ? NULL : f->sep;
-            size_t cn = strlen(close), sn = sep ? strlen(sep) : 0;
             if (p->bare) {   /* a bare call ends at its close (a fence after it is not text) */
                 long r = flex(h->s, h->n, close);
                 if (r != -1) {
@@ -741,14 +849,16 @@ void web_toolparse_feed(web_toolparse *p, const char *s, size_t n, const web_too
                     p->state = P_END;
                     moved = 1;
                 }
-            } else if (sep && h->n >= sn && !memcmp(h->s, sep, sn)) {
-                drop(h, sn);
-                p->state = P_NAME;
-                moved = 1;
-            } else if (h->n >= cn && !memcmp(h->s, close, cn) && !(sep && h->n < sn && is_prefix(h->s, h->n, sep))) {
-                drop(h, cn);
-                p->closed = 1;
-                p->state = P_END;
+                break;
+            }
+            long rs = sep ? lit_match(h->s, h->n, sep, 0, f->id_len, p->id) : -2;
+            long rc = rs == -2 ? lit_match(h->s, h->n, close, 0, f->id_len, p->id) : -1;
+            if (rs >= 0 || rc >= 0) {
+                release(p, k, ctx);
+                drop(h, (size_t)(rs >= 0 ? rs : rc));
+                p->closed = rs < 0;
+                p->state = rs >= 0 ? P_NAME : P_END;
+                moved = rs >= 0;
             }
             break;
         }
@@ -763,9 +873,10 @@ int web_toolparse_finish(web_toolparse *p, const web_toolsink *k, void *ctx)
     em_buf *h = &p->hold;
     if (p->state == P_TEXT && h->n)
         k->text(ctx, h->s, h->n);
-    if (p->state == P_AFTER && !p->bare && h->n >= strlen(p->f->close) &&
-        !memcmp(h->s, p->f->close, strlen(p->f->close)))
+    if (p->state == P_AFTER && !p->bare && lit_match(h->s, h->n, p->f->close, 0, p->f->id_len, p->id) >= 0) {
+        release(p, k, ctx);
         p->closed = 1;
+    }
     em_buf_reset(h);
     return p->n_calls > 0 && p->closed && p->n_done == p->n_calls;
 }

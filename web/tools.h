@@ -23,11 +23,19 @@
 
 /* A template's call format: the assistant turn of one call reads
  * open NAME mid ARGS close; of two, open N1 mid A1 sep N2 mid A2 close.
- * A call in free text begins where trigger (open's start) appears. */
+ * A call in free text begins where trigger (open's start) appears. A
+ * template that writes each call's id (Mistral's) has WEB_TOOL_ID in mid,
+ * sep or close where it stands: the id of the call whose name came last,
+ * id_len letters and digits that the model writes (ember's answer gives
+ * them back as the call's id, so that the next turn renders). */
+#define WEB_TOOL_ID '\x01'
 typedef struct web_toolfmt {
     int   ok;              /* 0: the template has no format ember can use (why) */
     char  why[256];
     char *open, *mid, *sep, *close, *trigger;   /* sep NULL: one call per answer */
+    size_t id_len;         /* 0: the calls have no id */
+    char *lead;            /* white space the template writes before a call that begins the answer
+                            * (harmony's " to=functions."; NULL: none) */
     /* the same call without its wrapper's tag (open minus the trigger,
      * close down to its closing brackets), as small models often write it:
      * a call too when an answer begins with it, with any white space
@@ -82,7 +90,10 @@ int  web_tools_gbnf(const web_toolfmt *f, const web_tools *t, char **gbnf, size_
 /* The split of an answer into text and calls, fed as it comes. */
 typedef struct {
     void (*text)(void *ctx, const char *s, size_t n);          /* the answer's text */
-    void (*call)(void *ctx, uint32_t index, const char *name);  /* call index begins */
+    /* call index begins; id: the one the model wrote (NULL: the format has
+     * none). A format whose id follows the arguments has them held back
+     * and given right after this, when the id has come. */
+    void (*call)(void *ctx, uint32_t index, const char *name, const char *id);
     void (*args)(void *ctx, uint32_t index, const char *s, size_t n);   /* its arguments, in pieces */
 } web_toolsink;
 
@@ -91,6 +102,9 @@ typedef struct {
     int      state;
     em_buf   hold;        /* bytes not yet decided */
     em_buf   name;
+    em_buf   held;        /* a call's arguments until its id comes (held_on) */
+    int      held_on;
+    char     id[24];      /* the call's id as read */
     uint32_t n_calls;     /* calls begun */
     uint32_t n_done;      /* calls whose arguments are whole */
     int      depth, in_str, esc, closed;

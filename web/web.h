@@ -46,7 +46,8 @@ typedef struct {
     int         port;               /* 0: any free port (see em_web_port) */
     struct em_sched           *sched;
     const struct em_model     *model;
-    const struct em_tokenizer *tok;
+    struct em_tokenizer       *tok;         /* em_web_create shows the control tokens a tool
+                                             * call's format writes (em_tokenizer_show) */
     struct em_storage         *storage;     /* ledger, keys, conversations; NULL: none */
     const char *model_id;           /* the name /v1/models lists and requests name */
     const char *device;             /* device description for /healthz and /metrics */

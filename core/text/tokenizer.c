@@ -658,7 +658,21 @@ static int type_is_special(uint8_t ty)
 
 int em_tokenizer_is_special(const em_tokenizer *t, int32_t id)
 {
-    return in_range(t, id) && type_is_special(t->toks[id].type);
+    return in_range(t, id) && type_is_special(t->toks[id].type) && !t->toks[id].shown;
+}
+
+size_t em_tokenizer_show(em_tokenizer *t, const char *text)
+{
+    size_t n = 0, len = strlen(text);
+    for (uint32_t i = 0; i < t->n_vocab; i++) {
+        em_tokenizer_tok *k = &t->toks[i];
+        if (k->type == EM_TOKT_CONTROL && !k->eog && !k->shown && k->text_len > 1 &&
+            memmem(text, len, t->text + k->text_off, k->text_len)) {
+            k->shown = 1;
+            n++;
+        }
+    }
+    return n;
 }
 
 const char *em_tokenizer_token_text(const em_tokenizer *t, int32_t id)
@@ -994,7 +1008,7 @@ int em_tokenizer_piece(const em_tokenizer *t, int32_t id, int render_special, ch
     const em_tokenizer_tok *k = &t->toks[id];
     const char *p = t->pieces + k->piece_off;
     size_t n = k->piece_len;
-    if (render_special && type_is_special(k->type)) {
+    if ((render_special || k->shown) && type_is_special(k->type)) {
         p = t->text + k->text_off;
         n = k->text_len;
     }
@@ -1033,10 +1047,14 @@ int em_detok_push(const em_tokenizer *t, em_detok *d, int32_t id, char *out, siz
         return EM_ERANGE;
     out[0] = 0;
     const em_tokenizer_tok *k = &t->toks[id];
-    if (type_is_special(k->type))
+    if (type_is_special(k->type) && !k->shown)
         return 0;
     const uint8_t *p = (const uint8_t *)t->pieces + k->piece_off;
     size_t n = k->piece_len;
+    if (k->shown) {
+        p = (const uint8_t *)t->text + k->text_off;
+        n = k->text_len;
+    }
     if (!d->started && t->kind == EM_TOKENIZER_SPM && t->add_space_prefix && n && p[0] == ' ') {
         p++;
         n--;

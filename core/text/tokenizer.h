@@ -40,6 +40,14 @@ int      em_tokenizer_harmony(const em_tokenizer *t);
 /* 1 if id is a control/special token (control, unknown or unused type: not
  * rendered as text). */
 int      em_tokenizer_is_special(const em_tokenizer *t, int32_t id);
+/* Control tokens (not end-of-generation ones) whose vocabulary text occurs
+ * in text (NUL-terminated, borrowed) decode to that text from now on, as the
+ * chat template writes them (a tool call's markers: "[TOOL_CALLS]"):
+ * em_detok_push and em_tokenizer_piece give the text, em_tokenizer_is_special
+ * says 0 (so a grammar may allow them). Tokenizing is unchanged (they are
+ * still cut out of text only with parse_special). Returns how many were
+ * newly shown. Changes t: call before t is shared between threads. */
+size_t   em_tokenizer_show(em_tokenizer *t, const char *text);
 /* The vocabulary string of an id as stored (e.g. "▁the", "<0x0A>"), owned by
  * t and valid until it is destroyed; NULL if out of range. */
 const char *em_tokenizer_token_text(const em_tokenizer *t, int32_t id);

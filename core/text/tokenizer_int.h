@@ -39,6 +39,7 @@ typedef struct {
     float    score;                 /* SPM merge priority */
     uint8_t  type;                  /* EM_TOKT_* (EOG tokens promoted to CONTROL) */
     uint8_t  eog;                   /* 1: ends generation */
+    uint8_t  shown;                 /* a control token that decodes to its text (em_tokenizer_show) */
 } em_tokenizer_tok;
 
 /* One special text: the lowest id with it among all special tokens and

@@ -238,9 +238,10 @@ class Server:
         return self.p.returncode, err
 
 
-def gguf_with_template(src, dst, template):
+def gguf_with_template(src, dst, template, tokens=None):
     """A copy of the GGUF file src at dst whose tokenizer.chat_template is template (added when absent):
-    the metadata rewritten, the tensor infos and data as they were (the data re-aligned)."""
+    the metadata rewritten, the tensor infos and data as they were (the data re-aligned). tokens: {id: text}
+    of vocabulary strings to rename (a control token given another format's marker: "[TOOL_CALLS]")."""
     import struct
     sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
     with open(src, 'rb') as f:
@@ -272,7 +273,16 @@ def gguf_with_template(src, dst, template):
                 f.seek(at)
                 align, = struct.unpack('<I', f.read(4))
                 f.seek(end)
-            if key != b'tokenizer.chat_template':
+            if key == b'tokenizer.ggml.tokens' and tokens:
+                f.seek(at + 4)
+                n, = struct.unpack('<Q', f.read(8))
+                vocab = [string() for _ in range(n)]
+                for i, text in tokens.items():
+                    vocab[i] = text.encode()
+                kvs.append(struct.pack('<Q', len(key)) + key + struct.pack('<IIQ', 9, 8, n) +
+                           b''.join(struct.pack('<Q', len(v)) + v for v in vocab))
+                assert f.tell() == end
+            elif key != b'tokenizer.chat_template':
                 f.seek(start)
                 kvs.append(f.read(end - start))
         t0 = f.tell()

@@ -26,10 +26,10 @@ static void sink_text(void *ctx, const char *s, size_t n)
     FUZZ_ASSERT(n == 0 || s != NULL);
 }
 
-static void sink_call(void *ctx, uint32_t index, const char *name)
+static void sink_call(void *ctx, uint32_t index, const char *name, const char *id)
 {
     (void)ctx;
-    FUZZ_ASSERT(name && index < 1u << 20);
+    FUZZ_ASSERT(name && index < 1u << 20 && (!id || strlen(id) < 24));
 }
 
 static void sink_args(void *ctx, uint32_t index, const char *s, size_t n)
@@ -43,11 +43,22 @@ static const web_toolsink sink = { sink_text, sink_call, sink_args };
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    /* the bytes as an answer the model wrote, split into text and calls */
-    web_toolfmt f = { .ok = 1, .open = "<tool_call>\n{\"name\": \"", .mid = "\", \"arguments\": ",
-                      .sep = "}\n</tool_call>\n<tool_call>\n{\"name\": \"", .close = "}\n</tool_call>",
-                      .trigger = "<tool_call>", .bare_open = "{\"name\": \"", .bare_close = "}",
-                      .bare_key = "{\"name\":" };
+    /* the bytes as an answer the model wrote, split into text and calls, in
+     * one of the formats (Hermes with its bare form; Mistral's ids after the
+     * arguments and after the name; harmony's with a lead) */
+    web_toolfmt fmts[4] = {
+        { .ok = 1, .open = "<tool_call>\n{\"name\": \"", .mid = "\", \"arguments\": ",
+          .sep = "}\n</tool_call>\n<tool_call>\n{\"name\": \"", .close = "}\n</tool_call>", .trigger = "<tool_call>",
+          .bare_open = "{\"name\": \"", .bare_close = "}", .bare_key = "{\"name\":" },
+        { .ok = 1, .open = "[TOOL_CALLS][{\"name\": \"", .mid = "\", \"arguments\": ",
+          .sep = ", \"id\": \"\x01\"}, {\"name\": \"", .close = ", \"id\": \"\x01\"}]", .trigger = "[TOOL_CALLS]",
+          .id_len = 9 },
+        { .ok = 1, .open = "[TOOL_CALLS]", .mid = "[CALL_ID]\x01[ARGS]", .sep = "[TOOL_CALLS]", .close = "",
+          .trigger = "[TOOL_CALLS]", .id_len = 9 },
+        { .ok = 1, .open = "to=functions.", .mid = "<|channel|>commentary json<|message|>", .close = "",
+          .trigger = "to=functions.", .lead = " " },
+    };
+    web_toolfmt f = fmts[(size >> 2) % 4];
     web_toolparse tp;
     web_toolparse_init(&tp, &f, (size & 2) == 0);
     size_t step = 1 + (size % 7);

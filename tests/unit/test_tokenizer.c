@@ -344,6 +344,22 @@ static void spm_specifics(void)
           strstr(err.msg, "99999"));
 
     random_round_trips(t, "llama-spm", 1);
+
+    /* a control token shown (a tool call's marker, as the server shows
+     * them): it decodes to its text, a grammar may allow it, and text is
+     * tokenized as before; end-of-generation and unknown ones stay hidden */
+    CHECK(em_tokenizer_show(t, "x<s>y</s><unk>") == 1 && em_tokenizer_show(t, "<s>") == 0);
+    char shown[16];
+    CHECK(em_tokenizer_piece(t, 1, 0, shown, sizeof shown) == 3 && !memcmp(shown, "<s>", 3));
+    CHECK(!em_tokenizer_is_special(t, 1) && em_tokenizer_is_special(t, 2) && em_tokenizer_is_special(t, 0));
+    em_detok sd;
+    em_detok_init(&sd, 0);
+    CHECK(em_detok_push(t, &sd, 1, shown, sizeof shown) == 3 && !strcmp(shown, "<s>"));
+    CHECK(em_detok_push(t, &sd, 2, shown, sizeof shown) == 0);
+    CHECK(em_tokenizer_encode(t, "<s>", 3, 0, 0, &ids, &n, &err) == 0 && n > 1);
+    free(ids);
+    CHECK(em_tokenizer_encode(t, "<s>", 3, 0, 1, &ids, &n, &err) == 0 && n == 1 && ids[0] == 1);
+    free(ids);
     em_tokenizer_destroy(t);
     em_gguf_close(g);
 }

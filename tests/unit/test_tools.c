@@ -27,7 +27,8 @@
     } while (0)
 
 static const char *const stops[] = { "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "</s>", "<|end_of_text|>",
-                                     "<|end|>", "<|endoftext|>", "<end_of_turn>", "<|end_of_role|>" };
+                                     "<|end|>", "<|endoftext|>", "<end_of_turn>", "<|end_of_role|>",
+                                     "<|return|>", "<|call|>" };
 
 static int detect(const char *name, web_toolfmt *f)
 {
@@ -194,10 +195,11 @@ static void on_text(void *ctx, const char *s, size_t n)
     em_buf_add(&((split *)ctx)->text, s, n);
 }
 
-static void on_call(void *ctx, uint32_t index, const char *name)
+static void on_call(void *ctx, uint32_t index, const char *name, const char *id)
 {
     split *o = ctx;
-    em_buf_addf(&o->calls, "%s#%u %s(", o->open ? ")" : "", index, name);
+    em_buf_addf(&o->calls, "%s#%u %s%s%s%s(", o->open ? ")" : "", index, name, id ? "[" : "", id ? id : "",
+                id ? "]" : "");
     o->open = 1;
 }
 
@@ -226,9 +228,30 @@ static void run_split(const web_toolfmt *f, int text_first, const char *s, size_
     em_buf_free(&o.calls);
 }
 
+typedef struct {
+    int         text_first;
+    const char *in, *want;
+} split_case;
+
+/* Each case whole and in pieces of 1..8 bytes: the same split. */
+static void run_cases(const web_toolfmt *f, const char *label, const split_case *cases, size_t n)
+{
+    em_buf whole = { 0 }, piece = { 0 };
+    for (size_t i = 0; i < n; i++) {
+        run_split(f, cases[i].text_first, cases[i].in, 0, &whole);
+        CHECKF(!strcmp(whole.s, cases[i].want), "%s case %zu: [%s]", label, i, whole.s);
+        for (size_t step = 1; step < 9; step++) {
+            run_split(f, cases[i].text_first, cases[i].in, step, &piece);
+            CHECKF(!strcmp(piece.s, whole.s), "%s case %zu step %zu: [%s]", label, i, step, piece.s);
+        }
+    }
+    em_buf_free(&whole);
+    em_buf_free(&piece);
+}
+
 static void check_parser(const web_toolfmt *f)
 {
-    static const struct { int text_first; const char *in, *want; } cases[] = {
+    static const split_case cases[] = {
         { 1, "Just text, no call.\n\n", "Just text, no call.\n\n||0" },
         { 1, "Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
           "Let me look.|#0 get_weather({\"city\": \"Paris\"})|1" },
@@ -250,17 +273,109 @@ static void check_parser(const web_toolfmt *f)
         /* required: the answer is the call from its first byte */
         { 0, "<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>", "|#0 a({})|1" },
     };
-    em_buf whole = { 0 }, piece = { 0 };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        run_split(f, cases[i].text_first, cases[i].in, 0, &whole);
-        CHECKF(!strcmp(whole.s, cases[i].want), "case %zu: [%s]", i, whole.s);
-        for (size_t step = 1; step < 9; step++) {
-            run_split(f, cases[i].text_first, cases[i].in, step, &piece);
-            CHECKF(!strcmp(piece.s, whole.s), "case %zu step %zu: [%s]", i, step, piece.s);
-        }
-    }
-    em_buf_free(&whole);
-    em_buf_free(&piece);
+    run_cases(f, "hermes", cases, sizeof cases / sizeof cases[0]);
+}
+
+/* Mistral's formats: the id the model writes, in the grammar and read back
+ * (after the arguments: the call given whole once its id has come). */
+static void check_ids(void)
+{
+    json_t *req = json_loads("{\"tools\": [" WEATHER ", " CLOCK "]}", 0, NULL);
+    web_tools t;
+    em_web_error e = { 0 };
+    REQUIRE_V(!web_tools_parse(req, &t, &e));
+    web_toolfmt f;
+    REQUIRE_V(!detect("mistralai-Mistral-Nemo-Instruct-2407", &f) && f.ok && f.id_len == 9);
+    char *g;
+    size_t n;
+    REQUIRE_V(!web_tools_gbnf(&f, &t, &g, &n, &e));
+    const char *two = "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}, \"id\": "
+                      "\"Ab3dE6gH9\"}, {\"name\": \"get_time\", \"arguments\": {}, \"id\": \"zz00zz00z\"}]";
+    CHECK(accepts(g, n, two) == 1);
+    CHECK(accepts(g, n, "[TOOL_CALLS][{\"name\": \"get_time\", \"arguments\": {}, \"id\": \"abc\"}]") == 0);
+    CHECK(accepts(g, n, "[TOOL_CALLS][{\"name\": \"get_time\", \"arguments\": {}, \"id\": \"abc-efghi\"}]") == 0);
+    free(g);
+    static const split_case nemo[] = {
+        { 1, "Sure. [TOOL_CALLS][{\"name\": \"a\", \"arguments\": {\"s\": \"}\"}, \"id\": \"Ab3dE6gH9\"}, "
+             "{\"name\": \"b\", \"arguments\": {}, \"id\": \"zz00zz00z\"}]",
+          "Sure.|#0 a[Ab3dE6gH9]({\"s\": \"}\"})#1 b[zz00zz00z]({})|1" },
+        /* cut off before the id: the call is not given */
+        { 0, "[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {}, \"id\": \"Ab3", "||0" },
+        { 1, "No call.", "No call.||0" },
+    };
+    run_cases(&f, "nemo", nemo, sizeof nemo / sizeof nemo[0]);
+    web_toolfmt_free(&f);
+    REQUIRE_V(!detect("Mistral-Small-3.2-24B-Instruct-2506", &f) && f.ok && f.id_len == 9);
+    REQUIRE_V(!web_tools_gbnf(&f, &t, &g, &n, &e));
+    CHECK(accepts(g, n, "[TOOL_CALLS]get_time[CALL_ID]a1b2c3d4e[ARGS]{}") == 1);
+    CHECK(accepts(g, n, "[TOOL_CALLS]get_time[CALL_ID]a1b2c3d4e[ARGS]{}[TOOL_CALLS]get_weather[CALL_ID]"
+                        "000000000[ARGS]{\"city\": \"Rome\"}") == 1);
+    CHECK(accepts(g, n, "[TOOL_CALLS]get_time[ARGS]{}") == 0);
+    free(g);
+    static const split_case small[] = {
+        { 1, "Let me check.[TOOL_CALLS]get_time[CALL_ID]a1b2c3d4e[ARGS]{}[TOOL_CALLS]get_weather[CALL_ID]"
+             "000000000[ARGS]{\"city\": \"Rome\"}",
+          "Let me check.|#0 get_time[a1b2c3d4e]({})#1 get_weather[000000000]({\"city\": \"Rome\"})|1" },
+        { 0, "[TOOL_CALLS]get_time[CALL_ID]a1b2c3d4e[ARGS]{\"x\": [1", "|#0 get_time[a1b2c3d4e]({\"x\": [1)|0" },
+    };
+    run_cases(&f, "small", small, sizeof small / sizeof small[0]);
+    web_toolfmt_free(&f);
+    web_tools_free(&t);
+    json_decref(req);
+}
+
+/* A harmony template (gpt-oss's layout, written here): a call is a message
+ * of its own, `<|start|>assistant to=functions.NAME<|channel|>commentary
+ * json<|message|>ARGS<|call|>`, one per turn, after the generation prompt
+ * `<|start|>assistant`. */
+#define HARMONY_TMPL                                                                                                  \
+    "{%- set ns = namespace(last='') -%}{%- for m in messages -%}{%- if m.role == 'user' -%}"                        \
+    "<|start|>user<|message|>{{ m.content }}<|end|>{%- elif m.role == 'assistant' and m.tool_calls -%}"               \
+    "{%- set c = m.tool_calls[0].function -%}{%- set ns.last = c.name -%}"                                             \
+    "<|start|>assistant to=functions.{{ c.name }}<|channel|>commentary json<|message|>{{ c.arguments | tojson }}"     \
+    "<|call|>{%- elif m.role == 'assistant' -%}<|start|>assistant<|channel|>final<|message|>{{ m.content }}<|end|>"   \
+    "{%- elif m.role == 'tool' -%}<|start|>functions.{{ ns.last }} to=assistant<|channel|>commentary<|message|>"     \
+    "{{ m.content | tojson }}<|end|>{%- endif -%}{%- endfor -%}{%- if add_generation_prompt -%}<|start|>assistant"   \
+    "{%- endif -%}"
+
+/* Harmony's calls: the recipient in the header, the arguments the message,
+ * one call per answer; what comes before it (the reasoning's message and
+ * the next header) is text for the channels' split. */
+static void check_harmony(void)
+{
+    web_toolfmt f;
+    web_toolfmt_detect(HARMONY_TMPL, strlen(HARMONY_TMPL), "", "<|return|>", stops, sizeof stops / sizeof stops[0],
+                       &f);
+    REQUIRE_V(f.ok);
+    CHECKF(!strcmp(f.open, "to=functions.") && !strcmp(f.mid, "<|channel|>commentary json<|message|>") &&
+           !strcmp(f.close, "") && !f.sep && !strcmp(f.trigger, "to=functions.") && f.lead && !strcmp(f.lead, " ") &&
+           !f.id_len && !f.bare_open, "harmony: open [%s] mid [%s] close [%s] trigger [%s]", f.open, f.mid, f.close,
+           f.trigger);
+    json_t *req = json_loads("{\"tools\": [" WEATHER ", " CLOCK "], \"tool_choice\": \"required\"}", 0, NULL);
+    web_tools t;
+    em_web_error e = { 0 };
+    REQUIRE_V(!web_tools_parse(req, &t, &e));
+    char *g;
+    size_t n;
+    REQUIRE_V(!web_tools_gbnf(&f, &t, &g, &n, &e));
+    CHECK(accepts(g, n, " to=functions.get_time<|channel|>commentary json<|message|>{}") == 1);
+    CHECK(accepts(g, n, "to=functions.get_time<|channel|>commentary json<|message|>{}") == 0);   /* the lead */
+    CHECK(accepts(g, n, " to=functions.get_time<|channel|>commentary json<|message|>{}to=functions.get_time"
+                        "<|channel|>commentary json<|message|>{}") == 0);   /* one call */
+    free(g);
+    static const split_case cases[] = {
+        { 1, "<|channel|>analysis<|message|>The user wants the time.<|end|><|start|>assistant to=functions.get_time"
+             "<|channel|>commentary json<|message|>{\"tz\": \"UTC\"}",
+          "<|channel|>analysis<|message|>The user wants the time.<|end|><|start|>assistant|#0 get_time("
+          "{\"tz\": \"UTC\"})|1" },
+        { 0, " to=functions.get_weather<|channel|>commentary json<|message|>{\"city\": \"Oslo\"}",
+          "|#0 get_weather({\"city\": \"Oslo\"})|1" },
+        { 1, "<|channel|>final<|message|>It is noon.", "<|channel|>final<|message|>It is noon.||0" },
+    };
+    run_cases(&f, "harmony", cases, sizeof cases / sizeof cases[0]);
+    web_toolfmt_free(&f);
+    web_tools_free(&t);
+    json_decref(req);
 }
 
 static long bare(const char *s)
@@ -395,7 +510,14 @@ int main(int argc, char **argv)
           "{\"name\": \"", NULL },
         { "meta-llama-Llama-3.2-3B-Instruct", "{\"name\": \"", "\", \"parameters\": ", NULL, "}",
           "{\"name\": \"", NULL },
-        { "mistralai-Mistral-Nemo-Instruct-2407", NULL, NULL, NULL, NULL, NULL, "writes the call's id" },
+        /* Mistral's: each call's id after its arguments (Nemo, Large) or
+         * after its name (Small 3.2), [TOOL_CALLS] the control token */
+        { "mistralai-Mistral-Nemo-Instruct-2407", "[TOOL_CALLS][{\"name\": \"", "\", \"arguments\": ",
+          ", \"id\": \"\x01\"}, {\"name\": \"", ", \"id\": \"\x01\"}]", "[TOOL_CALLS]", NULL },
+        { "test-Mistral-Large-2407-v3", "[TOOL_CALLS] [{\"name\": \"", "\", \"arguments\": ",
+          ", \"id\": \"\x01\"}, {\"name\": \"", ", \"id\": \"\x01\"}]", "[TOOL_CALLS]", NULL },
+        { "Mistral-Small-3.2-24B-Instruct-2506", "[TOOL_CALLS]", "[CALL_ID]\x01[ARGS]", "[TOOL_CALLS]", "",
+          "[TOOL_CALLS]", NULL },
         { "Qwen3-Coder", NULL, NULL, NULL, NULL, NULL, "arguments as a JSON object" },
         { "HuggingFaceTB-SmolLM2-135M-Instruct", NULL, NULL, NULL, NULL, NULL, "does not render" },
         { "ibm-granite-granite-3.3-2B-Instruct", NULL, NULL, NULL, NULL, NULL, "does not render" },
@@ -436,5 +558,7 @@ int main(int argc, char **argv)
     check_parser(&f);
     check_reasoning();
     web_toolfmt_free(&f);
+    check_ids();
+    check_harmony();
     return test_summary("tools");
 }
