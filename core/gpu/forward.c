@@ -200,6 +200,9 @@ static void choose_variant(em_fwd *f)
 
 int em_fwd_model_supported(const em_hparams *hp, em_err *err)
 {
+    if (hp->encoder)
+        return em_err_set(err, EM_EUNSUPPORTED, "forward: this %s model is an encoder: it gives vectors (ember "
+                          "embed), not text, and the Vulkan kernels do not run it yet", hp->arch_name);
     if (hp->n_expert_used > EM_MOE_MAX_USED)
         return em_err_set(err, EM_EUNSUPPORTED, "forward: %s uses %u experts per token; the router kernel takes "
                           "at most %u", hp->arch_name, hp->n_expert_used, EM_MOE_MAX_USED);

@@ -98,6 +98,8 @@ int em_fwd_plan_weights(const em_model *m, uint32_t rows, uint32_t lanes, em_fwd
     const em_hparams *hp = em_model_hparams(m);
     mem->weights = 0;
     memset(mem->weights_by_type, 0, sizeof mem->weights_by_type);
+    if (hp->encoder)   /* (em_fwd_model_supported says why) */
+        return em_fwd_model_supported(hp, err);
     int rc = 0;
     for (uint32_t il = 0; il < hp->n_layer && !rc; il++) {
         const em_layer_weights *w = em_model_layer(m, il);

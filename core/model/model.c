@@ -1,6 +1,6 @@
 /* model.c — read architecture hyperparameters and locate/check every weight
  * tensor of a llama / qwen2 / qwen3 / qwen3moe / gpt-oss / gemma3 GGUF
- * model; the rotary angles every engine uses. */
+ * model or a bert encoder; the rotary angles every engine uses. */
 #include "core/model/model.h"
 
 #include <math.h>
@@ -15,6 +15,7 @@ struct em_model {
     em_hparams            hp;
     em_layer_weights     *layers;   /* [n_layer] */
     const em_gguf_tensor *tok_embd, *out_norm, *output, *rope_freqs;
+    em_encoder_weights    enc;
     uint64_t              weight_bytes, n_params;
 };
 
@@ -180,9 +181,15 @@ static int read_hparams(loader *L)
         hp->has_qk_norm = 1;
         hp->has_post_norms = 1;
         hp->ffn_gelu = 1;
+    } else if (em_gguf_str_eq(s, "bert")) {
+        hp->arch = EM_ARCH_BERT;
+        hp->encoder = 1;
+        hp->has_qkv_bias = 1;
+        hp->has_out_bias = 1;
     } else {
         return em_err_set(L->err, EM_EUNSUPPORTED,
-                          "%s: architecture '%.*s' is not supported (supported: llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma3)",
+                          "%s: architecture '%.*s' is not supported (supported: llama, qwen2, qwen3, qwen3moe, "
+                          "gpt-oss, gemma3, bert)",
                           L->path, (int)(s.len > 64 ? 64 : s.len), s.ptr);
     }
     snprintf(hp->arch_name, sizeof hp->arch_name, "%.*s", (int)s.len, s.ptr);
@@ -221,8 +228,32 @@ static int read_hparams(loader *L)
         return em_err_set(L->err, EM_EFORMAT, "%s: implausible head size %u (v %u, rope dims %u)",
                           L->path, hp->head_dim, hp->head_dim_v, hp->n_rot);
     if ((rc = arch_f32(L, "rope.freq_base", &hp->rope_base, 10000.0f)) ||
-        (rc = arch_f32(L, "attention.layer_norm_rms_epsilon", &hp->rms_eps, 1e-5f)))
+        (rc = arch_f32(L, hp->encoder ? "attention.layer_norm_epsilon" : "attention.layer_norm_rms_epsilon",
+                       &hp->rms_eps, hp->encoder ? 1e-12f : 1e-5f)))
         return rc;
+    uint32_t pooling = 0, causal = 1;
+    if ((rc = arch_u32(L, "pooling_type", &pooling, 1, 0)))
+        return rc;
+    if (pooling > EM_POOL_RANK)
+        return em_err_set(L->err, EM_EUNSUPPORTED, "%s: pooling type %u is not supported (0 none, 1 mean, 2 cls, "
+                          "3 last, 4 rank)", L->path, pooling);
+    hp->pooling = (em_pooling)pooling;
+    char ckey[128];
+    snprintf(ckey, sizeof ckey, "%s.attention.causal", hp->arch_name);
+    const em_gguf_value *cv = em_gguf_get(m->g, ckey);
+    if (cv && cv->type == EM_GGUF_BOOL)
+        causal = cv->v.u != 0;
+    if (causal == (uint32_t)hp->encoder)
+        return em_err_set(L->err, EM_EUNSUPPORTED, "%s: %s with %s attention is not supported", L->path,
+                          hp->arch_name, causal ? "causal" : "bidirectional");
+    if (hp->encoder) {   /* learned positions and token types, no rotary angles */
+        hp->n_rot = 0;
+        hp->n_pos = hp->n_ctx_train;
+        if ((rc = em_gguf_get_u32(m->g, "tokenizer.ggml.token_type_count", &hp->n_token_types, NULL)))
+            hp->n_token_types = 2;
+        if (hp->n_token_types == 0 || hp->n_token_types > 16)
+            return em_err_set(L->err, EM_EFORMAT, "%s: %u token types: implausible", L->path, hp->n_token_types);
+    }
     float factor = 1.0f;
     char key[128];
     snprintf(key, sizeof key, "%s.rope.scaling.type", hp->arch_name);
@@ -280,6 +311,62 @@ static int read_hparams(loader *L)
     return 0;
 }
 
+/* Norms and biases are added elementwise in f32: they must be plain types. */
+static int plain_vectors(loader *L, const em_gguf_tensor *const *vec, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (vec[i] && vec[i]->type != EM_T_F32 && vec[i]->type != EM_T_F16)
+            return em_err_set(L->err, EM_EUNSUPPORTED, "%s: tensor '%s' must be F32 or F16, not %s", L->path,
+                              vec[i]->name, em_ttype_name(vec[i]->type));
+    return 0;
+}
+
+/* bert: embeddings of tokens, positions and types with their LayerNorm;
+ * each block's biased projections, LayerNorms after the attention and the
+ * FFN, an ungated FFN with biases; no output head */
+static int find_encoder(loader *L)
+{
+    em_model *m = L->m;
+    const em_hparams *hp = &m->hp;
+    uint64_t E = hp->n_embd, qd = (uint64_t)hp->n_head * hp->head_dim, kd = (uint64_t)hp->n_head_kv * hp->head_dim;
+    uint64_t vd = (uint64_t)hp->n_head_kv * hp->head_dim_v, od = (uint64_t)hp->n_head * hp->head_dim_v;
+    em_encoder_weights *e = &m->enc;
+    int rc;
+    if ((rc = need(L, "token_embd.weight", E, hp->n_vocab, 0, &m->tok_embd)) ||
+        (rc = need(L, "position_embd.weight", E, hp->n_pos, 0, &e->pos)) ||
+        (rc = need(L, "token_types.weight", E, hp->n_token_types, 0, &e->types)) ||
+        (rc = need(L, "token_embd_norm.weight", E, 0, 0, &e->norm)) ||
+        (rc = need(L, "token_embd_norm.bias", E, 0, 0, &e->norm_b)))
+        return rc;
+    const em_gguf_tensor *vec[] = { e->norm, e->norm_b };
+    if ((rc = plain_vectors(L, vec, 2)))
+        return rc;
+    for (uint32_t il = 0; il < hp->n_layer; il++) {
+        em_layer_weights *w = &m->layers[il];
+        char n[96];
+        struct { const em_gguf_tensor **t; const char *name; uint64_t ne0, ne1; } want[] = {
+            { &w->wq, "attn_q.weight", E, qd }, { &w->bq, "attn_q.bias", qd, 0 },
+            { &w->wk, "attn_k.weight", E, kd }, { &w->bk, "attn_k.bias", kd, 0 },
+            { &w->wv, "attn_v.weight", E, vd }, { &w->bv, "attn_v.bias", vd, 0 },
+            { &w->wo, "attn_output.weight", od, E }, { &w->bo, "attn_output.bias", E, 0 },
+            { &w->attn_norm, "attn_output_norm.weight", E, 0 }, { &w->attn_norm_b, "attn_output_norm.bias", E, 0 },
+            { &w->w_up, "ffn_up.weight", E, hp->n_ff }, { &w->b_up, "ffn_up.bias", hp->n_ff, 0 },
+            { &w->w_down, "ffn_down.weight", hp->n_ff, E }, { &w->b_down, "ffn_down.bias", E, 0 },
+            { &w->ffn_norm, "layer_output_norm.weight", E, 0 }, { &w->ffn_norm_b, "layer_output_norm.bias", E, 0 },
+        };
+        for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+            snprintf(n, sizeof n, "blk.%u.%s", il, want[i].name);
+            if ((rc = need(L, n, want[i].ne0, want[i].ne1, 0, want[i].t)))
+                return rc;
+        }
+        const em_gguf_tensor *lv[] = { w->bq, w->bk, w->bv, w->bo, w->attn_norm, w->attn_norm_b, w->b_up, w->b_down,
+                                       w->ffn_norm, w->ffn_norm_b };
+        if ((rc = plain_vectors(L, lv, sizeof lv / sizeof lv[0])))
+            return rc;
+    }
+    return 0;
+}
+
 static int find_weights(loader *L)
 {
     em_model *m = L->m;
@@ -289,6 +376,8 @@ static int find_weights(loader *L)
     uint64_t v_dim = (uint64_t)hp->n_head_kv * hp->head_dim_v;
     uint64_t o_dim = (uint64_t)hp->n_head * hp->head_dim_v;
     int rc;
+    if (hp->encoder)
+        goto layers;
     if ((rc = need(L, "token_embd.weight", hp->n_embd, hp->n_vocab, 0, &m->tok_embd)) ||
         (rc = need(L, "output_norm.weight", hp->n_embd, 0, 0, &m->out_norm)) ||
         (rc = need(L, "output.weight", hp->n_embd, hp->n_vocab, 1, &m->output)) ||
@@ -299,6 +388,7 @@ static int find_weights(loader *L)
     m->hp.tied_output = m->output == NULL;
     if (!m->output)
         m->output = m->tok_embd;
+layers:
 
     /* a block_count below the layers stored would run a truncated model
      * without a word: refuse tensors of layers past it */
@@ -316,6 +406,8 @@ static int find_weights(loader *L)
     m->layers = calloc(hp->n_layer, sizeof *m->layers);
     if (!m->layers)
         return em_err_set(L->err, EM_ENOMEM, "%s: out of memory", L->path);
+    if (hp->encoder)
+        return find_encoder(L);
     for (uint32_t il = 0; il < hp->n_layer; il++) {
         em_layer_weights *w = &m->layers[il];
         char n[96];
@@ -366,14 +458,11 @@ static int find_weights(loader *L)
             NEED(post_ffn_norm, "post_ffw_norm.weight", hp->n_embd, 0, 0);
         }
 #undef NEED
-        /* norms and biases are added elementwise in f32: they must be plain types */
         const em_gguf_tensor *vec[] = { w->attn_norm, w->ffn_norm, w->bq, w->bk, w->bv, w->bo, w->attn_sinks,
                                         w->q_norm, w->k_norm, w->post_attn_norm, w->post_ffn_norm, w->b_gate_inp,
                                         w->b_gate_exps, w->b_up_exps, w->b_down_exps };
-        for (size_t i = 0; i < sizeof vec / sizeof vec[0]; i++)
-            if (vec[i] && vec[i]->type != EM_T_F32 && vec[i]->type != EM_T_F16)
-                return em_err_set(L->err, EM_EUNSUPPORTED, "%s: tensor '%s' must be F32 or F16, not %s",
-                                  L->path, vec[i]->name, em_ttype_name(vec[i]->type));
+        if ((rc = plain_vectors(L, vec, sizeof vec / sizeof vec[0])))
+            return rc;
     }
     if (m->out_norm->type != EM_T_F32 && m->out_norm->type != EM_T_F16)
         return em_err_set(L->err, EM_EUNSUPPORTED, "%s: output_norm.weight must be F32 or F16",
@@ -416,6 +505,7 @@ const em_gguf_tensor *em_model_tok_embd(const em_model *m) { return m->tok_embd;
 const em_gguf_tensor *em_model_out_norm(const em_model *m) { return m->out_norm; }
 const em_gguf_tensor *em_model_output(const em_model *m) { return m->output; }
 const em_gguf_tensor *em_model_rope_freqs(const em_model *m) { return m->rope_freqs; }
+const em_encoder_weights *em_model_encoder(const em_model *m) { return &m->enc; }
 const em_gguf *em_model_gguf(const em_model *m) { return m->g; }
 uint64_t em_model_n_params_active(const em_model *m)
 {

@@ -14,8 +14,13 @@
 #include "core/err.h"
 #include "core/model/gguf.h"
 
-typedef enum { EM_ARCH_LLAMA, EM_ARCH_QWEN2, EM_ARCH_QWEN3, EM_ARCH_GEMMA3, EM_ARCH_QWEN3MOE, EM_ARCH_GPTOSS } em_arch;
+typedef enum { EM_ARCH_LLAMA, EM_ARCH_QWEN2, EM_ARCH_QWEN3, EM_ARCH_GEMMA3, EM_ARCH_QWEN3MOE, EM_ARCH_GPTOSS,
+               EM_ARCH_BERT } em_arch;
 typedef enum { EM_ROPE_NORM, EM_ROPE_NEOX } em_rope_type;
+/* How a sequence's hidden states become one vector (<arch>.pooling_type,
+ * llama.cpp's numbering): none, the mean over its tokens, the first
+ * token's ([CLS]), the last token's, a classifier's score (rank). */
+typedef enum { EM_POOL_NONE = 0, EM_POOL_MEAN = 1, EM_POOL_CLS = 2, EM_POOL_LAST = 3, EM_POOL_RANK = 4 } em_pooling;
 
 typedef struct {
     em_arch      arch;
@@ -63,6 +68,14 @@ typedef struct {
     int          ffn_oai;
     int          has_attn_sinks;
     int          has_out_bias;
+    /* an encoder (bert; the others 0, 0, 0, 0): no causal mask, learned
+     * positions (n_pos of them) and token types, LayerNorms with biases
+     * after each sub-block (rms_eps is their epsilon), biased projections,
+     * an erf-GELU FFN without a gate; it gives vectors, not text */
+    int          encoder;
+    uint32_t     n_pos;
+    uint32_t     n_token_types;
+    em_pooling   pooling;        /* the model's own (any architecture may say; EM_POOL_NONE: unsaid) */
 } em_hparams;
 
 /* The most experts a mixture-of-experts model may have (Qwen3-235B-A22B:
@@ -112,7 +125,21 @@ typedef struct {
     const em_gguf_tensor *b_down_exps;    /* [n_embd, n_expert] (gpt-oss) or NULL */
     const em_gguf_tensor *post_attn_norm; /* [n_embd] (gemma3) or NULL */
     const em_gguf_tensor *post_ffn_norm;  /* [n_embd] (gemma3) or NULL */
+    /* an encoder's: attn_norm and ffn_norm are the LayerNorms after the
+     * attention and the FFN (attn_output_norm, layer_output_norm), these
+     * their biases; the FFN's biases (w_gate NULL) */
+    const em_gguf_tensor *attn_norm_b, *ffn_norm_b;   /* [n_embd] */
+    const em_gguf_tensor *b_up;                       /* [n_ff] */
+    const em_gguf_tensor *b_down;                     /* [n_embd] */
 } em_layer_weights;
+
+/* An encoder's embeddings: learned positions and token types, and the
+ * LayerNorm after their sum. NULL members for a decoder. */
+typedef struct {
+    const em_gguf_tensor *pos;          /* [n_embd, n_pos] */
+    const em_gguf_tensor *types;        /* [n_embd, n_token_types] */
+    const em_gguf_tensor *norm, *norm_b;/* [n_embd] */
+} em_encoder_weights;
 
 typedef struct em_model em_model;
 
@@ -125,8 +152,10 @@ void em_model_close(em_model *m);   /* accepts NULL */
 const em_hparams       *em_model_hparams(const em_model *m);
 const em_layer_weights *em_model_layer(const em_model *m, uint32_t il);
 const em_gguf_tensor   *em_model_tok_embd(const em_model *m);  /* [n_embd, n_vocab] */
-const em_gguf_tensor   *em_model_out_norm(const em_model *m);  /* [n_embd] */
-const em_gguf_tensor   *em_model_output(const em_model *m);    /* [n_embd, n_vocab]; token_embd when tied */
+const em_gguf_tensor   *em_model_out_norm(const em_model *m);  /* [n_embd]; NULL for an encoder */
+const em_gguf_tensor   *em_model_output(const em_model *m);    /* [n_embd, n_vocab]; token_embd when tied
+                                                                  (an encoder: NULL) */
+const em_encoder_weights *em_model_encoder(const em_model *m);
 /* Llama 3 rope frequency factors [n_rot/2] (rope_freqs.weight) or NULL. */
 const em_gguf_tensor   *em_model_rope_freqs(const em_model *m);
 const em_gguf          *em_model_gguf(const em_model *m);

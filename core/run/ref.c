@@ -174,6 +174,9 @@ int em_ref_create(const em_model *m, uint32_t n_ctx, em_ref **out, em_err *err)
     const em_hparams *hp = em_model_hparams(m);
     if (n_ctx == 0)
         return em_err_set(err, EM_EINVAL, "reference: context length must be positive");
+    if (hp->encoder)
+        return em_err_set(err, EM_EUNSUPPORTED, "this %s model is an encoder: it gives vectors (ember embed), not "
+                          "text", hp->arch_name);
     em_ref *r = calloc(1, sizeof *r);
     if (!r)
         return em_err_set(err, EM_ENOMEM, "reference: out of memory");

@@ -1,0 +1,37 @@
+/* encode.h — the CPU reference of an encoder (bert): a whole sequence's
+ * hidden states in one pass (every token attends to every other), and the
+ * pooling that makes one vector of a sequence's hidden states, for any
+ * model (core/run/encode.c).
+ *
+ * Like ref.h, written to be obviously right rather than fast: f32
+ * activations, double accumulators, each weight row dequantized once per
+ * pass. It is the oracle the device's encoder is checked against and
+ * `ember embed --backend cpu`. All pointers are borrowed. */
+#ifndef EM_ENCODE_H
+#define EM_ENCODE_H
+
+#include <stdint.h>
+
+#include "core/err.h"
+#include "core/model/model.h"
+
+/* The hidden states of ids[0..n) (token type 0, positions 0..n-1) through
+ * encoder m (hp->encoder): out[n][n_embd], the caller's. EM_EUNSUPPORTED
+ * for a decoder, EM_ERANGE for an id out of the vocabulary or n past the
+ * model's positions (hp->n_pos) or 0, EM_ENOMEM. */
+int em_ref_encode(const em_model *m, const int32_t *ids, uint32_t n, float *out, em_err *err);
+
+/* One vector of a sequence's hidden states h[n][dim]: their mean (MEAN),
+ * the first's (CLS) or the last's (LAST) into out[dim]. n >= 1. */
+void em_pool(em_pooling mode, const float *h, uint32_t n, uint32_t dim, float *out);
+
+/* v[n] scaled to unit length (left as it is when it is all zeros). */
+void em_l2_normalize(float *v, uint32_t n);
+
+/* out[n] = (x - mean(x)) / sqrt(var(x) + eps) * w + b (b may be NULL). out may alias x. */
+void em_ref_layernorm(float *out, const float *x, const float *w, const float *b, int n, float eps);
+
+/* out[n] = gelu(x) in its erf form, x/2 (1 + erf(x / sqrt 2)) (bert). out may alias x. */
+void em_ref_gelu_erf(float *out, const float *x, int n);
+
+#endif

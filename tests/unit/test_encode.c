@@ -1,0 +1,119 @@
+/* test_encode.c — the CPU reference encoder (core/run/encode.c) on the real
+ * all-MiniLM-L6-v2 (bert, F16, ../shared/models) against the sentence
+ * embeddings sentence-transformers computes from the original F32 weights
+ * (../shared/golden/embeddings/all-MiniLM-L6-v2.json: the Hugging Face
+ * tokenizer's ids, mean pooling, L2 normalisation): cosine >= 0.999 for
+ * every text. And the model's metadata as read (an encoder, 512
+ * positions, 2 token types, mean pooling), the building blocks against
+ * values worked by hand, and what the encoder refuses (a decoder, no
+ * tokens, more tokens than positions, an id past the vocabulary). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "core/model/model.h"
+#include "core/run/encode.h"
+#include "core/run/ref.h"
+#include "tests/common/testutil.h"
+
+/* A JSON array held in a string ("[1, 2]") as a new array. */
+static json_t *array_in(const json_t *o, const char *key)
+{
+    json_t *v = json_object_get(o, key);
+    return json_is_string(v) ? json_loads(json_string_value(v), 0, NULL) : json_incref(v);
+}
+
+static void check_blocks(void)
+{
+    float x[4] = { 1, 2, 3, 4 }, w[4] = { 1, 1, 2, 1 }, b[4] = { 0, 0, 0, 1 }, y[4];
+    em_ref_layernorm(y, x, w, b, 4, 0);   /* mean 2.5, var 1.25 */
+    float s = 1.0f / sqrtf(1.25f);
+    CHECK(fabsf(y[0] + 1.5f * s) < 1e-6f && fabsf(y[2] - 2 * 0.5f * s) < 1e-6f && fabsf(y[3] - (1.5f * s + 1)) < 1e-6f);
+    float g[3] = { 1, 0, -1 };
+    em_ref_gelu_erf(g, g, 3);
+    CHECK(fabsf(g[0] - 0.8413447f) < 1e-6f && g[1] == 0 && fabsf(g[2] + 0.1586553f) < 1e-6f);
+    float h[6] = { 1, 2, 3, 4, 5, 6 }, p[2];   /* 3 tokens of 2 */
+    em_pool(EM_POOL_MEAN, h, 3, 2, p);
+    CHECK(p[0] == 3 && p[1] == 4);
+    em_pool(EM_POOL_CLS, h, 3, 2, p);
+    CHECK(p[0] == 1 && p[1] == 2);
+    em_pool(EM_POOL_LAST, h, 3, 2, p);
+    CHECK(p[0] == 5 && p[1] == 6);
+    float u[2] = { 3, 4 }, z[2] = { 0, 0 };
+    em_l2_normalize(u, 2);
+    em_l2_normalize(z, 2);
+    CHECK(fabsf(u[0] - 0.6f) < 1e-7f && fabsf(u[1] - 0.8f) < 1e-7f && z[0] == 0 && z[1] == 0);
+}
+
+int main(void)
+{
+    check_blocks();
+    em_err e = { 0 };
+    em_model *m;
+    if (!test_shared_dir()) {
+        printf("SKIP: no shared folder\n");
+        return 77;
+    }
+    REQUIRE(em_model_open(test_shared("models/all-MiniLM-L6-v2-F16.gguf"), &m, &e) == 0);
+    const em_hparams *hp = em_model_hparams(m);
+    CHECKF(hp->arch == EM_ARCH_BERT && hp->encoder && hp->n_pos == 512 && hp->n_token_types == 2 &&
+           hp->pooling == EM_POOL_MEAN && hp->n_embd == 384 && hp->n_layer == 6 && hp->n_head == 12 &&
+           fabsf(hp->rms_eps - 1e-12f) < 1e-15f && em_model_output(m) == NULL && em_model_out_norm(m) == NULL,
+           "bert hparams: arch %d pos %u types %u pooling %d eps %g", (int)hp->arch, hp->n_pos, hp->n_token_types,
+           (int)hp->pooling, hp->rms_eps);
+    /* it gives no text */
+    em_ref *r = NULL;
+    CHECK(em_ref_create(m, 16, &r, &e) == EM_EUNSUPPORTED && strstr(e.msg, "encoder") && !r);
+
+    json_error_t je;
+    json_t *gold = json_load_file(test_shared("golden/embeddings/all-MiniLM-L6-v2.json"), 0, &je);
+    REQUIRE(json_is_array(gold) && json_array_size(gold) == 12);
+    size_t i;
+    json_t *c;
+    double worst = 1;
+    json_array_foreach(gold, i, c) {
+        json_t *ids = array_in(c, "ids"), *want = array_in(c, "embedding");
+        REQUIRE(json_is_array(ids) && json_array_size(want) == hp->n_embd);
+        uint32_t n = (uint32_t)json_array_size(ids);
+        int32_t tok[128];
+        REQUIRE(n <= 128);
+        for (uint32_t j = 0; j < n; j++)
+            tok[j] = (int32_t)json_integer_value(json_array_get(ids, j));
+        float *h = malloc((size_t)n * hp->n_embd * sizeof *h), vec[384];
+        REQUIRE(h);
+        CHECK(em_ref_encode(m, tok, n, h, &e) == 0);
+        em_pool(hp->pooling, h, n, hp->n_embd, vec);
+        em_l2_normalize(vec, hp->n_embd);
+        double dot = 0, nw = 0;
+        for (uint32_t d = 0; d < hp->n_embd; d++) {
+            double g = json_number_value(json_array_get(want, d));
+            dot += g * vec[d];
+            nw += g * g;
+        }
+        double cosine = dot / sqrt(nw);
+        CHECKF(cosine >= 0.999, "text %zu (%s): cosine %.6f", i, json_string_value(json_object_get(c, "text")),
+               cosine);
+        worst = cosine < worst ? cosine : worst;
+        free(h);
+        json_decref(ids);
+        json_decref(want);
+    }
+    printf("encode: all-MiniLM-L6-v2 F16 on the CPU reference, 12 texts: worst cosine %.6f to sentence-transformers'\n",
+           worst);
+    json_decref(gold);
+
+    /* what it refuses */
+    int32_t ids[2] = { 101, 102 }, bad[2] = { 101, 30522 };
+    float out[2 * 384];
+    CHECK(em_ref_encode(m, ids, 0, out, &e) == EM_ERANGE);
+    CHECK(em_ref_encode(m, bad, 2, out, &e) == EM_ERANGE && strstr(e.msg, "30522"));
+    CHECK(em_ref_encode(m, ids, 513, out, &e) == EM_ERANGE && strstr(e.msg, "512"));
+    em_model_close(m);
+    REQUIRE(em_model_open(test_shared("models/stories260K.gguf"), &m, &e) == 0);
+    CHECK(em_ref_encode(m, ids, 2, out, &e) == EM_EUNSUPPORTED);
+    em_model_close(m);
+    return test_summary("encode");
+}
