@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "core/model/quant.h"
+#include "core/run/ref.h"
 
 void em_ref_layernorm(float *out, const float *x, const float *w, const float *b, int n, float eps)
 {
@@ -182,5 +183,39 @@ int em_ref_encode(const em_model *m, const int32_t *ids, uint32_t n, float *out,
     }
 done:
     free(q); free(k); free(v); free(a); free(row); free(t); free(p); free(nw); free(nb);
+    return rc;
+}
+
+int em_ref_embed(const em_model *m, const int32_t *ids, uint32_t n, em_pooling mode, int normalize, float *out,
+                 em_err *err)
+{
+    const em_hparams *hp = em_model_hparams(m);
+    if (mode == EM_POOL_NONE)
+        mode = hp->pooling != EM_POOL_NONE ? hp->pooling : EM_POOL_MEAN;
+    if (mode == EM_POOL_RANK)
+        return em_err_set(err, EM_EUNSUPPORTED, "embed: rank pooling gives a score, not a vector");
+    if (n == 0)
+        return em_err_set(err, EM_ERANGE, "embed: no tokens");
+    size_t E = hp->n_embd;
+    float *h = malloc((size_t)n * E * sizeof *h);
+    if (!h)
+        return em_err_set(err, EM_ENOMEM, "embed: out of memory");
+    int rc = 0;
+    if (hp->encoder) {
+        rc = em_ref_encode(m, ids, n, h, err);
+    } else {   /* a decoder: position by position, each one's final hidden state */
+        em_ref *r = NULL;
+        rc = em_ref_create(m, n, &r, err);
+        for (uint32_t j = 0; !rc && j < n; j++)
+            if (!(rc = em_ref_forward(r, ids[j], j, NULL, err)))
+                rc = em_ref_hidden(r, h + j * E, err);
+        em_ref_destroy(r);
+    }
+    if (!rc) {
+        em_pool(mode, h, n, (uint32_t)E, out);
+        if (normalize)
+            em_l2_normalize(out, (uint32_t)E);
+    }
+    free(h);
     return rc;
 }

@@ -21,6 +21,15 @@
  * model's positions (hp->n_pos) or 0, EM_ENOMEM. */
 int em_ref_encode(const em_model *m, const int32_t *ids, uint32_t n, float *out, em_err *err);
 
+/* The embedding of ids[0..n) through m on the CPU: an encoder's hidden
+ * states (em_ref_encode), or a decoder's final ones (normed by output_norm,
+ * token by token through em_ref), pooled by mode (EM_POOL_NONE: the
+ * model's own pooling, else the mean; RANK is refused) and scaled to unit
+ * length when normalize: out[n_embd], the caller's. Errors as
+ * em_ref_encode's and em_ref_create's. */
+int em_ref_embed(const em_model *m, const int32_t *ids, uint32_t n, em_pooling mode, int normalize, float *out,
+                 em_err *err);
+
 /* One vector of a sequence's hidden states h[n][dim]: their mean (MEAN),
  * the first's (CLS) or the last's (LAST) into out[dim]. n >= 1. */
 void em_pool(em_pooling mode, const float *h, uint32_t n, uint32_t dim, float *out);

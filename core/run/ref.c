@@ -421,3 +421,11 @@ int em_ref_forward(em_ref *r, int32_t token, uint32_t pos, float *logits, em_err
     }
     return 0;
 }
+
+int em_ref_hidden(const em_ref *r, float *out, em_err *err)
+{
+    if (!r->n_fed)
+        return em_err_set(err, EM_EINVAL, "reference: no position was fed");
+    em_ref_rmsnorm(out, r->x, r->out_norm, (int)r->hp->n_embd, r->hp->rms_eps);
+    return 0;
+}

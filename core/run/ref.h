@@ -26,6 +26,11 @@ void em_ref_destroy(em_ref *r);   /* accepts NULL */
  * non-NULL. EM_ERANGE for a token id or position out of range. */
 int em_ref_forward(em_ref *r, int32_t token, uint32_t pos, float *logits, em_err *err);
 
+/* The final hidden state of the position fed last, normed by output_norm
+ * (what its logits are computed from): out[n_embd]. EM_EINVAL before any
+ * position was fed. */
+int em_ref_hidden(const em_ref *r, float *out, em_err *err);
+
 /* ---- building blocks ---- */
 
 /* out[n] = x[n] / sqrt(mean(x^2) + eps) * w[n]  (w may be NULL: no scale). out may alias x. */

@@ -6,7 +6,8 @@
  * every text. And the model's metadata as read (an encoder, 512
  * positions, 2 token types, mean pooling), the building blocks against
  * values worked by hand, and what the encoder refuses (a decoder, no
- * tokens, more tokens than positions, an id past the vocabulary). */
+ * tokens, more tokens than positions, an id past the vocabulary); a
+ * decoder's hidden state (em_ref_hidden) is what its logits come from. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -114,6 +115,29 @@ int main(void)
     em_model_close(m);
     REQUIRE(em_model_open(test_shared("models/stories260K.gguf"), &m, &e) == 0);
     CHECK(em_ref_encode(m, ids, 2, out, &e) == EM_EUNSUPPORTED);
+    /* a decoder's hidden state is what its logits are computed from, and
+     * its embedding (last-token pooling, unnormalised) is that state */
+    hp = em_model_hparams(m);
+    REQUIRE(em_ref_create(m, 8, &r, &e) == 0);
+    int32_t seq[3] = { 1, 300, 400 };
+    float *logits = malloc(hp->n_vocab * sizeof *logits), *again = malloc(hp->n_vocab * sizeof *again);
+    float hid[512], emb[512];
+    REQUIRE(logits && again && hp->n_embd <= 512);
+    CHECK(em_ref_hidden(r, hid, &e) == EM_EINVAL);
+    for (uint32_t j = 0; j < 3; j++)
+        CHECK(em_ref_forward(r, seq[j], j, logits, &e) == 0);
+    CHECK(em_ref_hidden(r, hid, &e) == 0);
+    const em_gguf_tensor *ot = em_model_output(m);
+    em_ref_matvec(ot->type, ot->data, ot->ne[0], ot->ne[1], hid, again);
+    float diff = 0;
+    for (uint32_t t = 0; t < hp->n_vocab; t++)
+        diff = fmaxf(diff, fabsf(again[t] - logits[t]));
+    CHECKF(diff < 1e-4f, "logits from the hidden state differ by %g", diff);
+    CHECK(em_ref_embed(m, seq, 3, EM_POOL_LAST, 0, emb, &e) == 0 && !memcmp(emb, hid, hp->n_embd * sizeof *emb));
+    CHECK(em_ref_embed(m, seq, 3, EM_POOL_RANK, 1, emb, &e) == EM_EUNSUPPORTED);
+    free(logits);
+    free(again);
+    em_ref_destroy(r);
     em_model_close(m);
     return test_summary("encode");
 }
