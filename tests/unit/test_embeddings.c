@@ -1,4 +1,5 @@
-/* test_embeddings.c — the /v1/embeddings request and answer (web/embeddings.c)
+/* test_embeddings.c — the /v1/embeddings and /v1/rerank requests and answers
+ * (web/embeddings.c, web/rerank.c)
  * with a real vocabulary (GPT-2's, ../shared/golden/tokenizer): every form
  * of input (a string, strings, token ids, arrays of them) tokenized and
  * counted; the answer's floats and base64 (little-endian float32, decoded
@@ -6,7 +7,11 @@
  * each bad request refused with a 400 naming its parameter: empty strings
  * and arrays, too many inputs, ids outside the vocabulary, an input longer
  * than the model takes, dimensions the model was not trained for, unknown
- * formats and pooling. */
+ * formats and pooling. Rerank: the query and documents as separate
+ * sequences (an embedding model) or pairs with the document's tokens of
+ * type 1 (a cross-encoder), results sorted by score, top_n of them, with
+ * their documents when asked; its refusals likewise. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +21,7 @@
 #include "core/model/gguf.h"
 #include "tests/common/testutil.h"
 #include "web/embeddings.h"
+#include "web/rerank.h"
 
 static em_tokenizer *tok;
 
@@ -30,6 +36,79 @@ static int parse(const char *body, web_embed_req *r, uint32_t max, char *param)
     if (rc)
         printf("  %d %s: %s\n", e.status, e.param, e.message);
     return rc ? e.status : 0;
+}
+
+static int rerank(const char *body, web_rerank_req *r, int pairs, uint32_t max, char *param)
+{
+    json_t *req = json_loads(body, 0, NULL);
+    em_web_error e = { 0 };
+    int rc = web_rerank_parse(req, tok, pairs, max, r, &e);
+    json_decref(req);   /* (r->docs borrows from it: the checks below look at ids only) */
+    snprintf(param, 64, "%s", e.param);
+    if (rc)
+        printf("  %d %s: %s\n", e.status, e.param, e.message);
+    return rc ? e.status : 0;
+}
+
+static void check_rerank(void)
+{
+    web_rerank_req r;
+    char param[64];
+    /* an embedding model: the query, then each document */
+    CHECK(rerank("{\"query\": \"big cat\", \"documents\": [\"a lion\", {\"text\": \"tax law\"}]}", &r, 0, 512,
+                 param) == 0 && r.n_docs == 2 && r.n_seq == 3 && r.n_ids[0] == 2 && r.n_ids[2] == 2 && !r.types &&
+          r.top_n == 2 && r.tokens == 6);
+    web_rerank_free(&r);
+    /* a cross-encoder: query and document in one sequence, the document's tokens of type 1 */
+    CHECK(rerank("{\"query\": \"big cat\", \"documents\": [\"a lion\", \"tax\"]}", &r, 1, 512, param) == 0 &&
+          r.n_seq == 2 && r.n_ids[0] == 4 && r.n_ids[1] == 3 && r.types[0][1] == 0 && r.types[0][2] == 1 &&
+          r.types[1][2] == 1);
+    web_rerank_free(&r);
+    CHECK(rerank("{\"query\": \"big cat\", \"documents\": [\"a lion roars loudly\"], \"truncate\": true}", &r, 1,
+                 3, param) == 0 && r.n_ids[0] == 3);
+    web_rerank_free(&r);
+    /* the answer: sorted, top_n, documents when asked */
+    json_t *req = json_loads("{\"query\": \"q\", \"documents\": [\"d0\", \"d1\", \"d2\"], \"top_n\": 2, "
+                             "\"return_documents\": true}", 0, NULL);
+    em_web_error e = { 0 };
+    if (web_rerank_parse(req, tok, 0, 512, &r, &e)) {
+        CHECK(0);
+        return;
+    }
+    float scores[3] = { 0.1f, 0.9f, 0.5f };
+    json_t *out = web_rerank_response(&r, scores, "m");
+    json_t *res = json_object_get(out, "results");
+    CHECK(json_array_size(res) == 2 && json_integer_value(json_object_get(json_array_get(res, 0), "index")) == 1 &&
+          json_integer_value(json_object_get(json_array_get(res, 1), "index")) == 2 &&
+          !strcmp(json_string_value(json_object_get(json_object_get(json_array_get(res, 0), "document"), "text")),
+                  "d1") &&
+          fabs(json_real_value(json_object_get(json_array_get(res, 0), "relevance_score")) - 0.9) < 1e-6 &&
+          !strcmp(json_string_value(json_object_get(out, "score")), "cosine"));
+    json_decref(out);
+    web_rerank_free(&r);
+    json_decref(req);
+    /* refusals */
+    CHECK(rerank("{\"documents\": [\"a\"]}", &r, 0, 512, param) == 400 && !strcmp(param, "query"));
+    CHECK(rerank("{\"query\": \"q\", \"documents\": []}", &r, 0, 512, param) == 400 && !strcmp(param, "documents"));
+    CHECK(rerank("{\"query\": \"q\", \"documents\": [\"a\", 3]}", &r, 0, 512, param) == 400 &&
+          !strcmp(param, "documents[1]"));
+    CHECK(rerank("{\"query\": \"q\", \"documents\": [\"a\", {\"text\": \"\"}]}", &r, 0, 512, param) == 400 &&
+          !strcmp(param, "documents[1]"));
+    CHECK(rerank("{\"query\": \"q\", \"documents\": [\"a\"], \"top_n\": 0}", &r, 0, 512, param) == 400 &&
+          !strcmp(param, "top_n"));
+    CHECK(rerank("{\"query\": \"q\", \"documents\": [\"a b c d\"]}", &r, 0, 3, param) == 400 &&
+          !strcmp(param, "documents[0]"));
+    CHECK(rerank("{\"query\": \"q\", \"documents\": [\"a b c\"]}", &r, 1, 3, param) == 400 &&
+          !strcmp(param, "documents[0]"));
+    CHECK(rerank("{\"query\": \"a b c\", \"documents\": [\"d\"], \"truncate\": true}", &r, 1, 3, param) == 400 &&
+          !strcmp(param, "query"));
+    em_buf big = { 0 };
+    em_buf_addf(&big, "%s", "{\"query\": \"q\", \"documents\": [");
+    for (int i = 0; i < 1001; i++)
+        em_buf_add(&big, i ? ", \"d\"" : "\"d\"", i ? 5 : 3);
+    em_buf_add(&big, "]}", 2);
+    CHECK(rerank(big.s, &r, 0, 512, param) == 400 && !strcmp(param, "documents"));
+    em_buf_free(&big);
 }
 
 int main(void)
@@ -117,6 +196,7 @@ int main(void)
     CHECK(parse(big.s, &r, 512, param) == 400 && !strcmp(param, "input"));
     em_buf_free(&big);
 
+    check_rerank();
     em_tokenizer_destroy(tok);
     em_gguf_close(g);
     return test_summary("embeddings");
