@@ -2,7 +2,8 @@
  * hash table, special/control tokens (BOS/EOS/EOT, end-of-generation set,
  * matching them in text), SentencePiece-style BPE (tokenizer.ggml.model =
  * "llama"), and decoding (pieces, the streaming UTF-8-safe decoder).
- * Byte-level BPE ("gpt2") lives in tokenizer_bpe.c.
+ * Byte-level BPE ("gpt2") lives in tokenizer_bpe.c, BERT's WordPiece
+ * ("bert") in tokenizer_wpm.c.
  *
  * The algorithms follow llama.cpp's, so that ids match its reference output:
  * SPM merges adjacent symbols by the highest score of the merged vocabulary
@@ -219,8 +220,8 @@ static int load_vocab(em_tokenizer *t, const em_gguf *g, em_err *err)
 /* An optional token id key: absent, negative or 0xFFFFFFFF (how converters
  * write "none", e.g. padding_token_id) means none; past the vocabulary is an
  * error. */
-static int read_id(const em_gguf *g, const char *key, const em_tokenizer *t, int32_t *id,
-                   em_err *err)
+int em_tokenizer_read_id(const em_gguf *g, const char *key, const em_tokenizer *t, int32_t *id,
+                         em_err *err)
 {
     if (!em_gguf_get(g, key))
         return 0;
@@ -277,11 +278,11 @@ static void mark_eog(em_tokenizer *t, int32_t id, int force)
 static int read_specials(em_tokenizer *t, const em_gguf *g, em_err *err)
 {
     int rc;
-    if ((rc = read_id(g, "tokenizer.ggml.bos_token_id", t, &t->bos, err)) ||
-        (rc = read_id(g, "tokenizer.ggml.eos_token_id", t, &t->eos, err)) ||
-        (rc = read_id(g, "tokenizer.ggml.eot_token_id", t, &t->eot, err)) ||
-        (rc = read_id(g, "tokenizer.ggml.eom_token_id", t, &t->eom, err)) ||
-        (rc = read_id(g, "tokenizer.ggml.unknown_token_id", t, &t->unk, err)) ||
+    if ((rc = em_tokenizer_read_id(g, "tokenizer.ggml.bos_token_id", t, &t->bos, err)) ||
+        (rc = em_tokenizer_read_id(g, "tokenizer.ggml.eos_token_id", t, &t->eos, err)) ||
+        (rc = em_tokenizer_read_id(g, "tokenizer.ggml.eot_token_id", t, &t->eot, err)) ||
+        (rc = em_tokenizer_read_id(g, "tokenizer.ggml.eom_token_id", t, &t->eom, err)) ||
+        (rc = em_tokenizer_read_id(g, "tokenizer.ggml.unknown_token_id", t, &t->unk, err)) ||
         (rc = read_flag(g, "tokenizer.ggml.add_bos_token", &t->add_bos, err)) ||
         (rc = read_flag(g, "tokenizer.ggml.add_eos_token", &t->add_eos, err)) ||
         (rc = read_flag(g, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix, err)))
@@ -290,7 +291,7 @@ static int read_specials(em_tokenizer *t, const em_gguf *g, em_err *err)
                           "tokenizer.ggml.fim_sep_token_id" };
     for (size_t i = 0; i < 3; i++) {
         int32_t id = -1;
-        if ((rc = read_id(g, fim[i], t, &id, err)))
+        if ((rc = em_tokenizer_read_id(g, fim[i], t, &id, err)))
             return rc;
         mark_eog(t, id, 0);
     }
@@ -584,9 +585,11 @@ int em_tokenizer_create(const em_gguf *g, em_tokenizer **out, em_err *err)
         t->add_space_prefix = 1;
     } else if (em_gguf_str_eq(model, "gpt2")) {
         t->kind = EM_TOKENIZER_BPE;
+    } else if (em_gguf_str_eq(model, "bert")) {
+        t->kind = EM_TOKENIZER_WPM;
     } else {
         rc = em_err_set(err, EM_EUNSUPPORTED,
-                        "%s: tokenizer model '%.*s' is not supported (only 'llama' and 'gpt2')",
+                        "%s: tokenizer model '%.*s' is not supported (only 'llama', 'gpt2' and 'bert')",
                         path, (int)(model.len > 64 ? 64 : model.len), model.ptr);
         goto cleanup;
     }
@@ -599,6 +602,9 @@ int em_tokenizer_create(const em_gguf *g, em_tokenizer **out, em_err *err)
             t->bos = 1;
             t->eos = 2;
         }
+    } else if (t->kind == EM_TOKENIZER_WPM) {
+        if ((rc = em_tokenizer_wpm_init(t, g, err)))
+            goto cleanup;
     } else if ((rc = em_tokenizer_bpe_init(t, g, err))) {
         goto cleanup;
     }
@@ -633,7 +639,12 @@ void em_tokenizer_destroy(em_tokenizer *t)
 /* ---- queries -------------------------------------------------------------- */
 
 uint32_t em_tokenizer_n_vocab(const em_tokenizer *t) { return t->n_vocab; }
-size_t em_tokenizer_max_token_bytes(const em_tokenizer *t) { return t->max_token_len ? t->max_token_len : 1; }
+size_t em_tokenizer_max_token_bytes(const em_tokenizer *t)
+{
+    if (t->kind == EM_TOKENIZER_WPM)
+        return EM_TOKENIZER_MAX_TEXT;   /* no bound: see the header */
+    return t->max_token_len ? t->max_token_len : 1;
+}
 int32_t em_tokenizer_bos(const em_tokenizer *t) { return t->bos; }
 int32_t em_tokenizer_eos(const em_tokenizer *t) { return t->eos; }
 int32_t em_tokenizer_eot(const em_tokenizer *t) { return t->eot; }
@@ -973,6 +984,8 @@ int em_tokenizer_encode(const em_tokenizer *t, const char *text, size_t len, int
         if (t->kind == EM_TOKENIZER_SPM)
             rc = spm_encode(t, text + f->off, f->len, t->add_space_prefix && prev_special,
                             &out, err);
+        else if (t->kind == EM_TOKENIZER_WPM)
+            rc = em_tokenizer_wpm_encode(t, text + f->off, f->len, &out, err);
         else
             rc = em_tokenizer_bpe_encode(t, text + f->off, f->len, &out, err);
         if (rc)
@@ -1055,7 +1068,9 @@ int em_detok_push(const em_tokenizer *t, em_detok *d, int32_t id, char *out, siz
         p = (const uint8_t *)t->text + k->text_off;
         n = k->text_len;
     }
-    if (!d->started && t->kind == EM_TOKENIZER_SPM && t->add_space_prefix && n && p[0] == ' ') {
+    /* the space SPM adds to the first word, WordPiece's ▁ of every word */
+    int lead = (t->kind == EM_TOKENIZER_SPM && t->add_space_prefix) || t->kind == EM_TOKENIZER_WPM;
+    if (!d->started && lead && n && p[0] == ' ') {
         p++;
         n--;
     }

@@ -1,11 +1,18 @@
 /* tokenizer.h — text <-> token ids, built from GGUF tokenizer metadata.
  *
  * Supports SentencePiece-style vocabularies (tokenizer.ggml.model = "llama":
- * score-driven merges, <0xXX> byte fallback, leading-space rule) and
+ * score-driven merges, <0xXX> byte fallback, leading-space rule),
  * byte-level BPE ("gpt2": merges by rank, pre-tokenizer chosen by
- * tokenizer.ggml.pre). An em_tokenizer copies everything it needs out of the
- * em_gguf: the gguf may be closed afterwards. An em_tokenizer is immutable
- * after creation and safe to use from several threads at once. */
+ * tokenizer.ggml.pre) and BERT's WordPiece ("bert": BERT's normalizer for
+ * uncased vocabularies, i.e. lower-case, accents stripped, CJK and
+ * punctuation split, then greedy longest-match-first pieces; see
+ * tokenizer_wpm.c). For WordPiece, BOS is [CLS] and EOS is [SEP], both
+ * added by default (a [CLS] text [SEP] sequence, as BERT is trained; a
+ * reranker's pair puts another [SEP] between); [SEP] counts as end of
+ * generation, which an encoder never does. An em_tokenizer copies
+ * everything it needs out of the em_gguf: the gguf may be closed afterwards.
+ * An em_tokenizer is immutable after creation and safe to use from several
+ * threads at once. */
 #ifndef EM_TOKENIZER_H
 #define EM_TOKENIZER_H
 
@@ -57,7 +64,10 @@ int32_t  em_tokenizer_find(const em_tokenizer *t, const char *text);
  * vocabulary string: SPM's "▁" and byte-level BPE's byte characters are never
  * shorter than what they stand for), so a text of N bytes takes at least
  * N / this tokens — a bound that refuses a prompt too long for the context
- * before it is tokenized. At least 1. */
+ * before it is tokenized. At least 1. WordPiece has no such bound (it drops
+ * whitespace and control characters, and a word of any length may be one
+ * [UNK]): it answers 2^28, the longest text em_tokenizer_encode accepts, so
+ * the bound refuses nothing. */
 size_t   em_tokenizer_max_token_bytes(const em_tokenizer *t);
 
 /* Tokenize len bytes of text (borrowed; any bytes, need not be valid UTF-8
@@ -72,7 +82,9 @@ int em_tokenizer_encode(const em_tokenizer *t, const char *text, size_t len,
                         int32_t **ids, size_t *n_ids, em_err *err);
 
 /* Bytes that one token stands for, after undoing the vocabulary's encoding
- * (▁ -> space, <0xXX> -> byte, byte-level BPE unicode -> bytes). Special
+ * (▁ -> space, <0xXX> -> byte, byte-level BPE unicode -> bytes; WordPiece:
+ * "▁word" -> " word", a continuation piece as it is, so that decoding gives
+ * the normalized words separated by spaces: "hello , world !"). Special
  * tokens render as empty unless render_special. Writes at most cap bytes to
  * out (caller-owned; may be NULL when cap is 0) and returns the full length
  * (like snprintf, without a NUL); returns EM_ERANGE for an id out of range. */
@@ -83,7 +95,8 @@ int em_tokenizer_piece(const em_tokenizer *t, int32_t id, int render_special,
  * middle of a UTF-8 character. Invalid UTF-8 that can never complete is
  * flushed as U+FFFD. When the stream starts at the beginning of a sequence
  * (at_start), the leading space that SPM vocabularies add to the first word is
- * dropped, as SentencePiece does; a stream that continues a sequence (text
+ * dropped, as SentencePiece does (WordPiece: the space of the first word's
+ * "▁"); a stream that continues a sequence (text
  * generated after a prompt) keeps it. BOS and other special tokens produce no
  * text and do not count as the first word. */
 typedef struct {

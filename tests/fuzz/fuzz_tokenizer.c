@@ -1,7 +1,7 @@
 /* fuzz_tokenizer.c — the tokenizers on arbitrary bytes: every vocabulary
  * type ember reads (SentencePiece-style llama-spm, byte-level BPE with the
- * gpt-2, starcoder, deepseek-coder and falcon pre-tokenizers; the
- * vocabularies of ../shared/golden/tokenizer) encodes any text, valid UTF-8
+ * gpt-2, starcoder, deepseek-coder and falcon pre-tokenizers, BERT WordPiece
+ * with bert-bge; the vocabularies of ../shared/golden/tokenizer) encodes any text, valid UTF-8
  * or not, with and without special tokens; the ids decode back, whole and
  * token by token through the streaming detokenizer, to the same text.
  * Arbitrary ids (also out of range) are decoded too. The first input byte
@@ -14,7 +14,7 @@
 #include "core/text/tokenizer.h"
 #include "tests/fuzz/fuzz.h"
 
-static const char *const vocabs[] = { "llama-spm", "gpt-2", "starcoder", "deepseek-coder", "falcon" };
+static const char *const vocabs[] = { "llama-spm", "gpt-2", "starcoder", "deepseek-coder", "falcon", "bert-bge" };
 #define N_VOCABS (sizeof vocabs / sizeof vocabs[0])
 static em_tokenizer *toks[N_VOCABS];
 static em_gguf *ggufs[N_VOCABS];

@@ -1,6 +1,8 @@
 /* test_tokenizer.c — core/tokenizer: every golden case in
  * $EMBER_SHARED/golden/tokenizer (llama-spm, gpt-2, starcoder, deepseek-coder,
- * falcon; baichuan loads), decode(encode(x)) == x round trips, the streaming
+ * falcon, bert-bge; baichuan loads) and the Hugging Face ids of the
+ * all-MiniLM-L6-v2 texts (golden/embeddings), decode(encode(x)) == x round
+ * trips (WordPiece: encode(decode(ids)) == ids, as it normalizes), the streaming
  * decoder (split multi-byte characters, ill-formed bytes -> U+FFFD, the
  * at_start rule), special-token parsing, BOS/EOS/EOG, and hostile metadata
  * built here with the GGUF writer (each must be an error, never a crash).
@@ -87,6 +89,30 @@ static int round_trip(const em_tokenizer *t, const char *s, size_t len)
     return ok;
 }
 
+/* WordPiece loses case, accents and spacing, so decoding does not give the
+ * text back; what it gives must tokenize to the same ids again, less the
+ * [UNK]s (whole words that decode to nothing). */
+static int wpm_round_trip(const em_tokenizer *t, const char *s, size_t len)
+{
+    int32_t *ids = NULL, *again = NULL;
+    size_t n = 0, n_again = 0, kept = 0;
+    char *back = NULL;
+    em_err err = { 0 };
+    int ok = encode(t, s, len, 0, 0, &ids, &n) == 0;
+    for (size_t i = 0; ok && i < n; i++)
+        if (ids[i] != 100)   /* [UNK] in the BERT vocabularies */
+            ids[kept++] = ids[i];
+    ok = ok && em_tokenizer_decode(t, ids, kept, &back, &err) == 0 &&
+         encode(t, back, strlen(back), 0, 0, &again, &n_again) == 0 && ids_eq(ids, kept, again, n_again);
+    if (!ok)
+        fprintf(stderr, "  WordPiece round trip of [%.*s] gave [%s] %s\n", (int)len, s, back ? back : "",
+                err.msg);
+    free(ids);
+    free(again);
+    free(back);
+    return ok;
+}
+
 static int open_tok(const char *path, em_gguf **g, em_tokenizer **t)
 {
     em_err err = { 0 };
@@ -124,7 +150,7 @@ static char *stream(const em_tokenizer *t, int at_start, const int32_t *ids, siz
 
 /* ---- golden cases --------------------------------------------------------- */
 
-static void golden(const char *name, int expect_all)
+static void golden(const char *name, int expect_all, int wordpiece)
 {
     char path[1024], inp_path[1100], out_path[1100];
     snprintf(path, sizeof path, "%s", test_shared("golden/tokenizer"));
@@ -175,7 +201,7 @@ static void golden(const char *name, int expect_all)
             print_ids("got     ", ids, n);
         }
         free(ids);
-        n_rt += round_trip(t, ip, tlen);
+        n_rt += wordpiece ? wpm_round_trip(t, ip, tlen) : round_trip(t, ip, tlen);
         ip = sep + strlen(SEP);
         op = nl + 1;
     }
@@ -453,6 +479,227 @@ static void bpe_specifics(void)
     em_gguf_close(g);
 }
 
+/* ---- WordPiece (BERT) ----------------------------------------------------- */
+
+/* A JSON string at p (just after its opening quote) into out (UTF-8, NUL-
+ * terminated, cap bytes): the escapes the golden files use, surrogate pairs
+ * included. Returns the end (after the closing quote) or NULL. */
+static const char *json_str(const char *p, char *out, size_t cap)
+{
+    size_t w = 0;
+    while (*p && *p != '"' && w + 5 < cap) {
+        unsigned cp = (unsigned char)*p++;
+        if (cp == '\\') {
+            char e = *p++;
+            if (e == 'u') {
+                cp = (unsigned)strtoul((char[5]){ p[0], p[1], p[2], p[3], 0 }, NULL, 16);
+                p += 4;
+                if (cp >= 0xD800 && cp < 0xDC00 && p[0] == '\\' && p[1] == 'u') {
+                    unsigned lo = (unsigned)strtoul((char[5]){ p[2], p[3], p[4], p[5], 0 }, NULL, 16);
+                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                    p += 6;
+                }
+            } else {
+                cp = e == 'n' ? '\n' : e == 't' ? '\t' : e == 'r' ? '\r' : (unsigned char)e;
+            }
+            size_t n = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+            for (size_t i = n - 1; i > 0; i--, cp >>= 6)
+                out[w + i] = (char)(0x80 | (cp & 0x3F));
+            out[w] = (char)((n == 1 ? 0 : (0xF00u >> n) & 0xFF) | cp);   /* 0xC0, 0xE0, 0xF0 leads */
+            w += n;
+        } else {
+            out[w++] = (char)cp;
+        }
+    }
+    out[w] = 0;
+    return *p == '"' ? p + 1 : NULL;
+}
+
+/* The texts of golden/embeddings/all-MiniLM-L6-v2.json and their ids from
+ * the Hugging Face tokenizer ([CLS] ... [SEP]), with the vocabulary of the
+ * model's GGUF. */
+static void minilm_ids(void)
+{
+    em_gguf *g;
+    em_tokenizer *t;
+    if (open_tok(test_shared("models/all-MiniLM-L6-v2-F16.gguf"), &g, &t)) {
+        CHECK(0);
+        return;
+    }
+    char *json = test_read_file(test_shared("golden/embeddings/all-MiniLM-L6-v2.json"), NULL);
+    CHECK(json != NULL);
+    int n_case = 0, n_pass = 0;
+    for (const char *p = json; p && (p = strstr(p, "\"text\": \""));) {
+        char text[1024];
+        int32_t exp[512];
+        size_t ne = 0;
+        p = json_str(p + 9, text, sizeof text);
+        const char *q = p ? strstr(p, "\"ids\": [") : NULL;
+        CHECK(q != NULL);
+        if (!q)
+            break;
+        for (q += 8; *q && *q != ']' && ne < 512;) {
+            char *end;
+            exp[ne++] = (int32_t)strtol(q, &end, 10);
+            q = end + strspn(end, ", ");
+        }
+        int32_t *ids = NULL;
+        size_t n = 0;
+        n_case++;
+        if (encode(t, text, strlen(text), 1, 0, &ids, &n) == 0 && ids_eq(ids, n, exp, ne)) {
+            n_pass++;
+        } else {
+            fprintf(stderr, "all-MiniLM-L6-v2 [%s]:\n", text);
+            print_ids("expected", exp, ne);
+            print_ids("got     ", ids, n);
+        }
+        free(ids);
+    }
+    fprintf(stderr, "golden all-MiniLM-L6-v2 %d/%d texts give the reference ids\n", n_pass, n_case);
+    CHECKF(n_case == 12 && n_pass == n_case, "all-MiniLM-L6-v2: %d of %d texts", n_pass, n_case);
+    free(json);
+    em_tokenizer_destroy(t);
+    em_gguf_close(g);
+}
+
+/* encode(s) with add_special off equals want[0..n). */
+static int wpm_is(const em_tokenizer *t, const char *s, size_t len, const int32_t *want, size_t n)
+{
+    int32_t *ids = NULL;
+    size_t got = 0;
+    int ok = encode(t, s, len, 0, 0, &ids, &got) == 0 && ids_eq(ids, got, want, n);
+    if (!ok) {
+        fprintf(stderr, "  WordPiece [%.*s]:\n", (int)(len > 60 ? 60 : len), s);
+        print_ids("expected", want, n);
+        print_ids("got     ", ids, got);
+    }
+    free(ids);
+    return ok;
+}
+
+static void wpm_specifics(void)
+{
+    em_gguf *g;
+    em_tokenizer *t;
+    if (open_tok(test_shared("golden/tokenizer/ggml-vocab-bert-bge.gguf"), &g, &t)) {
+        CHECK(0);
+        return;
+    }
+    /* [CLS] is BOS, [SEP] is EOS, both added; [SEP] ends nothing a model generates */
+    CHECK(em_tokenizer_bos(t) == 101 && em_tokenizer_eos(t) == 102);
+    CHECK(em_tokenizer_add_bos(t) == 1 && em_tokenizer_add_eos(t) == 1);
+    CHECK(em_tokenizer_is_special(t, 100) && em_tokenizer_is_special(t, 101) && !em_tokenizer_is_special(t, 7592));
+    CHECK(em_tokenizer_max_token_bytes(t) >= ((size_t)1 << 28));   /* no bound: whitespace is dropped */
+    int32_t *ids = NULL;
+    size_t n = 0;
+    const char *s = "Hello, world!";
+    int32_t hw[] = { 101, 7592, 1010, 2088, 999, 102 };
+    CHECK(encode(t, s, strlen(s), 1, 0, &ids, &n) == 0 && ids_eq(ids, n, hw, 6));
+    free(ids);
+    CHECK(encode(t, "", 0, 1, 0, &ids, &n) == 0 && n == 2 && ids[0] == 101 && ids[1] == 102);
+    free(ids);
+    CHECK(encode(t, " \t\r\n ", 5, 0, 0, &ids, &n) == 0 && n == 0);
+    free(ids);
+    /* special texts: ids with parse_special, punctuation and words without */
+    s = "[CLS] hello[SEP]";
+    int32_t sp[] = { 101, 7592, 102 };
+    CHECK(encode(t, s, strlen(s), 0, 1, &ids, &n) == 0 && ids_eq(ids, n, sp, 3));
+    free(ids);
+    CHECK(encode(t, s, strlen(s), 0, 0, &ids, &n) == 0 && n > 3);
+    for (size_t i = 0; i < n; i++)
+        CHECK(ids[i] != 101 && ids[i] != 102);
+    free(ids);
+
+    /* normalization: case, accents (also as a decomposed input, and a Hangul
+     * syllable that NFD takes apart), CJK split, punctuation, controls dropped */
+    int32_t hello[] = { 7592 }, hello2[] = { 7592, 7592 };
+    CHECK(wpm_is(t, "HeLLo", 5, hello, 1));
+    CHECK(wpm_is(t, "h\xc3\xa9llo", 6, hello, 1));          /* héllo */
+    CHECK(wpm_is(t, "he\xcc\x81llo", 7, hello, 1));         /* he + U+0301 + llo */
+    CHECK(wpm_is(t, "hel\x00lo", 6, hello, 1));             /* NUL dropped inside a word */
+    CHECK(wpm_is(t, "hel\xe2\x80\x8blo", 8, hello, 1));     /* U+200B (Cf) too */
+    CHECK(wpm_is(t, "hel\xef\xbf" "lo\xff", 8, hello, 1));   /* ill-formed bytes: U+FFFD, dropped */
+    CHECK(wpm_is(t, "hello\xe3\x80\x80hello", 13, hello2, 2));   /* U+3000 is a space */
+    CHECK(wpm_is(t, "\xcc\x81\xcc\x81", 4, NULL, 0));       /* lone combining marks: nothing */
+    CHECK(wpm_is(t, "\xcc\x81hello", 7, hello, 1));
+    int32_t cjk[] = { 1855, 1811 };                           /* 我 天: one word each */
+    CHECK(wpm_is(t, "\xe6\x88\x91\xe5\xa4\xa9", 6, cjk, 2));
+    int32_t ko[64];
+    size_t nko = 0;
+    int32_t *kids = NULL;
+    /* 한 = U+1112 U+1161 U+11AB: the syllable and its jamo tokenize alike */
+    CHECK(encode(t, "\xed\x95\x9c", 3, 0, 0, &kids, &nko) == 0 && nko >= 1 && nko < 64);
+    if (kids)
+        memcpy(ko, kids, nko * sizeof *ko);
+    free(kids);
+    CHECK(wpm_is(t, "\xe1\x84\x92\xe1\x85\xa1\xe1\x86\xab", 9, ko, nko));
+    int32_t punct[] = { 7592, 1005, 1055, 2088 };             /* hello ' s world */
+    CHECK(wpm_is(t, "hello's world", 13, punct, 4));
+
+    /* the word limit: 100 characters are WordPiece'd, 101 are [UNK]; a
+     * megabyte word is one [UNK], a megabyte of words is every word */
+    size_t big = (size_t)1 << 20;
+    char *buf = malloc(big);
+    CHECK(buf != NULL);
+    if (!buf)
+        goto done;
+    memset(buf, 'a', big);
+    CHECK(encode(t, buf, 100, 0, 0, &ids, &n) == 0 && n > 1 && ids[0] != 100);
+    free(ids);
+    int32_t unk[] = { 100 };
+    CHECK(wpm_is(t, buf, 101, unk, 1));
+    double t0 = now();
+    CHECK(wpm_is(t, buf, big, unk, 1));
+    for (size_t i = 1; i < big; i += 2)
+        buf[i] = ' ';
+    CHECK(encode(t, buf, big, 0, 0, &ids, &n) == 0 && n == big / 2 && ids[0] == 1037 && ids[n - 1] == 1037);
+    free(ids);
+    for (size_t i = 0; i + 1 < big; i += 2)   /* é é é ...: one accent each */
+        memcpy(buf + i, "\xc3\xa9", 2);
+    CHECK(encode(t, buf, big, 0, 0, &ids, &n) == 0 && n == 1 && ids[0] == 100);
+    free(ids);
+    fprintf(stderr, "WordPiece: 3 MB of hostile words in %.0f ms\n", 1e3 * (now() - t0));
+    free(buf);
+
+    /* decoding: ▁ is a space, the first word loses it, continuations join;
+     * case and accents stay normalized, punctuation stays a word */
+    char *text = NULL;
+    em_err err = { 0 };
+    CHECK(em_tokenizer_decode(t, hw, 6, &text, &err) == 0 && strcmp(text, "hello , world !") == 0);
+    free(text);
+    int32_t apfel[] = { 101, 9706, 7959, 2140, 102 };   /* "Äpfel" */
+    CHECK(em_tokenizer_decode(t, apfel, 5, &text, &err) == 0 && strcmp(text, "apfel") == 0);
+    free(text);
+    const char *r = stream(t, 0, hw, 6);
+    CHECK(r && strcmp(r, " hello , world !") == 0);
+    r = stream(t, 1, apfel, 5);
+    CHECK(r && strcmp(r, "apfel") == 0);
+    char piece[32];
+    CHECK(em_tokenizer_piece(t, 7592, 0, piece, sizeof piece) == 6 && memcmp(piece, " hello", 6) == 0);
+    CHECK(em_tokenizer_piece(t, 2094, 0, piece, sizeof piece) == 1 && piece[0] == 'd');
+    CHECK(em_tokenizer_piece(t, 101, 0, piece, sizeof piece) == 0);
+    CHECK(em_tokenizer_piece(t, 101, 1, piece, sizeof piece) == 5 && memcmp(piece, "[CLS]", 5) == 0);
+
+    /* random bytes: never an error, and decoding gives text that tokenizes
+     * to the same ids again */
+    unsigned long long st = 777;
+    char rnd[200];
+    int ok = 0;
+    for (int k = 0; k < 200; k++) {
+        size_t len = 1 + test_rand(&st) % 64;
+        for (size_t i = 0; i < len; i++) {
+            unsigned v = (unsigned)test_rand(&st);
+            rnd[i] = (char)(v % 4 == 0 ? ' ' : v % 4 == 1 ? (0x80 | (v >> 8)) : v % 8 == 2 ? '!' + (v >> 8) % 15
+                                                                                          : 'A' + (v >> 8) % 58);
+        }
+        ok += wpm_round_trip(t, rnd, len);
+    }
+    CHECKF(ok == 200, "bert-bge: %d of 200 random byte strings", ok);
+done:
+    em_tokenizer_destroy(t);
+    em_gguf_close(g);
+}
+
 /* One tokenizer used from several threads at once gives the same ids. */
 typedef struct {
     const em_tokenizer *t;
@@ -512,7 +759,7 @@ static void threads(const char *vocab)
 enum {
     D_NONE, D_TYPES_LEN, D_SCORES_LEN, D_TYPE_VALUE, D_BOS_RANGE, D_EOS_STRING, D_NO_TOKENS,
     D_TOKENS_INT, D_NO_MODEL, D_MODEL_BERT, D_PRE_UNKNOWN, D_MERGE_NOSPACE, D_NO_MERGES,
-    D_MERGES_INT, D_FLAG_STRING, D_EMPTY_VOCAB, D_BOS_NONE,
+    D_MERGES_INT, D_FLAG_STRING, D_EMPTY_VOCAB, D_BOS_NONE, D_MODEL_T5,
 };
 
 /* A small vocabulary as a GGUF in memory (malloc'd *buf). bpe: a byte-level
@@ -534,7 +781,8 @@ static int build(int bpe, int defect, char **buf, size_t *len)
     if (!f || em_gguf_writer_create(32, &w, NULL))
         return -1;
     if (defect != D_NO_MODEL)
-        em_gguf_w_str(w, "tokenizer.ggml.model", defect == D_MODEL_BERT ? "bert" : bpe ? "gpt2" : "llama");
+        em_gguf_w_str(w, "tokenizer.ggml.model", defect == D_MODEL_BERT ? "bert"
+                                                    : defect == D_MODEL_T5 ? "t5" : bpe ? "gpt2" : "llama");
     if (bpe)
         em_gguf_w_str(w, "tokenizer.ggml.pre", defect == D_PRE_UNKNOWN ? "frobnicator-9000" : "gpt-2");
     if (defect == D_TOKENS_INT)
@@ -618,6 +866,21 @@ static void synthetic(void)
         em_tokenizer_destroy(t);
     }
 
+    /* WordPiece over the SPM test vocabulary: BOS/EOS from the generic keys
+     * (no [CLS]/[SEP] there), both added; "▁a" + "b" is longest-first; a
+     * word that matches nothing needs [UNK], which this vocabulary lacks */
+    CHECK(create_from(0, D_MODEL_BERT, &t, &err, &buf) == 0);
+    free(buf);
+    if (t) {
+        int32_t exp3[] = { 1, 6, 5, 6, 4, 2 };   /* <s> ▁a b ▁a a </s> ("a" as a continuation) */
+        CHECK(em_tokenizer_add_bos(t) && em_tokenizer_add_eos(t));
+        CHECK(encode(t, "AB\tAA", 5, 1, 0, &ids, &n) == 0 && ids_eq(ids, n, exp3, 6));
+        free(ids);
+        em_err werr = { 0 };
+        CHECK(em_tokenizer_encode(t, "a c", 3, 0, 0, &ids, &n, &werr) == EM_EFORMAT && strstr(werr.msg, "[UNK]"));
+        em_tokenizer_destroy(t);
+    }
+
     /* bos_token_id 0xFFFFFFFF is how converters write "none" */
     CHECK(create_from(0, D_BOS_NONE, &t, &err, &buf) == 0);
     free(buf);
@@ -664,7 +927,7 @@ static void synthetic(void)
         { 0, D_TOKENS_INT,    EM_EFORMAT,      "tokenizer.ggml.tokens" },
         { 0, D_EMPTY_VOCAB,   EM_EFORMAT,      "tokenizer.ggml.tokens" },
         { 0, D_NO_MODEL,      EM_EFORMAT,      "tokenizer.ggml.model" },
-        { 0, D_MODEL_BERT,    EM_EUNSUPPORTED, "'bert'" },
+        { 0, D_MODEL_T5,      EM_EUNSUPPORTED, "'t5'" },
         { 1, D_PRE_UNKNOWN,   EM_EUNSUPPORTED, "frobnicator-9000" },
         { 1, D_MERGE_NOSPACE, EM_EFORMAT,      "merges" },
         { 1, D_NO_MERGES,     EM_EFORMAT,      "merges" },
@@ -984,14 +1247,18 @@ int main(void)
         fprintf(stderr, "test_tokenizer: EMBER_SHARED is not a folder: golden cases skipped\n");
         return test_failures ? test_summary("tokenizer") : 77;
     }
-    golden("llama-spm", 1);
-    golden("gpt-2", 1);
-    golden("starcoder", 1);
-    golden("deepseek-coder", 1);
-    golden("falcon", 1);
+    golden("llama-spm", 1, 0);
+    golden("gpt-2", 1, 0);
+    golden("starcoder", 1, 0);
+    golden("deepseek-coder", 1, 0);
+    golden("falcon", 1, 0);
+    golden("bert-bge", 1, 1);
     spm_specifics();
     bpe_specifics();
+    wpm_specifics();
+    minilm_ids();
     threads("golden/tokenizer/ggml-vocab-gpt-2.gguf");
     threads("golden/tokenizer/ggml-vocab-llama-spm.gguf");
+    threads("golden/tokenizer/ggml-vocab-bert-bge.gguf");
     return test_summary("tokenizer");
 }
