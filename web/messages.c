@@ -342,7 +342,8 @@ static void open_block(web_conn *c, msg_door *d, int kind, json_t *call)
     } else {
         char id[64];   /* call_X as toolu_X; an id the model wrote (its template checks it) as it is */
         const char *cid = json_string_value(json_object_get(call, "id"));
-        snprintf(id, sizeof id, "%s%s", strncmp(cid, "call_", 5) ? "" : "toolu_", strncmp(cid, "call_", 5) ? cid : cid + 5);
+        int ours = !strncmp(cid, "call_", 5);
+        snprintf(id, sizeof id, "%s%s", ours ? "toolu_" : "", ours ? cid + 5 : cid);
         b = json_pack("{s:s, s:s, s:O, s:{}}", "type", "tool_use", "id", id, "name",
                       json_object_get(json_object_get(call, "function"), "name"), "input");
         start = json_incref(b);
