@@ -338,8 +338,21 @@ static int find_encoder(loader *L)
         (rc = need(L, "token_embd_norm.weight", E, 0, 0, &e->norm)) ||
         (rc = need(L, "token_embd_norm.bias", E, 0, 0, &e->norm_b)))
         return rc;
-    const em_gguf_tensor *vec[] = { e->norm, e->norm_b };
-    if ((rc = plain_vectors(L, vec, 2)))
+    /* a classification head (rank pooling): its output's rows are the labels */
+    const em_gguf_tensor *co = em_gguf_find_tensor(m->g, "cls.output.weight");
+    uint64_t labels = co ? co->ne[1] : 1;
+    if ((rc = need(L, "cls.weight", E, E, 1, &e->cls)) || (rc = need(L, "cls.bias", E, 0, 1, &e->cls_b)) ||
+        (rc = need(L, "cls.output.weight", E, labels, 1, &e->cls_out)) ||
+        (rc = need(L, "cls.output.bias", labels, 0, 1, &e->cls_out_b)))
+        return rc;
+    if (hp->pooling == EM_POOL_RANK && !e->cls_out && !e->cls)
+        return em_err_set(L->err, EM_EFORMAT, "%s: pooling rank without a classification head (cls.output.weight)",
+                          L->path);
+    if ((e->cls_b && !e->cls) || (e->cls_out_b && !e->cls_out) || labels == 0 || labels > E)
+        return em_err_set(L->err, EM_EFORMAT, "%s: a classification head's bias without its weight, or %llu labels",
+                          L->path, (unsigned long long)labels);
+    const em_gguf_tensor *vec[] = { e->norm, e->norm_b, e->cls_b, e->cls_out_b };
+    if ((rc = plain_vectors(L, vec, 4)))
         return rc;
     for (uint32_t il = 0; il < hp->n_layer; il++) {
         em_layer_weights *w = &m->layers[il];

@@ -134,11 +134,17 @@ typedef struct {
 } em_layer_weights;
 
 /* An encoder's embeddings: learned positions and token types, and the
- * LayerNorm after their sum. NULL members for a decoder. */
+ * LayerNorm after their sum; a cross-encoder's classification head (a
+ * reranker's, pooling rank), as llama.cpp's converter writes it: on the
+ * first token's hidden state h, out = cls_out (tanh(cls h + cls_b)) +
+ * cls_out_b, or cls_out h + cls_out_b without cls. NULL members for a
+ * decoder, and for a head's parts a model does not have. */
 typedef struct {
     const em_gguf_tensor *pos;          /* [n_embd, n_pos] */
     const em_gguf_tensor *types;        /* [n_embd, n_token_types] */
     const em_gguf_tensor *norm, *norm_b;/* [n_embd] */
+    const em_gguf_tensor *cls, *cls_b;  /* [n_embd, n_embd], [n_embd] */
+    const em_gguf_tensor *cls_out, *cls_out_b;   /* [n_embd, n_labels], [n_labels] */
 } em_encoder_weights;
 
 typedef struct em_model em_model;

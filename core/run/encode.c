@@ -116,7 +116,7 @@ static void attend_all(const float *q, const float *k, const float *v, uint32_t 
         }
 }
 
-int em_ref_encode(const em_model *m, const int32_t *ids, uint32_t n, float *out, em_err *err)
+int em_ref_encode(const em_model *m, const int32_t *ids, const uint8_t *types, uint32_t n, float *out, em_err *err)
 {
     const em_hparams *hp = em_model_hparams(m);
     if (!hp->encoder)
@@ -126,6 +126,9 @@ int em_ref_encode(const em_model *m, const int32_t *ids, uint32_t n, float *out,
     for (uint32_t j = 0; j < n; j++)
         if (ids[j] < 0 || (uint32_t)ids[j] >= hp->n_vocab)
             return em_err_set(err, EM_ERANGE, "encode: token %d is not in the vocabulary of %u", ids[j], hp->n_vocab);
+    for (uint32_t j = 0; types && j < n; j++)
+        if (types[j] >= hp->n_token_types)
+            return em_err_set(err, EM_ERANGE, "encode: token type %u; this model has %u", types[j], hp->n_token_types);
     const em_encoder_weights *ew = em_model_encoder(m);
     size_t E = hp->n_embd, H = hp->n_head, D = hp->head_dim, F = hp->n_ff, W = H * D;
     size_t big = F > W ? F : W;
@@ -141,13 +144,13 @@ int em_ref_encode(const em_model *m, const int32_t *ids, uint32_t n, float *out,
         rc = em_err_set(err, EM_ENOMEM, "encode: out of memory");
         goto done;
     }
-    for (uint32_t j = 0; j < n; j++) {   /* token + position + type 0, normed */
+    for (uint32_t j = 0; j < n; j++) {   /* token + position + type, normed */
         float *xj = x + j * E;
         em_tensor_row(em_model_tok_embd(m), (uint64_t)ids[j], xj);
         em_tensor_row(ew->pos, j, t);
         for (size_t i = 0; i < E; i++)
             xj[i] += t[i];
-        em_tensor_row(ew->types, 0, t);
+        em_tensor_row(ew->types, types ? types[j] : 0, t);
         for (size_t i = 0; i < E; i++)
             xj[i] += t[i];
         em_ref_layernorm(xj, xj, nw, nb, (int)E, hp->rms_eps);
@@ -202,7 +205,7 @@ int em_ref_embed(const em_model *m, const int32_t *ids, uint32_t n, em_pooling m
         return em_err_set(err, EM_ENOMEM, "embed: out of memory");
     int rc = 0;
     if (hp->encoder) {
-        rc = em_ref_encode(m, ids, n, h, err);
+        rc = em_ref_encode(m, ids, NULL, n, h, err);
     } else {   /* a decoder: position by position, each one's final hidden state */
         em_ref *r = NULL;
         rc = em_ref_create(m, n, &r, err);
@@ -217,5 +220,58 @@ int em_ref_embed(const em_model *m, const int32_t *ids, uint32_t n, em_pooling m
             em_l2_normalize(out, (uint32_t)E);
     }
     free(h);
+    return rc;
+}
+
+int em_ref_cls_head(const em_model *m, const float *h, float *out)
+{
+    const em_encoder_weights *ew = em_model_encoder(m);
+    uint32_t E = em_model_hparams(m)->n_embd;
+    float *t = malloc(E * sizeof *t), *b = malloc(E * sizeof *b);
+    if (!t || !b) {
+        free(t);
+        free(b);
+        return EM_ENOMEM;
+    }
+    const float *in = h;
+    if (ew->cls) {   /* dense, then tanh */
+        em_ref_matvec(ew->cls->type, ew->cls->data, E, E, h, t);
+        if (ew->cls_b)
+            em_dequant_row(ew->cls_b->type, ew->cls_b->data, b, E);
+        for (uint32_t i = 0; i < E; i++)
+            t[i] = tanhf(t[i] + (ew->cls_b ? b[i] : 0.0f));
+        in = t;
+    }
+    if (ew->cls_out) {
+        uint64_t labels = ew->cls_out->ne[1];
+        em_ref_matvec(ew->cls_out->type, ew->cls_out->data, E, labels, in, out);
+        if (ew->cls_out_b) {   /* (labels <= E: the loader's bound) */
+            em_dequant_row(ew->cls_out_b->type, ew->cls_out_b->data, b, (int64_t)labels);
+            for (uint64_t i = 0; i < labels; i++)
+                out[i] += b[i];
+        }
+    } else {
+        memcpy(out, in, E * sizeof *out);   /* (a head of its dense layer alone: E outputs) */
+    }
+    free(t);
+    free(b);
+    return 0;
+}
+
+int em_ref_score(const em_model *m, const int32_t *ids, const uint8_t *types, uint32_t n, float *score, em_err *err)
+{
+    const em_hparams *hp = em_model_hparams(m);
+    const em_encoder_weights *ew = em_model_encoder(m);
+    if (!hp->encoder || (!ew->cls && !ew->cls_out))
+        return em_err_set(err, EM_EUNSUPPORTED, "score: %s has no classification head (a reranker's)", hp->arch_name);
+    size_t E = hp->n_embd, labels = ew->cls_out ? ew->cls_out->ne[1] : E;
+    float *h = malloc((size_t)n * E * sizeof *h), *out = malloc(labels * sizeof *out);
+    int rc = !h || !out ? em_err_set(err, EM_ENOMEM, "score: out of memory") : em_ref_encode(m, ids, types, n, h, err);
+    if (!rc && em_ref_cls_head(m, h, out))   /* the first token's ([CLS]) */
+        rc = em_err_set(err, EM_ENOMEM, "score: out of memory");
+    if (!rc)
+        *score = out[0];
+    free(h);
+    free(out);
     return rc;
 }

@@ -15,11 +15,22 @@
 #include "core/err.h"
 #include "core/model/model.h"
 
-/* The hidden states of ids[0..n) (token type 0, positions 0..n-1) through
- * encoder m (hp->encoder): out[n][n_embd], the caller's. EM_EUNSUPPORTED
- * for a decoder, EM_ERANGE for an id out of the vocabulary or n past the
- * model's positions (hp->n_pos) or 0, EM_ENOMEM. */
-int em_ref_encode(const em_model *m, const int32_t *ids, uint32_t n, float *out, em_err *err);
+/* The hidden states of ids[0..n) (of token types types[0..n), NULL: all
+ * 0; positions 0..n-1) through encoder m (hp->encoder): out[n][n_embd],
+ * the caller's. EM_EUNSUPPORTED for a decoder, EM_ERANGE for an id out of
+ * the vocabulary, a type past the model's, or n past its positions
+ * (hp->n_pos) or 0, EM_ENOMEM. */
+int em_ref_encode(const em_model *m, const int32_t *ids, const uint8_t *types, uint32_t n, float *out, em_err *err);
+
+/* A cross-encoder's score of one sequence (a query and a document, the
+ * document's tokens of type 1): its classification head on the first
+ * token's hidden state, the first label's output (em_encoder_weights).
+ * EM_EUNSUPPORTED for a model without a head; em_ref_encode's errors. */
+int em_ref_score(const em_model *m, const int32_t *ids, const uint8_t *types, uint32_t n, float *score, em_err *err);
+
+/* The head on one hidden state h[n_embd]: out[labels] (the caller's;
+ * n_embd of them for a head without cls.output). 0 or EM_ENOMEM. */
+int em_ref_cls_head(const em_model *m, const float *h, float *out);
 
 /* The embedding of ids[0..n) through m on the CPU: an encoder's hidden
  * states (em_ref_encode), or a decoder's final ones (normed by output_norm,

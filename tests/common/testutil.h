@@ -56,6 +56,15 @@ extern int test_checks;
         }                                                                             \
     } while (0)
 
+/* REQUIRE in a function that returns nothing: a failed check, and return. */
+#define REQUIRE_V(cond)                                                               \
+    do {                                                                              \
+        if (!(cond)) {                                                                \
+            CHECK(cond);                                                              \
+            return;                                                                   \
+        }                                                                             \
+    } while (0)
+
 /* The shared data folder ($EMBER_SHARED), or NULL when it does not exist. */
 const char *test_shared_dir(void);
 /* "$EMBER_SHARED/<rel>" in a static buffer (one at a time). */

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -19,6 +20,99 @@
 #include "core/run/encode.h"
 #include "core/run/ref.h"
 #include "tests/common/testutil.h"
+
+/* MiniLM copied to path with a classification head (cls, cls.output: small
+ * deterministic weights) and pooling rank, as a reranker's file has it
+ * (head 0: none, rank pooling all the same). */
+static int with_head(const char *src, const char *path, int head)
+{
+    em_gguf *g;
+    em_err e = { 0 };
+    em_gguf_writer *w;
+    FILE *f = fopen(path, "wb");
+    if (!f || em_gguf_open(src, &g, &e) || em_gguf_writer_create(32, &w, &e))
+        return -1;
+    for (size_t i = 0; i < em_gguf_n_kv(g); i++)
+        if (em_gguf_w_kv_copy(w, em_gguf_kv_at(g, i)))
+            return -1;
+    em_gguf_w_set_u32(w, "bert.pooling_type", EM_POOL_RANK);
+    uint64_t nb, E = 384;
+    for (size_t i = 0; i < em_gguf_n_tensors(g); i++) {
+        const em_gguf_tensor *t = em_gguf_tensor_at(g, i);
+        if (em_gguf_w_tensor(w, t->name, t->type, t->n_dims, t->ne, &nb))
+            return -1;
+    }
+    uint64_t ne_w[2] = { E, E }, ne_b[1] = { E }, ne_o[2] = { E, 1 }, ne_ob[1] = { 1 };
+    float *wt = malloc(E * E * sizeof *wt);
+    uint32_t x = 12345;
+    for (uint64_t i = 0; i < E * E; i++) {
+        x = x * 1103515245u + 12345u;
+        wt[i] = ((float)(x >> 8) / 16777216.0f - 0.5f) * 0.2f;
+    }
+    if (head && (em_gguf_w_tensor(w, "cls.weight", EM_T_F32, 2, ne_w, &nb) ||
+                 em_gguf_w_tensor(w, "cls.bias", EM_T_F32, 1, ne_b, &nb) ||
+                 em_gguf_w_tensor(w, "cls.output.weight", EM_T_F32, 2, ne_o, &nb) ||
+                 em_gguf_w_tensor(w, "cls.output.bias", EM_T_F32, 1, ne_ob, &nb)))
+        return -1;
+    int rc = em_gguf_w_header(w, f, &e);
+    for (size_t i = 0; !rc && i < em_gguf_n_tensors(g); i++)
+        rc = em_gguf_w_data(w, f, em_gguf_tensor_at(g, i)->data, em_gguf_tensor_at(g, i)->nbytes, &e);
+    float ob = 0.25f;
+    if (!rc && head)   /* cls, its bias (row 0 of wt), cls.output (row 1), its bias */
+        rc = em_gguf_w_data(w, f, wt, E * E * 4, &e) || em_gguf_w_data(w, f, wt, E * 4, &e) ||
+             em_gguf_w_data(w, f, wt + E, E * 4, &e) || em_gguf_w_data(w, f, &ob, 4, &e);
+    if (!rc)
+        rc = em_gguf_w_finish(w, &e);
+    free(wt);
+    em_gguf_writer_destroy(w);
+    em_gguf_close(g);
+    return fclose(f) || rc ? -1 : 0;
+}
+
+/* A reranker's score: the head by hand on the encoder's first hidden state;
+ * the document's tokens of type 1 count; pooling rank needs a head. */
+static void check_head(const em_model *base)
+{
+    char path[] = "/tmp/ember-test-head-XXXXXX";
+    int fd = mkstemp(path);
+    REQUIRE_V(fd >= 0 && close(fd) == 0 && with_head(test_shared("models/all-MiniLM-L6-v2-F16.gguf"), path, 1) == 0);
+    em_model *m;
+    em_err e = { 0 };
+    REQUIRE_V(em_model_open(path, &m, &e) == 0);
+    const em_encoder_weights *ew = em_model_encoder(m);
+    CHECK(em_model_hparams(m)->pooling == EM_POOL_RANK && ew->cls && ew->cls_out && ew->cls_out->ne[1] == 1);
+    int32_t ids[6] = { 101, 2158, 102, 4937, 1012, 102 };   /* [CLS] q [SEP] d . [SEP] */
+    uint8_t types[6] = { 0, 0, 0, 1, 1, 1 }, zeros[6] = { 0 };
+    float h[6 * 384], h0[6 * 384], score = 0, t[384], wrow[384];
+    CHECK(em_ref_encode(m, ids, types, 6, h, &e) == 0 && em_ref_encode(base, ids, NULL, 6, h0, &e) == 0);
+    CHECK(memcmp(h, h0, sizeof h) != 0);   /* type 1 is another row */
+    CHECK(em_ref_encode(base, ids, zeros, 6, h, &e) == 0 && !memcmp(h, h0, sizeof h));
+    uint8_t bad[6] = { 0, 0, 0, 2, 2, 2 };
+    CHECK(em_ref_encode(m, ids, bad, 6, h, &e) == EM_ERANGE && strstr(e.msg, "type 2"));
+    CHECK(em_ref_encode(m, ids, types, 6, h, &e) == 0 && em_ref_score(m, ids, types, 6, &score, &e) == 0);
+    const em_gguf_tensor *cw = ew->cls;
+    for (int i = 0; i < 384; i++) {   /* tanh(W h + b), then w . + 0.25 */
+        em_tensor_row(cw, (uint64_t)i, wrow);
+        double acc = 0;
+        for (int k = 0; k < 384; k++)
+            acc += (double)wrow[k] * h[k];
+        em_tensor_row(cw, 0, wrow);
+        t[i] = tanhf((float)acc + wrow[i]);
+    }
+    em_tensor_row(cw, 1, wrow);
+    double want = 0.25;
+    for (int k = 0; k < 384; k++)
+        want += (double)wrow[k] * t[k];
+    CHECKF(fabs(score - want) < 1e-4, "head score %g, by hand %g", score, want);
+    CHECK(em_ref_score(base, ids, types, 6, &score, &e) == EM_EUNSUPPORTED);
+    float emb[384];
+    CHECK(em_ref_embed(m, ids, 6, EM_POOL_NONE, 1, emb, &e) == EM_EUNSUPPORTED);   /* rank gives no vector */
+    em_model_close(m);
+    /* pooling rank without a head: refused at open */
+    REQUIRE_V(with_head(test_shared("models/all-MiniLM-L6-v2-F16.gguf"), path, 0) == 0);
+    CHECK(em_model_open(path, &m, &e) == EM_EFORMAT && strstr(e.msg, "classification head"));
+    unlink(path);
+}
 
 /* A JSON array held in a string ("[1, 2]") as a new array. */
 static json_t *array_in(const json_t *o, const char *key)
@@ -85,7 +179,7 @@ int main(void)
             tok[j] = (int32_t)json_integer_value(json_array_get(ids, j));
         float *h = malloc((size_t)n * hp->n_embd * sizeof *h), vec[384];
         REQUIRE(h);
-        CHECK(em_ref_encode(m, tok, n, h, &e) == 0);
+        CHECK(em_ref_encode(m, tok, NULL, n, h, &e) == 0);
         em_pool(hp->pooling, h, n, hp->n_embd, vec);
         em_l2_normalize(vec, hp->n_embd);
         double dot = 0, nw = 0;
@@ -106,15 +200,17 @@ int main(void)
            worst);
     json_decref(gold);
 
+    check_head(m);
+
     /* what it refuses */
     int32_t ids[2] = { 101, 102 }, bad[2] = { 101, 30522 };
     float out[2 * 384];
-    CHECK(em_ref_encode(m, ids, 0, out, &e) == EM_ERANGE);
-    CHECK(em_ref_encode(m, bad, 2, out, &e) == EM_ERANGE && strstr(e.msg, "30522"));
-    CHECK(em_ref_encode(m, ids, 513, out, &e) == EM_ERANGE && strstr(e.msg, "512"));
+    CHECK(em_ref_encode(m, ids, NULL, 0, out, &e) == EM_ERANGE);
+    CHECK(em_ref_encode(m, bad, NULL, 2, out, &e) == EM_ERANGE && strstr(e.msg, "30522"));
+    CHECK(em_ref_encode(m, ids, NULL, 513, out, &e) == EM_ERANGE && strstr(e.msg, "512"));
     em_model_close(m);
     REQUIRE(em_model_open(test_shared("models/stories260K.gguf"), &m, &e) == 0);
-    CHECK(em_ref_encode(m, ids, 2, out, &e) == EM_EUNSUPPORTED);
+    CHECK(em_ref_encode(m, ids, NULL, 2, out, &e) == EM_EUNSUPPORTED);
     /* a decoder's hidden state is what its logits are computed from, and
      * its embedding (last-token pooling, unnormalised) is that state */
     hp = em_model_hparams(m);

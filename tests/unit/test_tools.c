@@ -17,14 +17,6 @@
 #include "web/reasoning.h"
 #include "web/tools.h"
 
-/* REQUIRE in a function that returns nothing */
-#define REQUIRE_V(cond)                                          \
-    do {                                                         \
-        if (!(cond)) {                                           \
-            CHECK(cond);                                         \
-            return;                                              \
-        }                                                        \
-    } while (0)
 
 static const char *const stops[] = { "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "</s>", "<|end_of_text|>",
                                      "<|end|>", "<|endoftext|>", "<end_of_turn>", "<|end_of_role|>",
