@@ -17,6 +17,7 @@
 #    off).
 import os
 import sys
+import time
 
 sys.path.insert(0, __file__.rsplit('/', 1)[0])
 from serve_util import SHARED, Server  # noqa: E402
@@ -37,8 +38,15 @@ def words(n, seed):
 
 
 def window_pool(srv):
-    m = srv.metrics()
-    return {k: v for k, v in m.items() if k.startswith('ember_kv_window')}
+    """The window pool's figures once the last request's sequence gave its blocks back (the server
+    releases them after the answer is sent: a bounded wait, 10 s at most)."""
+    for _ in range(100):
+        m = srv.metrics()
+        pool = {k: v for k, v in m.items() if k.startswith('ember_kv_window')}
+        if pool.get('ember_kv_window_blocks{state="used"}') == 0:
+            break
+        time.sleep(0.1)
+    return pool
 
 
 def check_model(path, n_words, window, parallel, step, kv='f16'):
