@@ -215,7 +215,8 @@ static int admit(em_sched *s, em_request *r, uint32_t budget, uint32_t *T, uint3
     list_insert(&s->running, r);
     if (!r->admitted_once) {
         r->admitted_once = 1;
-        r->m.t_start = now;
+        /* (now is this step's clock: a request submitted after it was read waited not at all) */
+        r->m.t_start = now > r->m.t_submit ? now : r->m.t_submit;
         r->m.cached_tokens = matched < r->n_prompt ? matched : r->n_prompt;
     }
     add_rows(s, r, c, T, L);
