@@ -7,16 +7,21 @@
  * content strings or parts, assistant tool_calls, tool messages answering
  * them), and the tools (tools, tool_choice, parallel_tool_calls; the
  * grammar of their calls in the Hermes format, compiled) — every refusal
- * with a message, every accepted value within its documented range; and
- * the input's bytes as a generated answer through the tool-call split, in
- * pieces. */
+ * with a message, every accepted value within its documented range; the
+ * same body as /v1/embeddings' and /v1/rerank's requests (GPT-2's
+ * vocabulary from ../shared; skipped without it), their answers framed;
+ * and the input's bytes as a generated answer through the tool-call split,
+ * in pieces (in each of four formats). */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/grammar/grammar.h"
+#include "core/model/gguf.h"
 #include "tests/fuzz/fuzz.h"
+#include "web/embeddings.h"
+#include "web/rerank.h"
 #include "web/tools.h"
 #include "web/web_int.h"
 
@@ -40,6 +45,59 @@ static void sink_args(void *ctx, uint32_t index, const char *s, size_t n)
 }
 
 static const web_toolsink sink = { sink_text, sink_call, sink_args };
+
+static em_gguf *vocab_g;
+static em_tokenizer *vocab;   /* GPT-2's (NULL: ../shared is not there) */
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc;
+    (void)argv;
+    const char *shared = getenv("EMBER_SHARED");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/golden/tokenizer/ggml-vocab-gpt-2.gguf", shared ? shared : "../shared");
+    em_err e = { 0 };
+    if (em_gguf_open(path, &vocab_g, &e) || em_tokenizer_create(vocab_g, &vocab, &e))
+        fprintf(stderr, "fuzz_request: %s: %s (the embeddings and rerank bodies skipped)\n", path, e.msg);
+    return 0;
+}
+
+/* The body as /v1/embeddings' and /v1/rerank's: refused with a status and
+ * a parameter, or inputs within the bounds and an answer framed. */
+static void embeddings_and_rerank(const json_t *req, size_t size)
+{
+    uint32_t max = 1 + (uint32_t)(size % 300);
+    web_embed_req er;
+    em_web_error e = { 0 };
+    if (web_embed_parse(req, vocab, 50257, 8, max, &er, &e) == 0) {
+        FUZZ_ASSERT(er.n >= 1 && er.n <= WEB_EMBED_INPUTS_MAX && er.tokens <= WEB_EMBED_TOKENS_MAX);
+        for (size_t i = 0; i < er.n; i++)
+            FUZZ_ASSERT(er.n_ids[i] >= 1 && er.n_ids[i] <= max && er.ids[i][0] >= 0 && er.ids[i][0] < 50257);
+        float *v = calloc(er.n * 8, sizeof *v);
+        json_t *o = v ? web_embed_response(&er, v, 8, "m") : NULL;
+        FUZZ_ASSERT(!v || (o && json_array_size(json_object_get(o, "data")) == er.n));
+        json_decref(o);
+        free(v);
+        web_embed_free(&er);
+    } else {
+        FUZZ_ASSERT(e.status >= 400 && e.message[0]);
+    }
+    web_rerank_req rr;
+    em_web_error re = { 0 };
+    if (web_rerank_parse(req, vocab, (int)(size & 4), max, &rr, &re) == 0) {
+        FUZZ_ASSERT(rr.n_docs >= 1 && rr.n_docs <= WEB_RERANK_DOCS_MAX && rr.top_n <= rr.n_docs);
+        for (size_t i = 0; i < rr.n_seq; i++)
+            FUZZ_ASSERT(rr.n_ids[i] <= max);
+        float *sc = calloc(rr.n_docs, sizeof *sc);
+        json_t *o = sc ? web_rerank_response(&rr, sc, "m") : NULL;
+        FUZZ_ASSERT(!sc || (o && json_array_size(json_object_get(o, "results")) == rr.top_n));
+        json_decref(o);
+        free(sc);
+        web_rerank_free(&rr);
+    } else {
+        FUZZ_ASSERT(re.status >= 400 && re.message[0]);
+    }
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -122,6 +180,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else {
         FUZZ_ASSERT(te.status == 400 && te.message[0] && te.param[0]);
     }
+    if (vocab)
+        embeddings_and_rerank(req, size);
     json_decref(req);
     return 0;
 }
