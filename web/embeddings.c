@@ -23,8 +23,21 @@ static int fail(web_embed_req *r, em_web_error *e, int status, const char *param
     return em_web_fail(e, status, status == 500 ? "server_error" : "invalid_request_error", NULL, param, "%s", msg);
 }
 
-/* Input i's ids into r (taken); cut to max when truncate (its last token
- * kept when it is special: [SEP], EOS), else refused past it. */
+int web_embed_fit(const em_tokenizer *tok, int32_t *ids, size_t *n, uint32_t max, int truncate, const char *param,
+                  em_web_error *e)
+{
+    if (*n <= max)
+        return 0;
+    if (!truncate)
+        return em_web_fail(e, 400, "invalid_request_error", "context_length_exceeded", param, "%s has %zu tokens; "
+                           "this model takes at most %u (or ask \"truncate\": true)", param, *n, max);
+    if (max > 1 && em_tokenizer_is_special(tok, ids[*n - 1]))
+        ids[max - 1] = ids[*n - 1];
+    *n = max;
+    return 0;
+}
+
+/* Input i's ids into r (taken), fitted to max (web_embed_fit). */
 static int take(web_embed_req *r, size_t i, int32_t *ids, size_t n, uint32_t max, int truncate,
                 const em_tokenizer *tok, em_web_error *e)
 {
@@ -35,17 +48,10 @@ static int take(web_embed_req *r, size_t i, int32_t *ids, size_t n, uint32_t max
         snprintf(msg, sizeof msg, "%s is empty: an embedding needs at least one token", param);
         return fail(r, e, 400, param, msg);
     }
-    if (n > max && truncate) {
-        if (max > 1 && em_tokenizer_is_special(tok, ids[n - 1]))
-            ids[max - 1] = ids[n - 1];
-        n = max;
-    }
-    if (n > max) {
+    if (web_embed_fit(tok, ids, &n, max, truncate, param, e)) {
         free(ids);
-        snprintf(msg, sizeof msg, "%s has %zu tokens; this model takes at most %u (or ask \"truncate\": true)",
-                 param, n, max);
         web_embed_free(r);
-        return em_web_fail(e, 400, "invalid_request_error", "context_length_exceeded", param, "%s", msg);
+        return -1;
     }
     r->ids[i] = ids;
     r->n_ids[i] = (uint32_t)n;

@@ -42,6 +42,13 @@ int  web_embed_parse(const json_t *req, const em_tokenizer *tok, uint32_t n_voca
                      uint32_t max_tokens, web_embed_req *r, em_web_error *e);
 void web_embed_free(web_embed_req *r);
 
+/* A sequence ids[0..*n) past max tokens: cut to max (its last token kept
+ * when it is special: [SEP], EOS) when truncate, else a 400
+ * (context_length_exceeded) naming param. 0, or -1 with e filled. The
+ * rerank request's sequences are fitted the same way. */
+int web_embed_fit(const em_tokenizer *tok, int32_t *ids, size_t *n, uint32_t max, int truncate, const char *param,
+                  em_web_error *e);
+
 /* The answer: {"object": "list", "data": [{"object": "embedding", "index",
  * "embedding"}], "model", "usage": {"prompt_tokens", "total_tokens"}} with
  * vecs[r->n][dim] as floats or base64. New reference, NULL out of memory. */

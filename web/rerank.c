@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "web/embeddings.h"
 #include "web/rerank.h"
 
 void web_rerank_free(web_rerank_req *r)
@@ -42,22 +43,6 @@ static int tokens(const em_tokenizer *tok, const char *text, size_t len, int spe
     if (em_tokenizer_encode(tok, text, len, special, 0, ids, n, &err))
         return em_web_fail(e, err.code == EM_ENOMEM ? 500 : 400, err.code == EM_ENOMEM ? "server_error" :
                            "invalid_request_error", NULL, param, "%s: %s", param, err.msg);
-    return 0;
-}
-
-/* A sequence past max: cut (its last token kept when special) when
- * truncate, else a 400 naming param. */
-static int fit(const em_tokenizer *tok, int32_t *ids, size_t *n, uint32_t max, int truncate, const char *param,
-               em_web_error *e)
-{
-    if (*n <= max)
-        return 0;
-    if (!truncate)
-        return em_web_fail(e, 400, "invalid_request_error", "context_length_exceeded", param, "%s has %zu tokens; "
-                           "this model takes at most %u (or ask \"truncate\": true)", param, *n, max);
-    if (max > 1 && em_tokenizer_is_special(tok, ids[*n - 1]))
-        ids[max - 1] = ids[*n - 1];
-    *n = max;
     return 0;
 }
 
@@ -121,7 +106,7 @@ int web_rerank_parse(const json_t *req, const em_tokenizer *tok, int pairs, uint
         if (!pairs) {
             r->ids[i + 1] = dids;
             r->n_ids[i + 1] = (uint32_t)nd;
-            if (fit(tok, dids, &nd, max_tokens, truncate, param, e))
+            if (web_embed_fit(tok, dids, &nd, max_tokens, truncate, param, e))
                 goto bad;
             r->n_ids[i + 1] = (uint32_t)nd;
             r->tokens += nd;
@@ -170,7 +155,7 @@ int web_rerank_parse(const json_t *req, const em_tokenizer *tok, int pairs, uint
         r->ids[0] = qids;
         r->n_ids[0] = (uint32_t)nq;
         qids = NULL;
-        if (fit(tok, r->ids[0], &nq, max_tokens, truncate, "query", e))
+        if (web_embed_fit(tok, r->ids[0], &nq, max_tokens, truncate, "query", e))
             goto bad;
         r->n_ids[0] = (uint32_t)nq;
         r->tokens += nq;
