@@ -104,9 +104,23 @@ typedef struct {
     const int32_t *const *tables_window; /* with n_blocks_window: [max_seqs] the window pool's
                                     * tables (entries from the window of each slot's first
                                     * position in the step on; before it, -1 or anything) */
+    const uint8_t *types;          /* [n_tokens] or NULL (all 0): token types, an encoder's
+                                    * segment embeddings (a reranker's document: 1) */
+    uint32_t       n_pool;         /* pooled rows asked of the step (<= max_seqs) */
+    const int32_t *pool;           /* [2 * n_pool]: (first token, count) spans of the batch;
+                                    * row i of em_fwd_pooled_row is the SUM of the final
+                                    * hidden states of span i's tokens (a decoder's normed by
+                                    * output_norm, as the logits see them) */
 } em_fwd_batch;
 
-/* Run one step; logits receives [n_logits][n_vocab] (may be NULL when
+/* An encoder (hp->encoder: bert) runs the same steps with these rules:
+ * every sequence of a step is whole in it, its tokens one run of
+ * consecutive positions from 0 (each token attends to all of its run's,
+ * nothing is kept in the KV pool, whose tables are not read), no logit
+ * rows (n_logits 0), no decode tokens: the pooled rows are its output.
+ * EM_EINVAL for a batch that breaks them.
+ *
+ * Run one step; logits receives [n_logits][n_vocab] (may be NULL when
  * n_logits is 0). All inputs are borrowed for the call. EM_ERANGE for ids,
  * positions, slots or blocks out of range; EM_EDEVICE if the device fails. */
 int em_fwd_step(em_fwd *f, const em_fwd_batch *b, float *logits, em_err *err);
@@ -121,6 +135,9 @@ int em_fwd_step(em_fwd *f, const em_fwd_batch *b, float *logits, em_err *err);
 #define EM_FWD_STEER_ADJ 2048u
 int em_fwd_step_top(em_fwd *f, const em_fwd_batch *b, const em_sample_steer *steer, em_sample_top *top,
                     em_err *err);
+/* Pooled row i of the last step ([n_embd] floats: the sum over span i of
+ * em_fwd_batch.pool); borrowed, valid until the next step. */
+const float *em_fwd_pooled_row(const em_fwd *f, uint32_t i);
 /* Logit row i of the last step (steered, after em_fwd_step_top); borrowed. */
 const float *em_fwd_logits_row(const em_fwd *f, uint32_t i);
 
