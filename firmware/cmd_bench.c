@@ -336,7 +336,7 @@ int em_cmd_bench(int argc, char **argv)
             double dt[32];
             for (int i = 0; i < 33 && !rc; i++) {
                 pos1 = (int32_t)(ctxs[c] - 1 + (uint32_t)i);
-                em_fwd_batch b = { 1, &tok1, &pos1, &seq1, 1, &row, tables, NULL, NULL };
+                em_fwd_batch b = { 1, &tok1, &pos1, &seq1, 1, &row, tables, NULL, NULL, NULL, 0, NULL };
                 double ts = em_cli_now();
                 rc = em_fwd_step(fwd, &b, logits, &err);
                 if (i > 0)   /* the first step of a new shape records its commands */

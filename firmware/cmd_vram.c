@@ -71,6 +71,8 @@ static uint64_t pool_blocks(const plan *p, uint32_t ctx, em_fwd_mem *mem, int *r
     }
     /* the window pool first (every sequence's windows), the main pool the rest */
     uint64_t budget = em_fwd_plan_kv_budget(p->heap, mem), win = p->parallel * window_blocks(p, ctx) * p->window_bytes;
+    if (!p->block_bytes)   /* an encoder keeps no K/V: every sequence fits, when the rest does */
+        return budget ? (uint64_t)p->parallel * (((uint64_t)ctx + EM_KV_BLOCK - 1) / EM_KV_BLOCK) : 0;
     uint64_t n = (budget > win ? budget - win : 0) / p->block_bytes;
     *range_bound = 0;
     if (p->range) {

@@ -77,6 +77,10 @@ int em_engine_create(const em_model *m, em_backend backend, uint32_t n_ctx,
     *out = NULL;
     if (n_ctx == 0)
         return em_err_set(err, EM_EINVAL, "engine: context length must be positive");
+    const em_hparams *hp = em_model_hparams(m);
+    if (hp->encoder)   /* (em_fwd runs it, but for pooled rows, never logits) */
+        return em_err_set(err, EM_EUNSUPPORTED, "this %s model is an encoder: it gives vectors (ember embed), not "
+                          "text", hp->arch_name);
     em_engine *e = calloc(1, sizeof *e);
     if (!e)
         return em_err_set(err, EM_ENOMEM, "engine: out of memory");
@@ -145,7 +149,7 @@ int em_engine_eval(em_engine *e, const int32_t *tokens, uint32_t n, uint32_t pos
             ss[j] = 0;
             rows[j] = all_logits ? (int32_t)j : (int32_t)(k - 1);
         }
-        em_fwd_batch b = { k, tokens + i, ps, ss, nl, rows, tables, NULL, NULL };
+        em_fwd_batch b = { k, tokens + i, ps, ss, nl, rows, tables, NULL, NULL, NULL, 0, NULL };
         float *out = nl ? (all_logits ? logits + (size_t)i * V : logits) : NULL;
         int rc = em_fwd_step(e->fwd, &b, out, err);
         if (rc)

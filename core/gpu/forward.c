@@ -200,9 +200,6 @@ static void choose_variant(em_fwd *f)
 
 int em_fwd_model_supported(const em_hparams *hp, em_err *err)
 {
-    if (hp->encoder)
-        return em_err_set(err, EM_EUNSUPPORTED, "forward: this %s model is an encoder: it gives vectors (ember "
-                          "embed), not text, and the Vulkan kernels do not run it yet", hp->arch_name);
     if (hp->n_expert_used > EM_MOE_MAX_USED)
         return em_err_set(err, EM_EUNSUPPORTED, "forward: %s uses %u experts per token; the router kernel takes "
                           "at most %u", hp->arch_name, hp->n_expert_used, EM_MOE_MAX_USED);
@@ -212,6 +209,25 @@ int em_fwd_model_supported(const em_hparams *hp, em_err *err)
                           "kernels do not do yet: ember run, chat, logits and perplexity run it with --backend cpu",
                           hp->arch_name);
     return 0;
+}
+
+/* An encoder's embedding tables and norm in vecs, and its kernels' sets. */
+static int encoder_sets(em_fwd *f, em_err *err)
+{
+    const em_encoder_weights *ew = em_model_encoder(f->m);
+    em_vk_pipe *p;
+    em_vk_buf lb[3] = { f->x, f->vecs, f->step }, gb[1] = { f->hf }, ab[3] = { f->qkv, f->step, f->att };
+    int rc;
+    if ((rc = fwd_vec_tensor(f, ew->pos, &f->enc_pos_off, err)) ||
+        (rc = fwd_vec_tensor(f, ew->types, &f->enc_type_off, err)) ||
+        (rc = fwd_vec_tensor(f, ew->norm, &f->enc_norm_off, err)) ||
+        (rc = fwd_vec_tensor(f, ew->norm_b, &f->enc_norm_b_off, err)) ||
+        (rc = fwd_get_pipe(f, EM_K_LAYERNORM, 0, 0, &p, err)) ||
+        (rc = em_vk_dset_create(f->vk, p, lb, &f->ln_ds, err)) || (rc = fwd_get_pipe(f, EM_K_GELU, 0, 0, &p, err)) ||
+        (rc = em_vk_dset_create(f->vk, p, gb, &f->gelu_ds, err)) ||
+        (rc = fwd_get_pipe(f, EM_K_ATTN_ENC, 0, 0, &p, err)))
+        return rc;
+    return em_vk_dset_create(f->vk, p, ab, &f->attn_enc_ds, err);
 }
 
 int em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **out, em_err *err)
@@ -294,7 +310,9 @@ int em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **o
     f->off_tiles = 5 * T + L;    /* (first token, count) pairs */
     f->off_bt = 7 * T + L;
     f->off_bt_w = f->off_bt + o->max_seqs * f->bt_stride;   /* (sliding-window models) */
-    f->step_ints = f->off_bt_w + (hp->n_swa ? o->max_seqs * f->bt_stride : 0);
+    f->off_pool = f->off_bt_w + (hp->n_swa ? o->max_seqs * f->bt_stride : 0);
+    f->off_type = f->off_pool + 2 * o->max_seqs;
+    f->step_ints = f->off_type + T;
 
     int rc;
     f->layers = calloc(hp->n_layer, sizeof *f->layers);
@@ -308,7 +326,8 @@ int em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **o
     em_fwd_plan_scratch(hp, T, o->max_seqs, o->max_ctx, L, binding, &plan);
     if (plan.x != (uint64_t)T * f->E_st * 4 || plan.qkv != (uint64_t)T * f->qkv_st * 4 ||
         plan.att != (uint64_t)T * f->att_st * 4 || plan.hf != (uint64_t)T * f->F_st * 4 ||
-        plan.gu != (uint64_t)T * f->gu_st * 4 || plan.step != (uint64_t)f->step_ints * 4) {
+        plan.gu != (uint64_t)T * f->gu_st * 4 || plan.step != (uint64_t)f->step_ints * 4 ||
+        plan.pooled != (uint64_t)o->max_seqs * f->E_st * 4) {
         rc = em_err_set(err, EM_ESTATE, "forward: the memory plan disagrees with the strides");
         goto fail;
     }
@@ -322,6 +341,7 @@ int em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **o
         { &f->steer, plan.steer, EM_VK_MEM_UPLOAD },
         { &f->cand, plan.cand, EM_VK_MEM_READBACK },
         { &f->step, plan.step, EM_VK_MEM_UPLOAD },
+        { &f->pooled, plan.pooled, EM_VK_MEM_READBACK },
         { &f->dummy, plan.dummy, EM_VK_MEM_DEVICE },
         { &f->part, plan.part, EM_VK_MEM_DEVICE },
         { &f->rl, plan.moe_rl, EM_VK_MEM_DEVICE },
@@ -372,6 +392,13 @@ int em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **o
                              (rc = em_vk_dset_create(vk, mcp, mcb, &f->combine_ds, err))))
             goto fail;
         f->steer_adj_max = L * EM_FWD_STEER_ADJ;
+        em_vk_pipe *pp;
+        em_vk_buf pb[4] = { f->x, f->vecs, f->step, f->pooled };
+        if ((rc = fwd_get_pipe(f, EM_K_POOL, 0, 0, &pp, err)) ||
+            (rc = em_vk_dset_create(vk, pp, pb, &f->pool_ds, err)))
+            goto fail;
+        if (hp->encoder && (rc = encoder_sets(f, err)))
+            goto fail;
     }
     em_vk_progress prog;
     em_vk_progress_begin(&prog, "uploading weights", em_model_weight_bytes(m));
@@ -379,7 +406,8 @@ int em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **o
         if ((rc = fwd_build_layer(f, il, &prog, err)))
             goto fail_prog;
 
-    /* output: final norm fused, rows gathered from the step's logit list */
+    /* output: final norm fused, rows gathered from the step's logit list
+     * (an encoder has none: its pooled rows are its output) */
     {
         const em_gguf_tensor *te = em_model_tok_embd(m), *to = em_model_output(m);
         row_src es = { { te }, 1, 0, 0, 0 };
@@ -388,6 +416,8 @@ int em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **o
             goto fail_prog;
         uint64_t embd_bytes = f->st.weight_bytes - before;
         site *s = &f->out;
+        if (!to)
+            goto embed_sets;
         s->flags = EM_MM_NORM_IN | EM_MM_GATHER_IN;
         s->k_real = hp->n_embd;
         s->n_parts = 1;
@@ -408,6 +438,7 @@ int em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **o
         f->st.decode_bytes = f->st.weight_bytes - (to == te ? 0 : embd_bytes);
         if (hp->n_expert)
             f->st.decode_bytes -= f->st.expert_bytes / hp->n_expert * (hp->n_expert - hp->n_expert_used);
+    embed_sets:
         /* the lookup binds each chunk of the table (a large vocabulary's
          * table passes one binding: 152k x 896 at Q8_0 is 145 MB) */
         em_vk_pipe *ep;
@@ -425,7 +456,7 @@ int em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **o
     /* the rotary angles, computed in double as core/run/ref.c's
      * (em_hparams_rope; sliding-window layers have their own); YaRN's
      * factor on q and k becomes its square on the attention scale */
-    for (int swa = 0; swa < (hp->n_swa ? 2 : 1); swa++) {
+    for (int swa = 0; swa < (hp->encoder ? 0 : hp->n_swa ? 2 : 1); swa++) {
         uint32_t nf = hp->n_rot / 2, *off = swa ? &f->freq_swa_off : &f->freq_off;
         double *theta = malloc((nf + 1) * sizeof *theta);
         if (!theta) {
@@ -457,7 +488,7 @@ int em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **o
         em_vk_buf *z[] = { &f->x, &f->qkv, &f->att, &f->hf, &f->gu, &f->dummy, &f->part };
         for (size_t i = 0; i < sizeof z / sizeof z[0]; i++)
             em_vk_cmd_fill(c, z[i], 0);
-        for (uint32_t il = 0; il < hp->n_layer; il++) {
+        for (uint32_t il = 0; il < hp->n_layer && !hp->encoder; il++) {
             em_vk_cmd_fill(c, &f->layers[il].kc, 0);
             em_vk_cmd_fill(c, &f->layers[il].vc, 0);
         }
@@ -502,7 +533,7 @@ void em_fwd_destroy(em_fwd *f)
     for (uint32_t c = 0; c < MAX_CHUNKS; c++)
         em_vk_dset_destroy(f->vk, f->embed_ds[c]);
     em_vk_buf *b[] = { &f->x, &f->qkv, &f->att, &f->hf, &f->gu, &f->logits, &f->step, &f->vecs,
-                       &f->dummy, &f->part, &f->steer, &f->cand, &f->rl, &f->mh, &f->ye, &f->moe };
+                       &f->dummy, &f->part, &f->steer, &f->cand, &f->rl, &f->mh, &f->ye, &f->moe, &f->pooled };
     for (size_t i = 0; i < sizeof b / sizeof b[0]; i++)
         em_vk_free(f->vk, b[i]);
     free(f->layers);
@@ -563,6 +594,80 @@ static int moe_record(em_fwd *f, em_vk_cmd *cmd, const layer *ly, uint32_t T, em
     return 0;
 }
 
+/* The pooled rows: the sums of the step's spans of x (a decoder's rows
+ * normed by the output norm first), then a barrier. */
+static int pool_record(em_fwd *f, em_vk_cmd *cmd, const shape *sh, em_err *err)
+{
+    em_vk_pipe *p;
+    int rc = fwd_get_pipe(f, EM_K_POOL, 0, 0, &p, err);
+    if (rc)
+        return rc;
+    em_pc_pool pc = { f->hp->n_embd, sh->pool, f->E_st, f->E_st, f->off_pool,
+                      f->hp->encoder ? EM_NO_OFF : f->out.norm_off, f->hp->rms_eps };
+    em_vk_cmd_dispatch(cmd, p, f->pool_ds, &pc, (f->hp->n_embd + 255) / 256, sh->pool, 1);
+    mark(f, cmd, P_OUT);
+    em_vk_cmd_barrier(cmd);
+    return 0;
+}
+
+/* An encoder's LayerNorm of x in place (weight and bias at vecs[w],
+ * vecs[b]; embed: the position and type rows added first), then a barrier. */
+static int layernorm(em_fwd *f, em_vk_cmd *cmd, uint32_t T, uint32_t w, uint32_t b, int embed, int kind, em_err *err)
+{
+    em_vk_pipe *p;
+    int rc = fwd_get_pipe(f, EM_K_LAYERNORM, 0, 0, &p, err);
+    if (rc)
+        return rc;
+    em_pc_layernorm pc = { f->hp->n_embd, T, f->E_st, w, b, embed ? f->enc_pos_off : EM_NO_OFF, f->enc_type_off,
+                           f->off_pos, f->off_type, f->hp->rms_eps };
+    em_vk_cmd_dispatch(cmd, p, f->ln_ds, &pc, 1, T, 1);
+    mark(f, cmd, kind);
+    em_vk_cmd_barrier(cmd);
+    return 0;
+}
+
+/* An encoder's layers (bert, post-norm) after the lookup: embeddings
+ * normed; per layer biased QKV, attention over each token's run, the
+ * biased output projection added and normed, the biased up projection,
+ * GELU, the biased down projection added and normed. */
+static int record_encoder(em_fwd *f, em_vk_cmd *cmd, const shape *sh, em_err *err)
+{
+    const em_hparams *hp = f->hp;
+    const uint32_t T = sh->T;
+    int rc = layernorm(f, cmd, T, f->enc_norm_off, f->enc_norm_b_off, 1, P_EMBED, err);
+    em_pc_attn_enc pa = { hp->n_head, hp->n_head_kv, hp->head_dim, hp->head_dim_v, f->qkv_st, f->att_st,
+                          f->off_dec, T, hp->attn_scale };
+    em_pc_gelu pg = { hp->n_ff, T, f->F_st };
+    em_vk_pipe *pe, *pgl;
+    if (rc || (rc = fwd_get_pipe(f, EM_K_ATTN_ENC, 0, 0, &pe, err)) || (rc = fwd_get_pipe(f, EM_K_GELU, 0, 0, &pgl, err)))
+        return rc;
+    for (uint32_t il = 0; il < hp->n_layer; il++) {
+        const layer *ly = &f->layers[il];
+        if ((rc = site_record(f, cmd, &ly->qkv, T, f->E_st, f->qkv_st, P_QKV, err)))
+            return rc;
+        em_vk_cmd_barrier(cmd);
+        em_vk_cmd_dispatch(cmd, pe, f->attn_enc_ds, &pa, hp->n_head, T, 1);
+        mark(f, cmd, P_ATTN);
+        em_vk_cmd_barrier(cmd);
+        if ((rc = site_record(f, cmd, &ly->wo, T, f->att_st, f->E_st, P_WO, err)))
+            return rc;
+        em_vk_cmd_barrier(cmd);
+        if ((rc = layernorm(f, cmd, T, ly->ln_off[0], ly->ln_off[1], 0, P_WO, err)) ||
+            (rc = site_record(f, cmd, &ly->gu, T, f->E_st, f->F_st, P_GU, err)))
+            return rc;
+        em_vk_cmd_barrier(cmd);
+        em_vk_cmd_dispatch(cmd, pgl, f->gelu_ds, &pg, (hp->n_ff + 63) / 64, T, 1);
+        mark(f, cmd, P_SWIGLU);
+        em_vk_cmd_barrier(cmd);
+        if ((rc = site_record(f, cmd, &ly->down, T, f->F_st, f->E_st, P_DOWN, err)))
+            return rc;
+        em_vk_cmd_barrier(cmd);
+        if ((rc = layernorm(f, cmd, T, ly->ln_off[2], ly->ln_off[3], 0, P_DOWN, err)))
+            return rc;
+    }
+    return sh->pool ? pool_record(f, cmd, sh, err) : 0;
+}
+
 static int record(em_fwd *f, em_vk_cmd *cmd, const shape *sh, em_err *err)
 {
     const uint32_t T = sh->T, L = sh->L;
@@ -585,6 +690,11 @@ static int record(em_fwd *f, em_vk_cmd *cmd, const shape *sh, em_err *err)
     }
     mark(f, cmd, P_EMBED);
     em_vk_cmd_barrier(cmd);
+    if (hp->encoder) {
+        if ((rc = record_encoder(f, cmd, sh, err)))
+            return rc;
+        goto done;
+    }
 
     em_pc_rope pr = {
         hp->n_head, hp->n_head_kv, hp->head_dim, hp->head_dim_v, hp->n_rot, f->qkv_st,
@@ -677,6 +787,8 @@ static int record(em_fwd *f, em_vk_cmd *cmd, const shape *sh, em_err *err)
         if (post && (rc = norm_add(f, cmd, &pn, ly->post_ffn_off, P_DOWN, err)))
             return rc;
     }
+    if (sh->pool && (rc = pool_record(f, cmd, sh, err)))
+        return rc;
     if (L > 0 && (rc = site_record(f, cmd, &f->out, L, f->E_st, hp->n_vocab, P_OUT, err)))
         return rc;
     if (L > 0 && sh->top) {
@@ -687,9 +799,32 @@ static int record(em_fwd *f, em_vk_cmd *cmd, const shape *sh, em_err *err)
         em_vk_cmd_dispatch(cmd, p, f->topk_ds, &pt, L, 1, 1);
         mark(f, cmd, P_OUT);
     }
+done:
     f->st.dispatches = em_vk_cmd_dispatches(cmd);
     f->st.barriers = em_vk_cmd_barriers(cmd);
     return em_vk_cmd_end(cmd, err);
+}
+
+/* An encoder's batch (forward.h): each slot's tokens one run of positions
+ * 0, 1, ... that no other run of the step continues, token types within the
+ * model's, no logits or decodes. */
+static int check_encoder_batch(const em_fwd *f, const em_fwd_batch *b, em_err *err)
+{
+    const em_hparams *hp = f->hp;
+    if (b->n_logits)
+        return em_err_set(err, EM_EINVAL, "forward: an encoder gives no logits");
+    for (uint32_t i = 0; i < b->n_tokens; i++) {
+        if (b->decode && b->decode[i])
+            return em_err_set(err, EM_EINVAL, "forward: an encoder has no decode tokens");
+        if (b->types && b->types[i] >= hp->n_token_types)
+            return em_err_set(err, EM_ERANGE, "token type %u is out of range (the model has %u)", b->types[i],
+                              hp->n_token_types);
+        int starts = i == 0 || b->seq[i] != b->seq[i - 1];
+        if (starts ? b->pos[i] != 0 : b->pos[i] != b->pos[i - 1] + 1)
+            return em_err_set(err, EM_EINVAL, "forward: an encoder's sequence must be whole in its step, its "
+                              "positions 0, 1, ... (token %u: slot %d, position %d)", i, b->seq[i], b->pos[i]);
+    }
+    return 0;
 }
 
 static int check_batch(const em_fwd *f, const em_fwd_batch *b, em_err *err)
@@ -701,6 +836,18 @@ static int check_batch(const em_fwd *f, const em_fwd_batch *b, em_err *err)
     if (b->n_logits > f->o.max_logits)
         return em_err_set(err, EM_ERANGE, "forward: %u logit rows (at most %u)", b->n_logits,
                           f->o.max_logits);
+    if (b->n_pool > f->o.max_seqs)
+        return em_err_set(err, EM_ERANGE, "forward: %u pooled rows (at most %u)", b->n_pool, f->o.max_seqs);
+    for (uint32_t i = 0; i < b->n_pool; i++)
+        if (b->pool[2 * i] < 0 || b->pool[2 * i + 1] < 1 ||
+            (uint64_t)b->pool[2 * i] + (uint64_t)b->pool[2 * i + 1] > b->n_tokens)
+            return em_err_set(err, EM_ERANGE, "forward: pooled span %u (%d, %d) is out of the step's %u tokens", i,
+                              b->pool[2 * i], b->pool[2 * i + 1], b->n_tokens);
+    if (hp->encoder) {
+        int rc = check_encoder_batch(f, b, err);
+        if (rc)
+            return rc;
+    }
     for (uint32_t i = 0; i < b->n_tokens; i++) {
         if (b->tokens[i] < 0 || (uint32_t)b->tokens[i] >= hp->n_vocab)
             return em_err_set(err, EM_ERANGE, "token id %d is out of range (vocabulary has %u tokens)",
@@ -708,9 +855,12 @@ static int check_batch(const em_fwd *f, const em_fwd_batch *b, em_err *err)
         if (b->pos[i] < 0 || (uint32_t)b->pos[i] >= f->o.max_ctx)
             return em_err_set(err, EM_ERANGE, "position %d is out of range (context %u)", b->pos[i],
                               f->o.max_ctx);
-        if (b->seq[i] < 0 || (uint32_t)b->seq[i] >= f->o.max_seqs || !b->tables[b->seq[i]])
-            return em_err_set(err, EM_ERANGE, "sequence slot %d is out of range or has no table",
-                              b->seq[i]);
+        if (b->seq[i] < 0 || (uint32_t)b->seq[i] >= f->o.max_seqs)
+            return em_err_set(err, EM_ERANGE, "sequence slot %d is out of range", b->seq[i]);
+        if (hp->encoder)
+            continue;   /* (its K/V are not kept: no tables) */
+        if (!b->tables || !b->tables[b->seq[i]])
+            return em_err_set(err, EM_ERANGE, "sequence slot %d has no block table", b->seq[i]);
         const int32_t *t = b->tables[b->seq[i]];
         for (int32_t k = 0; k <= b->pos[i] / EM_KV_BLOCK; k++)
             if (t[k] < 0 || (uint32_t)t[k] >= f->o.n_blocks)
@@ -761,6 +911,11 @@ int em_fwd_step_top(em_fwd *f, const em_fwd_batch *b, const em_sample_steer *ste
     return step(f, b, steer, top, NULL, err);
 }
 
+const float *em_fwd_pooled_row(const em_fwd *f, uint32_t i)
+{
+    return (const float *)f->pooled.map + (size_t)i * f->E_st;
+}
+
 const float *em_fwd_logits_row(const em_fwd *f, uint32_t i)
 {
     return (const float *)f->logits.map + (size_t)i * f->hp->n_vocab;
@@ -781,6 +936,25 @@ static int step(em_fwd *f, const em_fwd_batch *b, const em_sample_steer *steer, 
     memcpy(sp + f->off_seq, b->seq, T * sizeof *sp);
     if (L)
         memcpy(sp + f->off_gather, b->logit_rows, L * sizeof *sp);
+    if (b->n_pool)
+        memcpy(sp + f->off_pool, b->pool, 2 * b->n_pool * sizeof *sp);
+    shape sh = { T, L, 0, 0, 1, steer != NULL, b->n_pool };
+    if (f->hp->encoder) {
+        /* each token's run [first, end): its sequence (check_encoder_batch);
+         * its type */
+        for (uint32_t i = 0; i < T;) {
+            uint32_t j = i + 1;
+            while (j < T && b->seq[j] == b->seq[i])
+                j++;
+            for (uint32_t k = i; k < j; k++) {
+                sp[f->off_dec + 2 * k] = (int32_t)i;
+                sp[f->off_dec + 2 * k + 1] = (int32_t)j;
+                sp[f->off_type + k] = b->types ? b->types[k] : 0;
+            }
+            i = j;
+        }
+        goto run;
+    }
     /* block tables of the slots in this step, as far as their positions reach */
     for (uint32_t i = 0; i < T; i++) {
         int32_t s = b->seq[i];
@@ -793,7 +967,6 @@ static int step(em_fwd *f, const em_fwd_batch *b, const em_sample_steer *steer, 
     /* attention work lists: decode queries one by one, each split by its
      * own context length; runs of consecutive prompt positions of one
      * sequence cut into tiles */
-    shape sh = { T, L, 0, 0, 1, steer != NULL };
     uint32_t span = em_vk_info(f->vk)->cpu_kernels ? 1024 : 256;
     for (uint32_t i = 0; i < T;) {
         uint32_t j = i + 1;
@@ -821,6 +994,7 @@ static int step(em_fwd *f, const em_fwd_batch *b, const em_sample_steer *steer, 
         }
         i = j;
     }
+run:;
     /* the recorded command buffer for this shape, or record one */
     recorded *r = NULL, *lru = &f->rec[0];
     for (uint32_t i = 0; i < MAX_RECORDED; i++) {
@@ -896,6 +1070,10 @@ uint32_t em_fwd_kv_blocks(em_vk *vk, const em_model *m, uint32_t kv_type, uint64
     uint64_t per, per_w;
     em_fwd_kv_split_bytes(hp, kv_type, &per, &per_w);
     uint64_t cap = (uint64_t)max_seqs * ((max_ctx + EM_KV_BLOCK - 1) / EM_KV_BLOCK);
+    if (n_window)
+        *n_window = 0;
+    if (hp->encoder)   /* bookkeeping for the scheduler: no device memory behind them */
+        return (uint32_t)cap;
     uint64_t bytes;
     if (kv_mb) {
         bytes = kv_mb << 20;
@@ -934,7 +1112,7 @@ int em_fwd_copy_blocks(em_fwd *f, uint32_t pool, const int32_t *src, const int32
                        em_err *err)
 {
     const em_hparams *hp = f->hp;
-    if (pool > 1 || (pool == 1 && !f->win_pool))
+    if (pool > 1 || (pool == 1 && !f->win_pool) || hp->encoder)
         return em_err_set(err, EM_EINVAL, "forward: no KV pool %u", pool);
     uint32_t n_blocks = pool ? f->o.n_blocks_window : f->o.n_blocks;
     /* f16: the block's rows; q8_0: the block's int8 rows and, apart, its scales */

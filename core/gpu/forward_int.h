@@ -54,6 +54,8 @@ typedef struct {
     site      router, egu, edown;  /* mixture of experts: the router, the experts' gate/up and down */
     uint32_t  b_down_off;          /* vecs offset of the experts' down biases, UINT32_MAX: none */
     uint32_t  sink_off;            /* vecs offset of the heads' attention sinks, EM_NO_SINKS: none */
+    uint32_t  ln_off[4];           /* an encoder: vecs offsets of the LayerNorms after the attention
+                                    * and the FFN, weight and bias each (gu is then its up site) */
 } layer;
 
 typedef struct {
@@ -67,6 +69,7 @@ typedef struct {
     uint32_t n_dec, n_tiles;  /* decode tokens, prefill tiles */
     uint32_t nsplit;          /* KV splits of decode attention */
     uint32_t top;             /* the rows summarised on the device (topk.comp) */
+    uint32_t pool;            /* pooled spans (pool.comp) */
 } shape;
 
 typedef struct {
@@ -100,6 +103,14 @@ struct em_fwd {
     int      win_pool;             /* the windowed layers' K/V in a pool of their own (o.n_blocks_window) */
     uint32_t kscale_off_w, vscale_off_w; /* the same for a layer of that pool */
     uint32_t off_bt_w;             /* step buffer: the window pool's tables */
+    uint32_t off_pool, off_type;   /* step buffer: pooled spans [2 max_seqs], token types [T] */
+    em_vk_buf pooled;              /* readback: [max_seqs][E_st] pooled rows */
+    em_vk_dset *pool_ds;           /* x, vecs, step -> pooled (pool.comp) */
+    /* an encoder: the embeddings' position and type tables and LayerNorm
+     * in vecs; its kernels' bindings (layernorm.comp on x, gelu.comp on
+     * hf, attn_enc.comp qkv -> att) */
+    uint32_t  enc_pos_off, enc_type_off, enc_norm_off, enc_norm_b_off;
+    em_vk_dset *ln_ds, *gelu_ds, *attn_enc_ds;
     em_vk_buf part;                /* split-K partials [query][H][nsplit][Dv + 2] */
     uint32_t  max_split;           /* splits per decode query (part holds T of them) */
     em_vk_dset *reduce_ds;

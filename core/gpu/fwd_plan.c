@@ -25,6 +25,8 @@ uint64_t em_fwd_kv_row_bytes(uint32_t kv_type, uint64_t n)
 
 uint64_t em_fwd_kv_block_bytes_hp(const em_hparams *hp, uint32_t kv_type)
 {
+    if (hp->encoder)   /* (its blocks are bookkeeping: nothing is kept) */
+        return 0;
     return (uint64_t)hp->n_layer * EM_KV_BLOCK *
            (em_fwd_kv_row_bytes(kv_type, (uint64_t)hp->n_head_kv * hp->head_dim) +
             em_fwd_kv_row_bytes(kv_type, (uint64_t)hp->n_head_kv * hp->head_dim_v));
@@ -57,13 +59,19 @@ uint64_t em_fwd_plan_vec_floats(const em_model *m, uint32_t rows)
         const em_layer_weights *w = em_model_layer(m, il);
         const em_gguf_tensor *v[] = { w->attn_norm, w->ffn_norm, w->bq, w->bk, w->bv,
                                       w->q_norm, w->k_norm, w->post_attn_norm, w->post_ffn_norm,
-                                      w->b_gate_inp, w->b_down_exps, w->bo, w->attn_sinks };
+                                      w->b_gate_inp, w->b_down_exps, w->bo, w->attn_sinks,
+                                      w->attn_norm_b, w->ffn_norm_b, w->b_up, w->b_down };
         for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
             if (v[i])
                 nv += round_up64(v[i]->nelem, 4);
         if (w->b_gate_exps)   /* (the experts' gate/up biases in their packed rows' order: fwd_weights.c) */
             nv += round_up64((uint64_t)hp->n_expert * round_up64(2 * hp->n_ff_exp, rows), 4);
     }
+    const em_encoder_weights *ew = em_model_encoder(m);
+    const em_gguf_tensor *ev[] = { ew->pos, ew->types, ew->norm, ew->norm_b };
+    for (size_t i = 0; i < sizeof ev / sizeof ev[0]; i++)   /* (an encoder's embeddings; NULL for a decoder) */
+        if (ev[i])
+            nv += round_up64(ev[i]->nelem, 4);
     /* the output norm, the rope frequencies (a second table for sliding-window layers) */
     return nv + round_up64(hp->n_embd, 4) + (hp->n_swa ? 2 : 1) * round_up64(hp->n_rot / 2, 4) + 4;
 }
@@ -98,8 +106,6 @@ int em_fwd_plan_weights(const em_model *m, uint32_t rows, uint32_t lanes, em_fwd
     const em_hparams *hp = em_model_hparams(m);
     mem->weights = 0;
     memset(mem->weights_by_type, 0, sizeof mem->weights_by_type);
-    if (hp->encoder)   /* (em_fwd_model_supported says why) */
-        return em_fwd_model_supported(hp, err);
     int rc = 0;
     for (uint32_t il = 0; il < hp->n_layer && !rc; il++) {
         const em_layer_weights *w = em_model_layer(m, il);
@@ -119,7 +125,9 @@ int em_fwd_plan_weights(const em_model *m, uint32_t rows, uint32_t lanes, em_fwd
                 rc = plan_mat(&w->w_down_exps, 1, rows, lanes, mem, err);
             continue;
         }
-        if (!rc && w->w_gate->type == w->w_up->type)
+        if (!rc && !w->w_gate)   /* (an encoder's FFN has no gate) */
+            rc = plan_mat(&gu[1], 1, rows, lanes, mem, err);
+        else if (!rc && w->w_gate->type == w->w_up->type)
             rc = plan_mat(gu, 2, rows, lanes, mem, err);
         else if (!rc && !(rc = plan_mat(&gu[0], 1, rows, lanes, mem, err)))
             rc = plan_mat(&gu[1], 1, rows, lanes, mem, err);
@@ -129,7 +137,7 @@ int em_fwd_plan_weights(const em_model *m, uint32_t rows, uint32_t lanes, em_fwd
     const em_gguf_tensor *te = em_model_tok_embd(m), *to = em_model_output(m);
     if (!rc)
         rc = plan_mat(&te, 1, rows, lanes, mem, err);
-    if (!rc && to != te)   /* tied: the output reuses the embedding's memory */
+    if (!rc && to && to != te)   /* tied: the output reuses the embedding's memory (an encoder has none) */
         rc = plan_mat(&to, 1, rows, lanes, mem, err);
     mem->vecs = em_fwd_plan_vec_floats(m, rows) * 4;
     return rc;
@@ -196,9 +204,11 @@ void em_fwd_plan_scratch(const em_hparams *hp, uint32_t max_tokens, uint32_t max
     mem->cand = L * EM_TOPK_STRIDE * 4;
     /* tokens, positions, slots [T] each, gather [L], decode and tile pairs
      * [2T] each, block tables [max_seqs][ceil(max_ctx / EM_KV_BLOCK)] (two
-     * sets for a sliding-window model: its window pool's) */
-    mem->step = (7 * T + L + (hp->n_swa ? 2 : 1) * (uint64_t)max_seqs *
+     * sets for a sliding-window model: its window pool's), pooled spans
+     * [2 max_seqs], token types [T] */
+    mem->step = (8 * T + L + 2 * (uint64_t)max_seqs + (hp->n_swa ? 2 : 1) * (uint64_t)max_seqs *
                                  (((uint64_t)max_ctx + EM_KV_BLOCK - 1) / EM_KV_BLOCK)) * 4;
+    mem->pooled = (uint64_t)max_seqs * round32(hp->n_embd) * 4;   /* [max_seqs][E] readback */
     mem->staging = EM_FWD_STAGING_BYTES;
     mem->margin = EM_FWD_MARGIN_BYTES;
 }
@@ -206,7 +216,8 @@ void em_fwd_plan_scratch(const em_hparams *hp, uint32_t max_tokens, uint32_t max
 uint64_t em_fwd_mem_scratch(const em_fwd_mem *mem)
 {
     return mem->x + mem->qkv + mem->att + mem->hf + mem->gu + mem->part + mem->moe_rl + mem->moe_mh + mem->moe_ye +
-           mem->moe_route + mem->dummy + mem->logits + mem->steer + mem->cand + mem->step;
+           mem->moe_route + mem->dummy + mem->logits + mem->steer + mem->cand + mem->step +
+           mem->pooled;
 }
 
 uint64_t em_fwd_plan_kv_budget(uint64_t heap, const em_fwd_mem *mem)

@@ -29,6 +29,7 @@ typedef struct {
     uint64_t steer;                      /* upload: per row temperature, adjustments, mask */
     uint64_t cand;                       /* readback: per row max, sums, the top candidates */
     uint64_t step;                       /* upload: per-step ints and block tables */
+    uint64_t pooled;                     /* readback: [max_seqs][n_embd] pooled rows */
     uint64_t staging;                    /* em_vk's upload staging buffer */
     uint64_t margin;                     /* EM_FWD_MARGIN_BYTES */
 } em_fwd_mem;
@@ -60,7 +61,7 @@ uint32_t em_fwd_plan_max_split(const em_hparams *hp, uint32_t max_tokens, uint64
  * figures; only hp's shape is read. */
 void em_fwd_plan_scratch(const em_hparams *hp, uint32_t max_tokens, uint32_t max_seqs,
                          uint32_t max_ctx, uint32_t max_logits, uint64_t max_binding, em_fwd_mem *mem);
-/* x + qkv + att + hf + gu + part + the moe buffers + dummy + logits + steer + cand + step. */
+/* x + qkv + att + hf + gu + part + the moe buffers + dummy + logits + steer + cand + step + pooled. */
 uint64_t em_fwd_mem_scratch(const em_fwd_mem *mem);
 /* Bytes left for the KV pool on a heap of heap bytes: 80% of it (ember
  * serve leaves 20% to the driver and other processes) less weights,

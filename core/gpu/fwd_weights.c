@@ -291,10 +291,18 @@ int fwd_build_layer(em_fwd *f, uint32_t il, em_vk_progress *prog, em_err *err)
     uint32_t qd = hp->n_head * hp->head_dim, kd = hp->n_head_kv * hp->head_dim;
 
     /* QKV: one matrix when the three share a type, else one part each */
+    /* (an encoder norms after each sub-block, not before: its norms are
+     * layernorm.comp's, run on the residual stream) */
+    const int enc = hp->encoder;
     site *s = &ly->qkv;
-    s->flags = EM_MM_NORM_IN | (hp->has_qkv_bias ? EM_MM_BIAS : 0);
+    s->flags = (enc ? 0 : EM_MM_NORM_IN) | (hp->has_qkv_bias ? EM_MM_BIAS : 0);
     s->k_real = hp->n_embd;
-    if ((rc = fwd_vec_tensor(f, w->attn_norm, &s->norm_off, err)))
+    if (!enc && (rc = fwd_vec_tensor(f, w->attn_norm, &s->norm_off, err)))
+        return rc;
+    if (enc && ((rc = fwd_vec_tensor(f, w->attn_norm, &ly->ln_off[0], err)) ||
+                (rc = fwd_vec_tensor(f, w->attn_norm_b, &ly->ln_off[1], err)) ||
+                (rc = fwd_vec_tensor(f, w->ffn_norm, &ly->ln_off[2], err)) ||
+                (rc = fwd_vec_tensor(f, w->ffn_norm_b, &ly->ln_off[3], err))))
         return rc;
     uint32_t bias_off = 0;
     if (hp->has_qkv_bias) {
@@ -352,6 +360,26 @@ int fwd_build_layer(em_fwd *f, uint32_t il, em_vk_progress *prog, em_err *err)
     if (hp->n_expert) {
         if ((rc = fwd_build_moe(f, ly, w, prog, err)))
             return rc;
+    } else if (enc) {
+        /* up (its bias added) into hf, where gelu.comp runs; down (its bias
+         * added) onto the residual stream */
+        s = &ly->gu;
+        s->flags = EM_MM_BIAS;
+        s->n_parts = 1;
+        s->k_real = hp->n_embd;
+        row_src u = { { w->w_up }, 1, 0, 0, 0 };
+        if ((rc = fwd_vec_tensor(f, w->b_up, &s->bias_off[0], err)) ||
+            (rc = fwd_pmat_build(f, &u, &s->part[0], prog, err)) || (rc = fwd_site_bind(f, s, &f->x, &f->hf, err)))
+            return rc;
+        s = &ly->down;
+        s->flags = EM_MM_ADD_OUT | EM_MM_BIAS;
+        s->n_parts = 1;
+        s->k_real = hp->n_ff;
+        row_src d = { { w->w_down }, 1, 0, 0, 0 };
+        if ((rc = fwd_vec_tensor(f, w->b_down, &s->bias_off[0], err)) ||
+            (rc = fwd_pmat_build(f, &d, &s->part[0], prog, err)) || (rc = fwd_site_bind(f, s, &f->hf, &f->x, err)))
+            return rc;
+        return 0;   /* (no KV cache: attn_enc.comp reads the step's own K and V) */
     } else {
         /* gate/up: interleaved pairs with the SwiGLU epilogue when they share a type */
         s = &ly->gu;

@@ -178,6 +178,36 @@ typedef struct {
 } em_pc_norm_add;
 _Static_assert(offsetof(em_pc_norm_add, eps) == 20 && sizeof(em_pc_norm_add) == 24, "norm_add push layout");
 
+/* shaders/layernorm.comp: an encoder's LayerNorm in place (pos_off
+ * EM_NO_OFF: no embeddings added first) */
+#define EM_NO_OFF 0xFFFFFFFFu
+typedef struct {
+    uint32_t E, T, x_stride, w_off, b_off, pos_off, type_off, step_pos, step_type;
+    float    eps;
+} em_pc_layernorm;
+_Static_assert(offsetof(em_pc_layernorm, eps) == 36 && sizeof(em_pc_layernorm) == 40, "layernorm push layout");
+
+/* shaders/gelu.comp: erf-GELU in place */
+typedef struct {
+    uint32_t F, T, stride;
+} em_pc_gelu;
+_Static_assert(sizeof(em_pc_gelu) == 12, "gelu push layout");
+
+/* shaders/attn_enc.comp: an encoder's attention over each token's run */
+typedef struct {
+    uint32_t H, Hk, D, Dv, qkv_stride, att_stride, span_off, T;
+    float    scale;
+} em_pc_attn_enc;
+_Static_assert(offsetof(em_pc_attn_enc, scale) == 32 && sizeof(em_pc_attn_enc) == 36, "attn_enc push layout");
+
+/* shaders/pool.comp: sums of spans' final hidden states (norm_off
+ * EM_NO_OFF: none) */
+typedef struct {
+    uint32_t E, n, x_stride, o_stride, span_off, norm_off;
+    float    eps;
+} em_pc_pool;
+_Static_assert(offsetof(em_pc_pool, eps) == 24 && sizeof(em_pc_pool) == 28, "pool push layout");
+
 /* EM_KV_BLOCK (the shaders' BLK) and em_kv_type: core/run/kv.h */
 
 #endif

@@ -218,7 +218,7 @@ int em_selftest_run(em_fwd *f, const em_model *m, em_selftest_report *rep, em_er
         decode[i] = 0;
     }
     double td = now_ms();
-    em_fwd_batch b = { N_PRE, ta, pos, seq, pre_rows, rows, tables, decode, tables };
+    em_fwd_batch b = { N_PRE, ta, pos, seq, pre_rows, rows, tables, decode, tables, NULL, 0, NULL };
     if ((rc = em_fwd_step(f, &b, dev, err)))
         goto done;
     rep->stage[EM_SELFTEST_PREFILL].device_ms = now_ms() - td;
@@ -236,7 +236,7 @@ int em_selftest_run(em_fwd *f, const em_model *m, em_selftest_report *rep, em_er
     for (uint32_t i = 0; i < N_DEC && !rc; i++) {
         int32_t p = (int32_t)(N_PRE + i), s0 = 0, row = 0;
         uint8_t one = 1;
-        em_fwd_batch bd = { 1, ta + N_PRE + i, &p, &s0, 1, &row, tables, &one, tables };
+        em_fwd_batch bd = { 1, ta + N_PRE + i, &p, &s0, 1, &row, tables, &one, tables, NULL, 0, NULL };
         rc = em_fwd_step(f, &bd, dec + (size_t)i * V, err);
     }
     if (rc) {
@@ -266,7 +266,7 @@ int em_selftest_run(em_fwd *f, const em_model *m, em_selftest_report *rep, em_er
         rows[0] = 0;
         rows[1] = N_B;
         td = now_ms();
-        em_fwd_batch bb = { 1 + N_B, tok, pos, seq, 2, rows, tables, decode, tables };
+        em_fwd_batch bb = { 1 + N_B, tok, pos, seq, 2, rows, tables, decode, tables, NULL, 0, NULL };
         if ((rc = em_fwd_step(f, &bb, dev, err)))
             goto done;
         rep->stage[EM_SELFTEST_BATCH].device_ms = now_ms() - td;

@@ -45,7 +45,7 @@ static int feed(int32_t slot, const int32_t *tokens, uint32_t from, uint32_t n, 
         rows[i] = (int32_t)i;
     }
     if (!rc) {
-        em_fwd_batch b = { T, tokens + from, pos, seq, T, rows, tables, NULL, NULL };
+        em_fwd_batch b = { T, tokens + from, pos, seq, T, rows, tables, NULL, NULL, NULL, 0, NULL };
         rc = em_fwd_step(f, &b, lg, &e);
     }
     if (!rc)
