@@ -56,7 +56,7 @@ static int begin_step(gpu_ctx *g, const em_sched_batch *b, em_fwd_batch *fb, em_
     if (!g->f)
         return em_err_set(err, EM_EDEVICE, "the device could not be rebuilt after it failed");
     *fb = (em_fwd_batch){ b->n_tokens, b->tokens, b->pos, b->seq, b->n_logits, b->logit_rows, b->tables,
-                          b->decode, b->tables_window };
+                          b->decode, b->tables_window, NULL, 0, NULL };
     return 0;
 }
 
