@@ -9,6 +9,7 @@
 #include "core/gpu/forward.h"
 #include "core/gpu/kparams.h"
 #include "core/gpu/variants.h"
+#include "core/run/encode.h"
 #include "core/run/ref.h"
 #include "core/vk/vk.h"
 
@@ -78,9 +79,9 @@ int em_engine_create(const em_model *m, em_backend backend, uint32_t n_ctx,
     if (n_ctx == 0)
         return em_err_set(err, EM_EINVAL, "engine: context length must be positive");
     const em_hparams *hp = em_model_hparams(m);
-    if (hp->encoder)   /* (em_fwd runs it, but for pooled rows, never logits) */
-        return em_err_set(err, EM_EUNSUPPORTED, "this %s model is an encoder: it gives vectors (ember embed), not "
-                          "text", hp->arch_name);
+    if (hp->encoder && n_ctx > hp->n_pos)
+        return em_err_set(err, EM_ERANGE, "engine: %u positions; this %s encoder has %u", n_ctx, hp->arch_name,
+                          hp->n_pos);
     em_engine *e = calloc(1, sizeof *e);
     if (!e)
         return em_err_set(err, EM_ENOMEM, "engine: out of memory");
@@ -89,7 +90,9 @@ int em_engine_create(const em_model *m, em_backend backend, uint32_t n_ctx,
     e->n_ctx = n_ctx;
     int rc;
     if (backend == EM_BACKEND_CPU) {
-        rc = em_ref_create(m, n_ctx, &e->ref, err);
+        /* (an encoder's reference is core/run/encode.c, a whole sequence
+         * at a time: em_engine_embed calls it) */
+        rc = hp->encoder ? 0 : em_ref_create(m, n_ctx, &e->ref, err);
         snprintf(e->desc, sizeof e->desc, "cpu reference");
     } else {
         rc = create_gpu(e, opts, err);
@@ -118,6 +121,9 @@ int em_engine_eval(em_engine *e, const int32_t *tokens, uint32_t n, uint32_t pos
                    float *logits, int all_logits, em_err *err)
 {
     uint32_t V = em_model_hparams(e->m)->n_vocab;
+    if (em_model_hparams(e->m)->encoder)
+        return em_err_set(err, EM_EUNSUPPORTED, "this %s model is an encoder: it gives vectors (ember embed), not "
+                          "text", em_model_hparams(e->m)->arch_name);
     if (n == 0)
         return 0;
     if ((uint64_t)pos + n > e->n_ctx)
@@ -157,6 +163,60 @@ int em_engine_eval(em_engine *e, const int32_t *tokens, uint32_t n, uint32_t pos
         e->n_fed = pos + i + k;
     }
     return 0;
+}
+
+/* The GPU's embedding: steps of up to e->chunk tokens (an encoder's
+ * sequence in one), each pooling the span the mode needs; the mean's sums
+ * added up and divided. */
+static int embed_gpu(em_engine *e, const int32_t *ids, uint32_t n, em_pooling mode, float *out, em_err *err)
+{
+    const em_hparams *hp = em_model_hparams(e->m);
+    if (hp->encoder && n > e->chunk)
+        return em_err_set(err, EM_ERANGE, "%u tokens; this engine takes %u at once", n, e->chunk);
+    int32_t *ps = e->scratch, *ss = ps + e->chunk;
+    const int32_t *tables[1] = { e->table };
+    memset(out, 0, hp->n_embd * sizeof *out);
+    for (uint32_t i = 0; i < n; i += e->chunk) {
+        uint32_t k = n - i < e->chunk ? n - i : e->chunk;
+        for (uint32_t j = 0; j < k; j++) {
+            ps[j] = (int32_t)(i + j);
+            ss[j] = 0;
+        }
+        int32_t span[2] = { 0, (int32_t)k };   /* MEAN: every token */
+        int want = mode == EM_POOL_MEAN || (mode == EM_POOL_CLS && i == 0) || (mode == EM_POOL_LAST && i + k == n);
+        if (mode == EM_POOL_CLS)
+            span[1] = 1;
+        else if (mode == EM_POOL_LAST)
+            span[0] = (int32_t)k - 1, span[1] = 1;
+        em_fwd_batch b = { k, ids + i, ps, ss, 0, NULL, tables, NULL, NULL, NULL, want ? 1 : 0, span };
+        int rc = em_fwd_step(e->fwd, &b, NULL, err);
+        if (rc)
+            return rc;
+        for (uint32_t d = 0; want && d < hp->n_embd; d++)
+            out[d] += em_fwd_pooled_row(e->fwd, 0)[d];
+        e->n_fed = i + k;
+    }
+    for (uint32_t d = 0; mode == EM_POOL_MEAN && d < hp->n_embd; d++)
+        out[d] /= (float)n;
+    return 0;
+}
+
+int em_engine_embed(em_engine *e, const int32_t *ids, uint32_t n, em_pooling mode, int normalize, float *out,
+                    em_err *err)
+{
+    const em_hparams *hp = em_model_hparams(e->m);
+    if (mode == EM_POOL_NONE)
+        mode = hp->pooling != EM_POOL_NONE ? hp->pooling : EM_POOL_MEAN;
+    if (mode == EM_POOL_RANK)
+        return em_err_set(err, EM_EUNSUPPORTED, "embed: rank pooling gives a score, not a vector");
+    if (n == 0 || n > e->n_ctx)
+        return em_err_set(err, EM_ERANGE, "embed: %u tokens; this engine takes 1 to %u", n, e->n_ctx);
+    if (!e->fwd)
+        return em_ref_embed(e->m, ids, n, mode, normalize, out, err);
+    int rc = embed_gpu(e, ids, n, mode, out, err);
+    if (!rc && normalize)
+        em_l2_normalize(out, hp->n_embd);
+    return rc;
 }
 
 int em_engine_check(const em_engine *e, em_err *err)

@@ -1,6 +1,7 @@
 /* engine.h — one sequence on one backend: the simple front door used by the
- * CLI tools (`ember run`, `logits`, `bench`, `perplexity`). It feeds tokens at
- * positions and returns logits, on the CPU reference or on the GPU.
+ * CLI tools (`ember run`, `logits`, `bench`, `perplexity`, `embed`). It feeds
+ * tokens at positions and returns logits, or a sequence's embedding, on the
+ * CPU reference or on the GPU.
  * (The server's scheduler drives the batched GPU forward pass directly.) */
 #ifndef EM_ENGINE_H
 #define EM_ENGINE_H
@@ -35,6 +36,17 @@ void em_engine_destroy(em_engine *e);   /* accepts NULL */
  * token id or position out of range. */
 int em_engine_eval(em_engine *e, const int32_t *tokens, uint32_t n, uint32_t pos,
                    float *logits, int all_logits, em_err *err);
+
+/* The embedding of ids[0..n) (positions 0..n-1, from scratch: whatever was
+ * fed before is overwritten) into out[n_embd], the caller's: the final
+ * hidden states (an encoder's; a decoder's normed by output_norm) pooled
+ * by mode (EM_POOL_NONE: the model's own pooling, else the mean; RANK is
+ * refused) and scaled to unit length when normalize. The CPU backend is
+ * em_ref_embed (core/run/encode.h). The engine's only use of an encoder
+ * (em_engine_eval refuses one); on the GPU an encoder's n fits one step
+ * (the engine's chunk). EM_ERANGE for n of 0 or past n_ctx. */
+int em_engine_embed(em_engine *e, const int32_t *ids, uint32_t n, em_pooling mode, int normalize, float *out,
+                    em_err *err);
 
 /* EM_EDEVICE when the Vulkan validation layer (EMBER_VK_VALIDATE=1) has
  * reported errors so far; 0 otherwise (and always for the CPU backend).

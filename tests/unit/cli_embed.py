@@ -4,8 +4,10 @@
 line of a file, and one as --text) give the embeddings sentence-transformers
 computes from the original weights (cosine >= 0.999, unit length) after
 the Hugging Face tokenizer's token counts; --pooling cls and --no-normalize
-change the vector as they say; a decoder (SmolLM2, when present) gives
-vectors of its width; every error path exits 2 with one "ember: " line.
+change the vector as they say; the GPU (the default, Vulkan) and the CPU
+reference (--backend cpu) agree (cosine >= 0.99999); a decoder (SmolLM2,
+when present) gives vectors of its width, the same on both backends (mean
+and last-token pooling); every error path exits 2 with one "ember: " line.
 
 Usage: cli_embed.py [SMOLLM2.gguf]   ($EMBER_BIN, $EMBER_SHARED)
 """
@@ -60,6 +62,11 @@ with tempfile.TemporaryDirectory() as d:
         check(o["tokens"] == len(ids), "%r: %d tokens, the tokenizer's %d" % (g["text"], o["tokens"], len(ids)))
         check(abs(sum(x * x for x in o["embedding"]) - 1) < 1e-5, "%r: unit length" % g["text"])
     print("cli-embed: 12 texts, worst cosine %.6f to sentence-transformers'" % worst)
+    rc, ref, err = embed("--model", MINILM, "--file", texts, "--backend", "cpu")
+    check(rc == 0 and len(ref) == len(out), "--backend cpu: rc %d, %s" % (rc, err))
+    agree = min([cos(a["embedding"], b["embedding"]) for a, b in zip(out, ref)] or [0])
+    check(agree >= 0.99999, "the GPU and the CPU reference: worst cosine %.7f" % agree)
+    print("cli-embed: GPU vs CPU reference, worst cosine %.7f" % agree)
     rc, one, _ = embed("--model", MINILM, "--text", gold[0]["text"], "--text", gold[1]["text"])
     check(rc == 0 and [o["index"] for o in one] == [0, 1] and one[0]["embedding"] == out[0]["embedding"],
           "--text twice: the file's first vector")
@@ -69,10 +76,18 @@ with tempfile.TemporaryDirectory() as d:
     if os.path.exists(SMOL):
         rc, dec, err = embed("--model", SMOL, "--text", "Hello world")
         check(rc == 0 and len(dec[0]["embedding"]) == 576, "a decoder's vector: %s" % err)
+        for pool in ("mean", "last"):
+            text = " ".join(g["text"] for g in gold[:3])
+            rc, g_, err = embed("--model", SMOL, "--text", text, "--pooling", pool)
+            rc2, c_, err2 = embed("--model", SMOL, "--text", text, "--pooling", pool, "--backend", "cpu")
+            c = cos(g_[0]["embedding"], c_[0]["embedding"]) if rc == 0 and rc2 == 0 else 0
+            check(c >= 0.9999, "a decoder, %s pooling: GPU vs CPU cosine %.6f %s %s" % (pool, c, err, err2))
     for args, what in ((["--model", MINILM], "no input"),
                        (["--model", MINILM, "--text", "a", "--file", texts], "both"),
                        (["--text", "a"], "no model"),
                        (["--model", MINILM, "--text", "a", "--pooling", "max"], "a bad pooling"),
+                       (["--model", MINILM, "--text", "a", "--backend", "metal"], "a bad backend"),
+                       (["--model", MINILM, "--text", "word " * 600], "past the encoder's 512 positions"),
                        (["--model", os.path.join(d, "none.gguf"), "--text", "a"], "a missing model"),
                        (["--model", MINILM, "--file", os.path.join(d, "none.txt")], "a missing file")):
         rc, _, err = embed(*args)
