@@ -1,7 +1,7 @@
 /* backend_gpu.c — the scheduler's backend over the GPU forward pass
  * (core/gpu/forward.c): a step is em_fwd_step_top (tokens chosen from what the
  * device summarises of each row; em_fwd_step where asked for whole rows),
- * copy on write is em_fwd_copy_blocks. EMBER_TEST_HANG_STEP=N (tests only) makes the N-th
+ * copy on write is em_fwd_copy_blocks, pooled rows em_fwd_pooled_row. EMBER_TEST_HANG_STEP=N (tests only) makes the N-th
  * step hang for good, a stuck device for the watchdog's test. */
 #include <stdlib.h>
 #include <unistd.h>
@@ -55,8 +55,10 @@ static int begin_step(gpu_ctx *g, const em_sched_batch *b, em_fwd_batch *fb, em_
             pause();   /* a signal handler runs and the step stays stuck */
     if (!g->f)
         return em_err_set(err, EM_EDEVICE, "the device could not be rebuilt after it failed");
-    *fb = (em_fwd_batch){ b->n_tokens, b->tokens, b->pos, b->seq, b->n_logits, b->logit_rows, b->tables,
-                          b->decode, b->tables_window, NULL, 0, NULL };
+    *fb = (em_fwd_batch){ .n_tokens = b->n_tokens, .tokens = b->tokens, .pos = b->pos, .seq = b->seq,
+                          .n_logits = b->n_logits, .logit_rows = b->logit_rows, .tables = b->tables,
+                          .decode = b->decode, .tables_window = b->tables_window, .types = b->types,
+                          .n_pool = b->n_pool, .pool = b->pool };
     return 0;
 }
 
@@ -81,6 +83,12 @@ static const float *gpu_row(void *ctx, uint32_t i)
     return em_fwd_logits_row(g->f, i);
 }
 
+static const float *gpu_pooled(void *ctx, uint32_t i)
+{
+    gpu_ctx *g = ctx;
+    return g->f ? em_fwd_pooled_row(g->f, i) : NULL;
+}
+
 static int gpu_recover(void *ctx, em_err *err)
 {
     gpu_ctx *g = ctx;
@@ -101,6 +109,13 @@ void em_sched_backend_gpu_recovery(em_sched_backend *be, int (*rebuild)(void *ar
     g->rebuild = rebuild;
     g->rebuild_arg = arg;
     be->recover = rebuild ? gpu_recover : NULL;
+}
+
+void em_sched_backend_gpu_embed(em_sched_backend *be, uint32_t n_embd, int encoder)
+{
+    be->pooled = gpu_pooled;
+    be->n_embd = n_embd;
+    be->encoder = encoder;
 }
 
 static void gpu_destroy(void *ctx)

@@ -48,6 +48,9 @@ void em_event_clear(em_event *ev)
     free(ev->text);
     ev->text = NULL;
     ev->text_len = 0;
+    free(ev->embedding);
+    ev->embedding = NULL;
+    ev->n_embd = 0;
 }
 
 em_request *em_req_new(const em_req_params *p, uint32_t n_vocab, uint64_t order, em_err *err)
@@ -71,6 +74,7 @@ em_request *em_req_new(const em_req_params *p, uint32_t n_vocab, uint64_t order,
     r->notify = p->notify;
     r->user = p->user;
     r->order = order;
+    r->pool_i = -1;
     r->slot = -1;
     r->d_slot = -1;
     r->state = R_WAITING;
@@ -100,11 +104,11 @@ em_request *em_req_new(const em_req_params *p, uint32_t n_vocab, uint64_t order,
     }
     if (rc)
         em_err_set(err, rc, "scheduler: out of memory");
-    else
+    else if (!p->embed)   /* (an embedding samples nothing) */
         rc = em_sampler_create(&r->sp, n_vocab, &r->sampler, err);
     r->sp.logit_bias = NULL;   /* the caller's; the sampler keeps its copy */
     r->sp.n_logit_bias = 0;
-    for (uint32_t i = 0; !rc && i < p->n_prompt; i++)   /* the repetition penalty sees the prompt */
+    for (uint32_t i = 0; !rc && r->sampler && i < p->n_prompt; i++)   /* the repetition penalty sees the prompt */
         if ((rc = em_sampler_accept(r->sampler, p->prompt[i], 0)))
             em_err_set(err, rc, "scheduler: out of memory");
     if (rc) {
@@ -116,6 +120,22 @@ em_request *em_req_new(const em_req_params *p, uint32_t n_vocab, uint64_t order,
     r->m.cls = p->cls;
     r->m.prompt_tokens = p->n_prompt;
     return r;
+}
+
+int em_req_embed_init(em_request *r, const em_req_params *p, uint32_t n_embd)
+{
+    r->embed = 1;
+    r->pooling = p->pooling == EM_POOL_NONE ? EM_POOL_MEAN : p->pooling;
+    r->n_embd = n_embd;
+    r->acc = calloc(n_embd, sizeof *r->acc);
+    if (!r->acc)
+        return EM_ENOMEM;
+    if (p->types) {
+        if (!(r->types = malloc(p->n_prompt)))
+            return EM_ENOMEM;
+        memcpy(r->types, p->types, p->n_prompt);
+    }
+    return 0;
 }
 
 void em_req_unref(em_request *r)
@@ -138,6 +158,9 @@ void em_req_unref(em_request *r)
         free(r->stop[i]);
     free(r->text);
     free(r->gaps);
+    free(r->types);
+    free(r->acc);
+    free(r->emb);
     free(r);
 }
 
@@ -354,6 +377,11 @@ void em_req_finish(em_request *r, const em_tokenizer *tok, em_finish f, const ch
     r->emitted = r->text_len;
     if (error)
         snprintf(ev.error, sizeof ev.error, "%s", error);
+    if (r->emb && f == EM_FINISH_STOP) {   /* an embed request's vector: the event's now */
+        ev.embedding = r->emb;
+        ev.n_embd = r->n_embd;
+        r->emb = NULL;
+    }
     em_req_metrics *m = &r->m;
     m->t_end = now;
     m->total_ms = (now - m->t_submit) * 1e3;

@@ -134,9 +134,42 @@ static int reserve(em_sched *s, em_request *r, uint32_t from, uint32_t to, uint3
 
 /* ---- planning ---------------------------------------------------------------------- */
 
+/* A generated token of r waits to be fed alone: a decode (an embed
+ * request's last prompt token is prompt work). */
+static int decoding(const em_request *r)
+{
+    return !r->embed && r->n_toks - r->n_done == 1;
+}
+
+/* The pooled span of an embed request's chunk of c tokens at batch row
+ * first (its positions r->n_done..): every row for MEAN, the first
+ * position's for CLS and RANK, the last position's for LAST; none when
+ * the chunk does not hold that position. */
+static void embed_span(em_sched *s, em_request *r, uint32_t first, uint32_t c)
+{
+    int32_t at = -1, n = 1;
+    if (r->pooling == EM_POOL_MEAN) {
+        at = (int32_t)first;
+        n = (int32_t)c;
+    } else if (r->pooling == EM_POOL_LAST) {
+        at = r->n_done + c == r->n_toks ? (int32_t)(first + c - 1) : -1;
+    } else {
+        at = r->n_done == 0 ? (int32_t)first : -1;
+    }
+    r->pool_i = -1;
+    if (at >= 0) {
+        s->b_pool[2 * s->n_pool] = at;
+        s->b_pool[2 * s->n_pool + 1] = n;
+        r->pool_i = (int32_t)s->n_pool++;
+    }
+    s->b_has_types |= r->types != NULL;
+}
+
 /* Add tokens [r->n_done, r->n_done + c) of r to the batch. */
 static void add_rows(em_sched *s, em_request *r, uint32_t c, uint32_t *T, uint32_t *L)
 {
+    if (r->embed)
+        embed_span(s, r, *T, c);
     for (uint32_t i = 0; i < c; i++) {
         uint32_t p = r->n_done + i;
         s->b_tok[*T] = r->toks[p];
@@ -147,7 +180,8 @@ static void add_rows(em_sched *s, em_request *r, uint32_t c, uint32_t *T, uint32
         s->b_dec[*T] = c == 1 && p >= r->n_prompt;
         s->b_req[*T] = r;
         s->b_cnt[*T] = i == 0 ? c : 0;
-        if (p + 1 + r->n_draft >= r->n_toks)   /* the last token's logits, and each draft's */
+        s->b_types[*T] = r->types ? r->types[p] : 0;   /* (an embed request's: p < n_prompt) */
+        if (!r->embed && p + 1 + r->n_draft >= r->n_toks)   /* the last token's logits, and each draft's */
             s->b_rows[(*L)++] = (int32_t)*T;
         (*T)++;
     }
@@ -173,10 +207,14 @@ static em_request *next_waiting(em_sched *s, double now)
 
 /* Try to admit r: a slot, its cached prefix, room for its whole pending
  * prompt (preempting background work for an interactive request), and a
- * first chunk of at most budget tokens. 0 when admitted. */
+ * first chunk of at most budget tokens. An embed request takes nothing
+ * from the prefix cache and needs no room to generate; on an encoder its
+ * whole prompt goes in this step or it waits. 0 when admitted. */
 static int admit(em_sched *s, em_request *r, uint32_t budget, uint32_t *T, uint32_t *L,
                  uint32_t *n_copies, double now)
 {
+    if (s->be.encoder && r->n_toks > budget)
+        return EM_EBUSY;
     int32_t slot;
     while (em_kv_seq_open(s->kv, &slot, NULL)) {   /* every slot taken: an interactive request takes a
                                                        * background one's (it is recomputed later, its
@@ -187,9 +225,9 @@ static int admit(em_sched *s, em_request *r, uint32_t budget, uint32_t *T, uint3
         preempt(s, v);
     }
     r->slot = slot;
-    uint32_t matched = em_kv_seq_match(s->kv, slot, r->toks, r->n_toks);
+    uint32_t matched = r->embed ? 0 : em_kv_seq_match(s->kv, slot, r->toks, r->n_toks);
     /* room for the whole pending prompt and one generated token */
-    uint32_t need = (r->n_toks + 1 + EM_KV_BLOCK - 1) / EM_KV_BLOCK - matched / EM_KV_BLOCK;
+    uint32_t need = (r->n_toks + !r->embed + EM_KV_BLOCK - 1) / EM_KV_BLOCK - matched / EM_KV_BLOCK;
     while (em_kv_available(s->kv) < need) {
         em_request *v = r->cls == EM_CLASS_INTERACTIVE ? pick_victim(s, r, *T) : NULL;
         if (!v) {
@@ -219,6 +257,8 @@ static int admit(em_sched *s, em_request *r, uint32_t budget, uint32_t *T, uint3
         r->m.t_start = now > r->m.t_submit ? now : r->m.t_submit;
         r->m.cached_tokens = matched < r->n_prompt ? matched : r->n_prompt;
     }
+    if (r->embed)   /* (again after a preemption: the prompt is run again from its start) */
+        memset(r->acc, 0, r->n_embd * sizeof *r->acc);
     add_rows(s, r, c, T, L);
     return 0;
 }
@@ -304,8 +344,8 @@ static void steer_rows(em_sched *s, uint32_t T, uint32_t L)
         if (!s->b_cnt[i])
             continue;
         em_request *r = s->b_req[i];
-        if (r->n_done + s->b_cnt[i] < r->n_toks)
-            continue;   /* a prompt chunk: no logits yet */
+        if (r->embed || r->n_done + s->b_cnt[i] < r->n_toks)
+            continue;   /* a prompt chunk (an embed request's are all): no logits yet */
         while (li < L && (uint32_t)s->b_rows[li] < i)
             li++;
         if (li >= L)
@@ -362,6 +402,39 @@ int sched_emit_one(em_sched *s, em_request *r, int32_t id, const em_sample_lp *l
     return 0;
 }
 
+/* After the step, an embed request's chunk of c tokens: its pooled row
+ * into the sums, and at the prompt's end the vector (the mean divides by
+ * the prompt's length) on DONE. Nothing goes into the prefix cache, but a
+ * sliding-window model's commit, which hands back the window pool's blocks
+ * behind the window (and registers the full ones). */
+static void embed_advance(em_sched *s, em_request *r, uint32_t c)
+{
+    r->n_done += c;
+    if (s->be.window)
+        em_kv_seq_commit(s->kv, r->slot, r->toks, r->n_done);
+    if (r->pool_i >= 0) {
+        const float *row = s->be.pooled(s->be.ctx, (uint32_t)r->pool_i);
+        r->pool_i = -1;
+        if (!row) {
+            sched_finish_running(s, r, EM_FINISH_ERROR, "the step gave no pooled row");
+            return;
+        }
+        for (uint32_t d = 0; d < r->n_embd; d++)
+            r->acc[d] += row[d];
+    }
+    if (r->n_done < r->n_toks)
+        return;
+    double div = r->pooling == EM_POOL_MEAN ? r->n_toks : 1;
+    free(r->emb);
+    if (!(r->emb = malloc(r->n_embd * sizeof *r->emb))) {
+        sched_finish_running(s, r, EM_FINISH_ERROR, "out of memory");
+        return;
+    }
+    for (uint32_t d = 0; d < r->n_embd; d++)
+        r->emb[d] = (float)(r->acc[d] / div);
+    sched_finish_running(s, r, EM_FINISH_STOP, NULL);
+}
+
 /* After the step: advance every request in the batch, sample where it
  * produced logits, emit, and finish what is done. */
 static void advance(em_sched *s, uint32_t T, uint32_t L, double now)
@@ -373,6 +446,11 @@ static void advance(em_sched *s, uint32_t T, uint32_t L, double now)
             continue;
         em_request *r = s->b_req[i];
         uint32_t c = s->b_cnt[i];
+        if (r->embed) {
+            pre += c;
+            embed_advance(s, r, c);
+            continue;
+        }
         if (r->n_draft) {
             while (li < L && (uint32_t)s->b_rows[li] < i)
                 li++;
@@ -522,6 +600,7 @@ static uint32_t rows_within(const em_sched *s, double ms)
 typedef struct {
     uint32_t budget, T, L, n_copies;
     uint32_t bg_rows;    /* background prompt rows still allowed (UINT32_MAX: no bound) */
+    uint32_t bg_placed;  /* background prompt rows placed */
     uint32_t dec_left;   /* decodes not yet placed (speculation leaves them room) */
     int      ia_prompt;  /* an interactive prompt is in the step */
     int      hold_bg_dec;/* background decodes sit this step out */
@@ -547,8 +626,7 @@ static void plan_limits(em_sched *s, plan *p, uint32_t n_snap)
     double a, b;
     uint32_t n_dec = 0;
     for (uint32_t k = 0; k < n_snap; k++)
-        n_dec += s->snap[k]->state == R_RUNNING && s->snap[k]->cls == EM_CLASS_BACKGROUND &&
-                 s->snap[k]->n_toks - s->snap[k]->n_done == 1;
+        n_dec += s->snap[k]->state == R_RUNNING && s->snap[k]->cls == EM_CLASS_BACKGROUND && decoding(s->snap[k]);
     p->hold_bg_dec = p->ia_prompt && !s->bg_dec_held && n_dec && step_fit(s, &a, &b) == 1 &&
                      b * n_dec > 0.5 * ((a > 0 ? a : 0) + b * p->T);
     s->bg_dec_held = p->hold_bg_dec;
@@ -564,7 +642,7 @@ static void plan_running(em_sched *s, plan *p, int cls, uint32_t n_snap)
             if (r->state != R_RUNNING || (int)r->cls != cls)   /* preempted earlier in this step */
                 continue;
             uint32_t pending = r->n_toks - r->n_done;
-            if ((pass == 0) != (pending == 1) || in_batch(s, p->T, r) || (pass == 0 && p->hold_bg_dec))
+            if ((pass == 0) != decoding(r) || in_batch(s, p->T, r) || (pass == 0 && p->hold_bg_dec))
                 continue;
             uint32_t c = pending < p->budget - p->T ? pending : p->budget - p->T;
             if (pass == 1 && cls == EM_CLASS_BACKGROUND) {
@@ -572,7 +650,7 @@ static void plan_running(em_sched *s, plan *p, int cls, uint32_t n_snap)
                     continue;
                 c = c < p->bg_rows ? c : p->bg_rows;
             }
-            if (p->L == s->be.max_logits && r->n_done + c == r->n_toks)
+            if (!r->embed && p->L == s->be.max_logits && r->n_done + c == r->n_toks)
                 continue;
             if (pass == 0 && r->spec_max && sched_drafts(s, r, p->budget - p->T, p->L, p->dec_left))
                 c += r->n_draft;
@@ -591,6 +669,7 @@ static void plan_running(em_sched *s, plan *p, int cls, uint32_t n_snap)
                 p->ia_prompt = 1;
             if (pass == 1 && cls == EM_CLASS_BACKGROUND && p->bg_rows != UINT32_MAX)
                 p->bg_rows -= c;
+            p->bg_placed += pass == 1 && cls == EM_CLASS_BACKGROUND ? c : 0;
         }
     }
 }
@@ -613,12 +692,18 @@ static void plan_admissions(em_sched *s, plan *p, int cls, double t0)
         uint32_t room = p->budget - p->T, T_before = p->T;
         if (cls == EM_CLASS_BACKGROUND && p->bg_rows < room)
             room = p->bg_rows;
+        /* an encoder's sequence goes whole or not at all: the step's first
+         * background one goes past the bound rather than never */
+        if (s->be.encoder && cls == EM_CLASS_BACKGROUND && room < r->n_toks && !p->ia_prompt && !p->bg_placed)
+            room = p->budget - p->T;
         if (!room || admit(s, r, room, &p->T, &p->L, &p->n_copies, t0))
             break;
         if (r->cls == EM_CLASS_INTERACTIVE)
             p->ia_prompt = 1;
+        uint32_t placed = p->T - T_before;
         if (cls == EM_CLASS_BACKGROUND && p->bg_rows != UINT32_MAX)
-            p->bg_rows -= p->T - T_before;
+            p->bg_rows = p->bg_rows > placed ? p->bg_rows - placed : 0;
+        p->bg_placed += cls == EM_CLASS_BACKGROUND ? placed : 0;
     }
 }
 
@@ -659,9 +744,14 @@ static void run_step(em_sched *s, const plan *p, double t0)
     em_err err = { 0 };
     int rc = p->n_copies ? s->be.copy(s->be.ctx, s->copies, p->n_copies, &err) : 0;
     if (!rc) {
-        em_sched_batch b = { p->T, s->b_tok, s->b_pos, s->b_seq, p->L, s->b_rows, s->b_tables, s->b_dec,
-                             s->be.window ? s->b_tables_w : NULL };
+        em_sched_batch b = { .n_tokens = p->T, .tokens = s->b_tok, .pos = s->b_pos, .seq = s->b_seq,
+                             .n_logits = p->L, .logit_rows = s->b_rows, .tables = s->b_tables,
+                             .decode = s->b_dec, .tables_window = s->be.window ? s->b_tables_w : NULL,
+                             .types = s->b_has_types ? s->b_types : NULL, .n_pool = s->n_pool,
+                             .pool = s->b_pool };
         steer_rows(s, p->T, p->L);
+        if (!p->L)
+            s->on_device = 0;   /* nothing to choose (embeddings alone) */
         rc = s->on_device ? s->be.step_top(s->be.ctx, &b, s->steer, s->top, &err)
                           : s->be.step(s->be.ctx, &b, s->logits, &err);
     }
@@ -704,11 +794,13 @@ static void plan_and_run(em_sched *s)
     }
     sched_draft_phase(s);
     plan p = { .budget = s->o.step_tokens, .bg_rows = UINT32_MAX };
+    s->n_pool = 0;
+    s->b_has_types = 0;
     uint32_t n_snap = 0;   /* every running request holds a slot: at most max_seqs */
     for (em_request *r = s->running; r && n_snap < s->be.max_seqs; r = r->next)
         s->snap[n_snap++] = r;
     for (uint32_t k = 0; k < n_snap; k++)
-        p.dec_left += s->snap[k]->state == R_RUNNING && s->snap[k]->n_toks - s->snap[k]->n_done == 1;
+        p.dec_left += s->snap[k]->state == R_RUNNING && decoding(s->snap[k]);
     for (int cls = 0; cls < EM_CLASS_COUNT; cls++) {
         if (cls == EM_CLASS_BACKGROUND)
             plan_limits(s, &p, n_snap);
@@ -842,6 +934,8 @@ int em_sched_create(const em_sched_opts *o, const em_sched_backend *backend,
         s->b_seq = malloc(T * sizeof *s->b_seq);
         s->b_rows = malloc(T * sizeof *s->b_rows);
         s->b_dec = malloc(T * sizeof *s->b_dec);
+        s->b_types = malloc(T * sizeof *s->b_types);
+        s->b_pool = malloc(2 * (size_t)s->be.max_seqs * sizeof *s->b_pool);
         s->b_req = malloc(T * sizeof *s->b_req);
         s->b_cnt = malloc(T * sizeof *s->b_cnt);
         s->b_tables = calloc(s->be.max_seqs, sizeof *s->b_tables);
@@ -868,7 +962,8 @@ int em_sched_create(const em_sched_opts *o, const em_sched_backend *backend,
         for (uint32_t i = 0, k = 0; s->eog && i < nt; i++)
             if (em_tokenizer_is_eog(tok, (int32_t)i))
                 s->eog[k++] = (int32_t)i;
-        if (!s->b_tok || !s->b_pos || !s->b_seq || !s->b_rows || !s->b_dec || !s->b_req || !s->b_cnt ||
+        if (!s->b_tok || !s->b_pos || !s->b_seq || !s->b_rows || !s->b_dec || !s->b_types || !s->b_pool ||
+            !s->b_req || !s->b_cnt ||
             !s->b_tables || !s->b_tables_w || !s->snap || !s->copies || !s->logits || !s->allow || !s->eog)
             rc = em_err_set(err, EM_ENOMEM, "scheduler: out of memory");
     }
@@ -904,6 +999,7 @@ void em_sched_destroy(em_sched *s)
     free(s->d_tables); free(s->d_tables_w);
     free(s->d_copies); free(s->d_logits);
     free(s->b_tok); free(s->b_pos); free(s->b_seq); free(s->b_rows); free(s->b_dec); free(s->b_req);
+    free(s->b_types); free(s->b_pool);
     free(s->b_cnt); free(s->b_tables); free(s->b_tables_w); free(s->snap); free(s->copies); free(s->logits);
     free(s->allow); free(s->eog); free(s->steer); free(s->top); free(s->adj);
     pthread_mutex_destroy(&s->mu);
@@ -925,7 +1021,17 @@ int em_sched_submit(em_sched *s, const em_req_params *p, em_request **out, uint3
     for (uint32_t i = 0; i < p->n_prompt; i++)
         if (p->prompt[i] < 0 || (uint32_t)p->prompt[i] >= s->be.n_vocab)
             return em_err_set(err, EM_EINVAL, "request: token id %d is out of range", p->prompt[i]);
-    uint32_t gen = p->max_tokens ? p->max_tokens : 1;
+    if (p->embed && (!s->be.pooled || !s->be.n_embd))
+        return em_err_set(err, EM_EINVAL, "request: this model's backend gives no embeddings");
+    if (p->embed && (unsigned)p->pooling > EM_POOL_RANK)
+        return em_err_set(err, EM_EINVAL, "request: unknown pooling %d", (int)p->pooling);
+    if (!p->embed && s->be.encoder)
+        return em_err_set(err, EM_EINVAL, "this model does not generate text (an encoder: embeddings and rerank "
+                          "only)");
+    if (s->be.encoder && (p->n_prompt > s->o.step_tokens || p->n_prompt > s->be.max_ctx))
+        return em_err_set(err, EM_EINVAL, "request: %u tokens; this encoder takes at most %u in one sequence",
+                          p->n_prompt, s->o.step_tokens < s->be.max_ctx ? s->o.step_tokens : s->be.max_ctx);
+    uint32_t gen = p->embed ? 0 : p->max_tokens ? p->max_tokens : 1;
     if ((uint64_t)p->n_prompt + gen > s->be.max_ctx)
         return em_err_set(err, EM_ERANGE,
                           "request: %u prompt tokens + %u to generate exceed the %u-token context",
@@ -956,12 +1062,17 @@ int em_sched_submit(em_sched *s, const em_req_params *p, em_request **out, uint3
     em_request *r = em_req_new(p, s->be.n_vocab, order, err);
     if (!r)
         return err ? err->code : EM_ENOMEM;
+    if (p->embed && em_req_embed_init(r, p, s->be.n_embd)) {
+        atomic_store(&r->refs, 1);
+        em_req_unref(r);
+        return em_err_set(err, EM_ENOMEM, "scheduler: out of memory");
+    }
     r->con = p->constraint;   /* the scheduler's from here */
     int32_t k = p->speculate ? p->speculate : (int32_t)s->o.speculate;
     const em_sample_params *sp = &p->sample;
     int steered_by_history = sp->presence_penalty != 0 || sp->frequency_penalty != 0 ||
                              (sp->repetition_penalty != 0 && sp->repetition_penalty != 1);
-    if (k > 0 && !r->con.ctx && !r->logprobs && !steered_by_history) {
+    if (k > 0 && !p->embed && !r->con.ctx && !r->logprobs && !steered_by_history) {
         r->spec_max = (uint32_t)k < EM_SCHED_MAX_DRAFT ? (uint32_t)k : EM_SCHED_MAX_DRAFT;
         r->spec_k = r->spec_max < 4 ? r->spec_max : 4;
         /* drafts from the draft model: its own sampler (the request's

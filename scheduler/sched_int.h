@@ -45,6 +45,17 @@ struct em_request {
     float           *q;
     em_sampler      *dsampler;
     char             con_why[200];
+    /* an embed request (em_req_params.embed): its pooling, token types
+     * (NULL: all 0), the pooled sums of the chunks run so far (acc, double
+     * [n_embd]; reset at each admission), this step's pooled row (-1:
+     * none), and the vector DONE carries (emb, handed to the event) */
+    int              embed;
+    em_pooling       pooling;
+    uint8_t         *types;
+    double          *acc;
+    int32_t          pool_i;
+    float           *emb;
+    uint32_t         n_embd;
     void           (*notify)(void *user);
     void            *user;
 
@@ -100,7 +111,10 @@ struct em_sched {
 
     /* one step's batch (scheduler thread only) */
     int32_t            *b_tok, *b_pos, *b_seq, *b_rows;
-    uint8_t            *b_dec;
+    uint8_t            *b_dec, *b_types;   /* b_types [max_tokens]: token types (embed requests') */
+    int32_t            *b_pool;      /* [2 * max_seqs]: the step's pooled spans (embed requests) */
+    uint32_t            n_pool;      /* spans in b_pool this step */
+    int                 b_has_types; /* a row of this step has a token type (else the batch's types NULL) */
     const int32_t     **b_tables, **b_tables_w;   /* per slot: the KV pools' tables */
     em_request        **b_req;       /* [max_tokens]: request of each row of the batch */
     em_request        **snap;        /* [max_seqs]: the running list as a step plans it */
@@ -167,6 +181,9 @@ void sched_fail_down(em_sched *s);
 
 /* request.c */
 em_request *em_req_new(const em_req_params *p, uint32_t n_vocab, uint64_t order, em_err *err);
+/* An embed request's state (p->embed): its types copied, the sums for
+ * n_embd-wide rows. 0 or EM_ENOMEM. */
+int         em_req_embed_init(em_request *r, const em_req_params *p, uint32_t n_embd);
 void        em_req_unref(em_request *r);
 int         em_req_push_token(em_request *r, int32_t id);   /* toks[] += id; EM_ENOMEM */
 /* Emit TOKEN with id's text (stop strings held back); returns 1 if a stop

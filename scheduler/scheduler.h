@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "core/err.h"
+#include "core/model/model.h"
 #include "core/run/kv.h"
 #include "core/run/sample.h"
 #include "core/text/tokenizer.h"
@@ -46,6 +47,10 @@ typedef struct {
     const int32_t *const *tables;           /* [max_seqs] block tables */
     const uint8_t *decode;                  /* [n_tokens]: 1 for a generated token fed alone */
     const int32_t *const *tables_window;    /* [max_seqs] window-pool tables (em_kv), NULL without */
+    const uint8_t *types;                   /* [n_tokens] token types (an encoder's); NULL: all 0 */
+    uint32_t       n_pool;                  /* pooled rows asked of the step (<= max_seqs) */
+    const int32_t *pool;                    /* [2 * n_pool] (first token, count) spans: the step's
+                                             * pooled row i is the SUM of span i's final hidden states */
 } em_sched_batch;
 
 typedef struct em_sched_backend {
@@ -79,6 +84,15 @@ typedef struct em_sched_backend {
      * thread. */
     int  (*recover)(void *ctx, em_err *err);
     void (*destroy)(void *ctx);
+    /* Embeddings (NULL / 0: none; embed requests are refused at submit):
+     * pooled row i of the last step ([n_embd] floats, the sum over span i
+     * of em_sched_batch.pool), valid until the next step. */
+    const float *(*pooled)(void *ctx, uint32_t i);
+    uint32_t n_embd;
+    /* An encoder (bert): every sequence whole in one step from position 0,
+     * no logit rows, no decode tokens; it runs embed requests only, each
+     * prompt at most step_tokens. */
+    int      encoder;
 } em_sched_backend;
 
 #define EM_SCHED_RECOVER_S 5.0
@@ -92,6 +106,11 @@ struct em_vk;
 void em_sched_backend_gpu(struct em_fwd *f, struct em_vk *vk, uint32_t n_vocab, uint32_t max_tokens,
                           uint32_t max_logits, uint32_t max_seqs, uint32_t max_ctx,
                           uint32_t n_blocks, em_sched_backend *out);
+
+/* The GPU backend's embeddings: pooled rows of n_embd floats
+ * (em_fwd_pooled_row), and whether the model is an encoder (hp->encoder:
+ * embed requests only, each whole in one step). */
+void em_sched_backend_gpu_embed(em_sched_backend *be, uint32_t n_embd, int encoder);
 
 /* Give the GPU backend out its recovery: rebuild(arg, &f, err) replaces
  * the forward pass after a device failure (destroying the old one and its
@@ -151,6 +170,18 @@ typedef struct {
     int              spec_method;
     void           (*notify)(void *user);  /* called on the scheduler thread after events */
     void            *user;          /* passed to notify, never dereferenced */
+    /* An embedding (1): the prompt is run and nothing is generated; DONE
+     * (finish STOP) carries its hidden states pooled by `pooling`: MEAN
+     * (also NONE) their mean, CLS the first position's, LAST the last
+     * position's, RANK the first's (the caller applies a classification
+     * head). Prompt work of its class (chunked on a decoder, whole in one
+     * step on an encoder, batched with other requests), without sampling,
+     * logit rows or the prefix cache (neither looked up nor filled); its
+     * KV blocks go back at DONE. Sampling, stop and speculation
+     * parameters are ignored. */
+    int              embed;
+    em_pooling       pooling;
+    const uint8_t   *types;         /* [n_prompt] token types (copied); NULL: all 0 */
 } em_req_params;
 
 enum { EM_SPEC_AUTO = 0, EM_SPEC_LOOKUP, EM_SPEC_DRAFT };
@@ -197,9 +228,12 @@ typedef struct {
                                   * (em_req_params.stop); 0: an end-of-text token or a stop token */
     char           error[256];   /* DONE with EM_FINISH_ERROR */
     em_req_metrics metrics;      /* DONE */
+    float         *embedding;    /* DONE of an embed request that finished STOP: [n_embd], the pooled
+                                  * vector, not normalised; malloc'd, owned by the event */
+    uint32_t       n_embd;
 } em_event;
 
-void em_event_clear(em_event *ev);   /* frees ev->text */
+void em_event_clear(em_event *ev);   /* frees ev->text and ev->embedding */
 
 typedef struct em_request em_request;
 
@@ -264,7 +298,10 @@ void em_sched_destroy(em_sched *s);
  * EM_EBUSY when the class's queue is full: err says so and *retry_ms (if
  * non-NULL) suggests when to try again. EM_ERANGE when the request can never
  * fit (prompt + max_tokens beyond the context, or more blocks than the pool
- * has). EM_EINVAL for bad parameters (empty prompt, token ids out of range). */
+ * has). EM_EINVAL for bad parameters (empty prompt, token ids out of range,
+ * an embed request on a backend without pooled rows; on an encoder backend
+ * a request that is not an embed one, "this model does not generate text",
+ * or a prompt past step_tokens or the context). */
 int em_sched_submit(em_sched *s, const em_req_params *p, em_request **out, uint32_t *retry_ms,
                     em_err *err);
 

@@ -92,8 +92,9 @@ static int sched_draft_step(em_sched *s, uint32_t T, uint32_t L, uint32_t n_copi
     em_err err = { 0 };
     int rc = n_copies ? s->dbe.copy(s->dbe.ctx, s->d_copies, n_copies, &err) : 0;
     if (!rc) {
-        em_sched_batch b = { T, s->d_tok, s->d_pos, s->d_seq, L, s->d_rows, s->d_tables, s->d_dec,
-                             s->dbe.window ? s->d_tables_w : NULL };
+        em_sched_batch b = { .n_tokens = T, .tokens = s->d_tok, .pos = s->d_pos, .seq = s->d_seq, .n_logits = L,
+                             .logit_rows = s->d_rows, .tables = s->d_tables, .decode = s->d_dec,
+                             .tables_window = s->dbe.window ? s->d_tables_w : NULL };
         rc = s->dbe.step(s->dbe.ctx, &b, s->d_logits, &err);
     }
     if (rc)

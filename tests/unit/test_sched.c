@@ -13,8 +13,12 @@
  * a dead end an error, its state freed once), choosing from the device's
  * summaries giving the host's tokens (also when a step's adjustments
  * overflow to the host), a device that fails and cannot be rebuilt at once
- * (down: requests fail naming it, then back by itself); a randomized test runs hundreds of scenarios and checks that every request finishes exactly once,
+ * (down: requests fail naming it, then back by itself); embed requests on a
+ * decoder (chunked, pooled spans per chunk, no prefix cache, recomputed
+ * after preemption) and on an encoder (each sequence whole in a step, token
+ * types, refusals), their class order; a randomized test runs hundreds of scenarios and checks that every request finishes exactly once,
  * correctly, and that no KV block leaks. */
+#include <math.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <time.h>
@@ -30,6 +34,7 @@
 
 #define V 300       /* vocabulary: <unk> <s> </s>, 256 bytes, 41 words */
 #define EOS 2
+#define FE 8        /* the fake model's hidden width (embeddings) */
 
 /* ---- a small SPM vocabulary, built in memory ---------------------------------- */
 
@@ -114,7 +119,23 @@ typedef struct {
     int      rebuilds_to_fail;    /* recover: fail this many times first */
     int      recover_calls;
     uint64_t steps_at_down;       /* steps when a rebuild last failed */
+    /* embeddings: pooled rows of the last step ([max_seqs][FE]); an
+     * encoder checks its batch rules (a broken one fails the step) */
+    float   *pooled;
+    int      encoder;
+    uint64_t pooled_rows;         /* rows summed into pooled rows, all steps */
+    uint32_t pool_steps_max;      /* most spans in one step */
+    uint64_t close_after;         /* the gate closes itself once this many steps ran (0: never) */
 } fake;
+
+/* A hidden state [FE] from a hash. */
+static void hidden_of(uint64_t h, float *out)
+{
+    for (int d = 0; d < FE; d++) {
+        h = h * 6364136223846793005ull + 1442695040888963407ull;
+        out[d] = (float)((h >> 40) & 0xffff) / 65536.0f - 0.5f;
+    }
+}
 
 static int fake_copy(void *ctx, const em_kv_copy *c, uint32_t n, em_err *err)
 {
@@ -126,10 +147,50 @@ static int fake_copy(void *ctx, const em_kv_copy *c, uint32_t n, em_err *err)
     return 0;
 }
 
+/* An encoder's step rules (forward.h): every sequence one run of positions
+ * from 0, whole in the step (not seen before it ends), no decodes, no
+ * logit rows. */
+static int encoder_rules(const em_sched_batch *b, em_err *err)
+{
+    if (b->n_logits)
+        return em_err_set(err, EM_EINVAL, "fake encoder: %u logit rows", b->n_logits);
+    for (uint32_t i = 0; i < b->n_tokens; i++) {
+        int start = i == 0 || b->seq[i - 1] != b->seq[i];
+        if (b->decode[i] || b->pos[i] != (start ? 0 : b->pos[i - 1] + 1))
+            return em_err_set(err, EM_EINVAL, "fake encoder: row %u (position %d) breaks the rules", i, b->pos[i]);
+        for (uint32_t k = 0; start && k < i; k++)
+            if (b->seq[k] == b->seq[i])
+                return em_err_set(err, EM_EINVAL, "fake encoder: slot %d in two runs", b->seq[i]);
+    }
+    return 0;
+}
+
+/* The fake's final hidden state of batch row j: a decoder's from the ids
+ * its sequence reads through its block table up to its position (as its
+ * logits); an encoder's from its whole sequence in the step, its position
+ * and its type. */
+static void row_hidden(const fake *f, const em_sched_batch *b, uint32_t j, float *out)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    if (f->encoder) {
+        for (uint32_t i = 0; i < b->n_tokens; i++)
+            if (b->seq[i] == b->seq[j])
+                h = mix(h, b->tokens[i]);
+        h = mix(mix(h, b->pos[j]), b->types ? b->types[j] : 0);
+    } else {
+        const int32_t *t = b->tables[b->seq[j]];
+        for (int32_t p = 0; p <= b->pos[j]; p++)
+            h = mix(h, f->mem[(size_t)t[p / EM_KV_BLOCK] * EM_KV_BLOCK + p % EM_KV_BLOCK]);
+    }
+    hidden_of(h, out);
+}
+
 static int fake_step(void *ctx, const em_sched_batch *b, float *logits, em_err *err)
 {
     fake *f = ctx;
     pthread_mutex_lock(&f->gate_mu);
+    if (f->close_after && f->steps == f->close_after)
+        f->gate_closed = 1;
     while (f->gate_closed)
         pthread_cond_wait(&f->gate_cv, &f->gate_mu);
     f->steps++;
@@ -153,9 +214,23 @@ static int fake_step(void *ctx, const em_sched_batch *b, float *logits, em_err *
         return em_err_set(err, EM_ERANGE, "fake: %u tokens in a step", b->n_tokens);
     if (f->fail_at && f->steps == f->fail_at)
         return em_err_set(err, EM_EDEVICE, "fake: the device is lost");
+    if (f->encoder && encoder_rules(b, err))
+        return EM_EINVAL;
     for (uint32_t i = 0; i < b->n_tokens; i++) {
         const int32_t *t = b->tables[b->seq[i]];
         f->mem[(size_t)t[b->pos[i] / EM_KV_BLOCK] * EM_KV_BLOCK + b->pos[i] % EM_KV_BLOCK] = b->tokens[i];
+    }
+    if (b->n_pool > f->pool_steps_max)
+        f->pool_steps_max = b->n_pool;
+    for (uint32_t k = 0; k < b->n_pool; k++) {
+        float *o = f->pooled + (size_t)k * FE, hv[FE];
+        memset(o, 0, FE * sizeof *o);
+        for (int32_t j = b->pool[2 * k]; j < b->pool[2 * k] + b->pool[2 * k + 1]; j++) {
+            row_hidden(f, b, (uint32_t)j, hv);
+            for (int d = 0; d < FE; d++)
+                o[d] += hv[d];
+            f->pooled_rows++;
+        }
     }
     for (uint32_t r = 0; r < b->n_logits; r++) {
         uint32_t i = (uint32_t)b->logit_rows[r];
@@ -205,6 +280,11 @@ static int fake_step_counted(void *ctx, const em_sched_batch *b, float *logits, 
     return fake_step(ctx, b, logits, err);
 }
 
+static const float *fake_pooled(void *ctx, uint32_t i)
+{
+    return ((fake *)ctx)->pooled + (size_t)i * FE;
+}
+
 static fake *fake_new(uint32_t n_blocks, uint32_t max_seqs, uint32_t max_ctx, uint32_t max_tokens,
                       em_sched_backend *be)
 {
@@ -214,11 +294,13 @@ static fake *fake_new(uint32_t n_blocks, uint32_t max_seqs, uint32_t max_ctx, ui
     f->max_ctx = max_ctx;
     f->max_tokens = max_tokens;
     f->mem = calloc((size_t)n_blocks * EM_KV_BLOCK, sizeof *f->mem);
+    f->pooled = calloc((size_t)max_seqs * FE, sizeof *f->pooled);
     pthread_mutex_init(&f->gate_mu, NULL);
     pthread_cond_init(&f->gate_cv, NULL);
     *be = (em_sched_backend){ .ctx = f, .n_vocab = V, .max_tokens = max_tokens, .max_logits = max_seqs,
                               .max_seqs = max_seqs, .max_ctx = max_ctx, .n_blocks = n_blocks,
-                              .copy = fake_copy, .step = fake_step, .destroy = NULL };
+                              .copy = fake_copy, .step = fake_step, .destroy = NULL,
+                              .pooled = fake_pooled, .n_embd = FE };
     return f;
 }
 
@@ -238,6 +320,7 @@ static void fake_free(fake *f)
     free(f->rows);
     free(f->scratch);
     free(f->mem);
+    free(f->pooled);
     pthread_mutex_destroy(&f->gate_mu);
     pthread_cond_destroy(&f->gate_cv);
     free(f);
@@ -284,6 +367,11 @@ typedef struct {
     em_finish   finish;
     char        why[300];   /* a failure's error text */
     em_req_metrics m;
+    /* an embed request: its pooling and types (NULL: none), the vector DONE carried */
+    em_pooling  pool;
+    uint8_t    *types;
+    float       emb[FE];
+    uint32_t    n_emb;
 } job;
 
 static int submit(em_sched *s, job *j, em_class cls, em_err *e)
@@ -292,6 +380,16 @@ static int submit(em_sched *s, job *j, em_class cls, em_err *e)
                         .max_tokens = j->max_tokens };
     p.sample.temp = 0;
     p.sample.top_p = 1;
+    j->n_got = 0;
+    j->done = 0;
+    return em_sched_submit(s, &p, &j->r, NULL, e);
+}
+
+/* j as an embed request of class cls. */
+static int submit_embed(em_sched *s, job *j, em_class cls, em_err *e)
+{
+    em_req_params p = { .prompt = j->prompt, .n_prompt = j->n_prompt, .cls = cls, .embed = 1,
+                        .pooling = j->pool, .types = j->types };
     j->n_got = 0;
     j->done = 0;
     return em_sched_submit(s, &p, &j->r, NULL, e);
@@ -309,6 +407,9 @@ static int pump(job *j, int timeout_ms)
             j->done = 1;
             j->finish = ev.finish;
             j->m = ev.metrics;
+            j->n_emb = ev.embedding ? ev.n_embd : 0;
+            if (ev.embedding && ev.n_embd == FE)
+                memcpy(j->emb, ev.embedding, sizeof j->emb);
             snprintf(j->why, sizeof j->why, "%s", ev.error);
         }
         em_event_clear(&ev);
@@ -1317,6 +1418,228 @@ static void test_device_down(em_tokenizer *tok)
     fake_free(f);
 }
 
+/* ---- embeddings ------------------------------------------------------------------------------ */
+
+/* What j's embedding is, computed alone: the fake's hidden states of its
+ * prompt pooled as asked (a decoder's from the prefix up to each position,
+ * an encoder's from the whole sequence). */
+static void embed_ref(const job *j, int encoder, float *out)
+{
+    double acc[FE] = { 0 };
+    uint64_t whole = 0xcbf29ce484222325ull, pre = 0xcbf29ce484222325ull;
+    for (uint32_t i = 0; i < j->n_prompt; i++)
+        whole = mix(whole, j->prompt[i]);
+    uint32_t n = 0;
+    for (uint32_t p = 0; p < j->n_prompt; p++) {
+        pre = mix(pre, j->prompt[p]);
+        int take = j->pool == EM_POOL_MEAN || j->pool == EM_POOL_NONE ? 1
+                 : j->pool == EM_POOL_LAST ? p + 1 == j->n_prompt : p == 0;
+        if (!take)
+            continue;
+        float hv[FE];
+        hidden_of(encoder ? mix(mix(whole, (int32_t)p), j->types ? j->types[p] : 0) : pre, hv);
+        for (int d = 0; d < FE; d++)
+            acc[d] += hv[d];
+        n++;
+    }
+    for (int d = 0; d < FE; d++)
+        out[d] = (float)(acc[d] / n);
+}
+
+static void check_embed(const job *j, int encoder, const char *what)
+{
+    float ref[FE];
+    embed_ref(j, encoder, ref);
+    double err = 0;
+    for (int d = 0; d < FE; d++)
+        err = fmax(err, fabs((double)j->emb[d] - ref[d]));
+    CHECKF(j->finish == EM_FINISH_STOP && j->n_emb == FE && err < 1e-5, "%s: finish %s (%s), %u dims, error %g",
+           what, em_finish_name(j->finish), j->why, j->n_emb, err);
+    CHECKF(j->n_got == 0 && j->m.completion_tokens == 0 && j->m.prompt_tokens == j->n_prompt &&
+           j->m.cached_tokens == 0 && j->m.total_ms >= j->m.queue_ms && j->m.queue_ms >= 0,
+           "%s: %u tokens, metrics prompt %u completion %u cached %u", what, j->n_got, j->m.prompt_tokens,
+           j->m.completion_tokens, j->m.cached_tokens);
+}
+
+/* The end of a scheduler's test: it drains, no block leaked, all freed. */
+static void done_with(em_sched *s, fake *f, const char *what)
+{
+    em_sched_drain(s);
+    no_leak(s, what);
+    em_sched_destroy(s);
+    fake_free(f);
+}
+
+/* A decoder: embed requests are chunked prompt work (150 tokens in steps of
+ * 64), each chunk adding its span (every row for MEAN, the row of position
+ * 0 for CLS, of the last for LAST), nothing read from or left in the
+ * prefix cache, batched with generating requests that still come out as
+ * alone; one preempted mid-prompt is run again from its start. */
+static void test_embed_decoder(em_tokenizer *tok)
+{
+    em_sched_backend be;
+    fake *f = fake_new(256, 8, 512, 64, &be);
+    fake_with_top(f, &be, 1 << 16);
+    em_sched *s = mk(&be, 64, 0, 0, tok);
+    static job e[6], g[4];
+    const em_pooling pools[6] = { EM_POOL_MEAN, EM_POOL_CLS, EM_POOL_LAST, EM_POOL_MEAN, EM_POOL_NONE, EM_POOL_RANK };
+    uint64_t rows_expected = 0;
+    for (int i = 0; i < 6; i++) {   /* two with the same prompt: the second finds no cached prefix */
+        fill_prompt(&e[i], 150 - (uint32_t)i * 7 * (i != 3), i == 3 ? 0 : (uint32_t)i, 0);
+        e[i].pool = pools[i];
+        rows_expected += pools[i] == EM_POOL_MEAN || pools[i] == EM_POOL_NONE ? e[i].n_prompt : 1;
+        em_err er = { 0 };
+        CHECKF(submit_embed(s, &e[i], i % 2 ? EM_CLASS_BACKGROUND : EM_CLASS_INTERACTIVE, &er) == 0, "%s", er.msg);
+        if (i == 2)
+            finish_job(&e[0]);   /* (e[3] repeats e[0]'s prompt after it ended) */
+    }
+    for (int i = 1; i < 6; i++)
+        finish_job(&e[i]);
+    for (int i = 0; i < 6; i++)
+        check_embed(&e[i], 0, "decoder embed");
+    em_sched_drain(s);
+    em_sched_stats st;
+    em_sched_get_stats(s, &st);
+    CHECKF(st.kv.cached == 0 && st.kv.hit_blocks == 0 && st.kv.used == 0, "embeddings left cached %u, hit %llu, "
+           "used %u blocks", st.kv.cached, (unsigned long long)st.kv.hit_blocks, st.kv.used);
+    CHECKF(f->pooled_rows == rows_expected, "%llu rows pooled, %llu expected", (unsigned long long)f->pooled_rows,
+           (unsigned long long)rows_expected);
+    CHECK(st.tokens_generated == 0);
+    /* mixed with generation: batched, both right */
+    for (int i = 0; i < 4; i++) {
+        fill_prompt(&g[i], 40 + (uint32_t)i * 9, 50 + (uint32_t)i, 0);
+        g[i].max_tokens = 12;
+        CHECK(submit(s, &g[i], i % 2 ? EM_CLASS_BACKGROUND : EM_CLASS_INTERACTIVE, NULL) == 0);
+        CHECK(submit_embed(s, &e[i], i % 2 ? EM_CLASS_INTERACTIVE : EM_CLASS_BACKGROUND, NULL) == 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        finish_job(&g[i]);
+        finish_job(&e[i]);
+        check_alone(&g[i], 512, "generated beside embeddings");
+        check_embed(&e[i], 0, "embed beside generation");
+    }
+    CHECK(f->top_steps > 0 && f->max_batch_seen > 1);
+    em_sched_drain(s);
+    no_leak(s, "decoder embeddings");
+    /* no pooled rows: refused */
+    em_sched_destroy(s);
+    be.pooled = NULL;
+    s = mk(&be, 64, 0, 0, tok);
+    em_err er = { 0 };
+    CHECKF(submit_embed(s, &e[0], EM_CLASS_INTERACTIVE, &er) == EM_EINVAL && strstr(er.msg, "embeddings"), "%s",
+           er.msg);
+    em_sched_destroy(s);
+    fake_free(f);
+
+    /* preempted mid-prompt: 28 blocks, a background embed of 400 tokens
+     * (25 blocks) holds 24 when an interactive request needing 13 comes */
+    f = fake_new(28, 4, 512, 64, &be);
+    f->close_after = 5;   /* the sixth step (positions 320..383) waits */
+    s = mk(&be, 64, 60000, 0, tok);
+    static job big, ia;
+    fill_prompt(&big, 400, 77, 0);
+    big.pool = EM_POOL_MEAN;
+    CHECK(submit_embed(s, &big, EM_CLASS_BACKGROUND, NULL) == 0);
+    for (int i = 0; i < 10000; i++) {
+        pthread_mutex_lock(&f->gate_mu);
+        int held = f->gate_closed;
+        pthread_mutex_unlock(&f->gate_mu);
+        if (held)
+            break;
+        usleep(1000);
+    }
+    fill_prompt(&ia, 200, 78, 0);
+    ia.max_tokens = 10;
+    CHECK(submit(s, &ia, EM_CLASS_INTERACTIVE, NULL) == 0);
+    usleep(20000);
+    f->close_after = 0;
+    gate(f, 0);
+    finish_job(&ia);
+    finish_job(&big);
+    check_alone(&ia, 512, "interactive past an embedding");
+    check_embed(&big, 0, "embed preempted");
+    CHECKF(big.m.preemptions >= 1, "the embedding was not preempted (%u)", big.m.preemptions);
+    done_with(s, f, "embed preemption");
+}
+
+/* An encoder: generation refused ("does not generate text"), a prompt past
+ * the step refused; sequences whole in one step from position 0 (the fake
+ * fails a step that breaks that), batched, token types reaching the rows. */
+static void test_embed_encoder(em_tokenizer *tok)
+{
+    em_sched_backend be;
+    fake *f = fake_new(128, 8, 128, 64, &be);
+    f->encoder = be.encoder = 1;
+    em_sched *s = mk(&be, 64, 0, 0, tok);
+    static job j[16], bad;
+    em_err er = { 0 };
+    fill_prompt(&bad, 10, 1, 0);
+    bad.max_tokens = 4;
+    CHECKF(submit(s, &bad, EM_CLASS_INTERACTIVE, &er) == EM_EINVAL && strstr(er.msg, "does not generate text"),
+           "generation on an encoder: %s", er.msg);
+    fill_prompt(&bad, 65, 1, 0);
+    bad.pool = EM_POOL_MEAN;
+    CHECKF(submit_embed(s, &bad, EM_CLASS_INTERACTIVE, &er) == EM_EINVAL && strstr(er.msg, "at most 64"),
+           "65 tokens on a 64-token step: %s", er.msg);
+    static uint8_t types[16][64];
+    gate(f, 1);
+    for (int i = 0; i < 16; i++) {
+        fill_prompt(&j[i], 5 + (uint32_t)(i * 23) % 60, (uint32_t)i + 5, 0);
+        j[i].pool = (em_pooling)(1 + i % 3);
+        if (i % 4 == 3) {   /* a pair: its second half of type 1 */
+            for (uint32_t k = 0; k < j[i].n_prompt; k++)
+                types[i][k] = k >= j[i].n_prompt / 2;
+            j[i].types = types[i];
+        }
+        CHECK(submit_embed(s, &j[i], i % 2 ? EM_CLASS_BACKGROUND : EM_CLASS_INTERACTIVE, NULL) == 0);
+    }
+    gate(f, 0);
+    for (int i = 0; i < 16; i++) {
+        finish_job(&j[i]);
+        check_embed(&j[i], 1, "encoder embed");
+    }
+    CHECKF(f->max_batch_seen > j[0].n_prompt && f->pool_steps_max > 1, "not batched: %u rows, %u spans at most",
+           f->max_batch_seen, f->pool_steps_max);
+    done_with(s, f, "encoder");
+}
+
+/* Class order for embeddings, on a decoder and an encoder: an interactive
+ * embed request queued behind a background bulk job is done first, and
+ * the bulk job's vectors are still right. */
+static void test_embed_classes(em_tokenizer *tok)
+{
+    for (int enc = 0; enc < 2; enc++) {
+        em_sched_backend be;
+        fake *f = fake_new(256, 8, 512, 64, &be);
+        f->encoder = be.encoder = enc;
+        em_sched *s = mk(&be, 64, 60000, 0, tok);
+        static job bulk[12], ia;
+        gate(f, 1);
+        for (int i = 0; i < 12; i++) {
+            fill_prompt(&bulk[i], 60, 200 + (uint32_t)i, 0);
+            bulk[i].pool = EM_POOL_MEAN;
+            CHECK(submit_embed(s, &bulk[i], EM_CLASS_BACKGROUND, NULL) == 0);
+        }
+        usleep(20000);   /* the first step is planned (the gate holds it) */
+        fill_prompt(&ia, 60, 300, 0);
+        ia.pool = EM_POOL_CLS;
+        CHECK(submit_embed(s, &ia, EM_CLASS_INTERACTIVE, NULL) == 0);
+        gate(f, 0);
+        finish_job(&ia);
+        int after = 0;
+        for (int i = 0; i < 12; i++) {
+            finish_job(&bulk[i]);
+            check_embed(&bulk[i], enc, "bulk embed");
+            after += bulk[i].m.t_end > ia.m.t_end;
+        }
+        check_embed(&ia, enc, "interactive embed");
+        /* the gated first step held a background sequence or two; the rest came after */
+        CHECKF(after >= 9, "%s: only %d of 12 background embeddings ended after the interactive one",
+               enc ? "encoder" : "decoder", after);
+        done_with(s, f, "embed classes");
+    }
+}
+
 int main(void)
 {
     em_tokenizer *tok = make_tokenizer();
@@ -1338,6 +1661,9 @@ int main(void)
     test_background_decodes_yield(tok);
     test_busy_time(tok);
     test_device_down(tok);
+    test_embed_decoder(tok);
+    test_embed_encoder(tok);
+    test_embed_classes(tok);
     test_random(tok);
     em_tokenizer_destroy(tok);
     free(vocab_mem);
