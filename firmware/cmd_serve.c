@@ -50,7 +50,8 @@ static const char usage[] =
     "  file's require_key, rate_limit, allowed_origins, allowed_hosts, trusted_proxies and log\n"
     "  settings.\n"
     "  Serves the model over HTTP and WebSocket on one port: the OpenAI-compatible API\n"
-    "  (/v1/chat/completions, /v1/completions, /v1/models), /healthz, /metrics\n"
+    "  (/v1/chat/completions, /v1/completions, /v1/models, /v1/embeddings, /v1/rerank),\n"
+    "  /healthz, /metrics\n"
     "  (Prometheus) and /api/usage (docs/api.md). Default 127.0.0.1:8080 and\n"
     "  ./ember.db (the usage ledger and API keys). Clients on other\n"
     "  machines always need an API key (`ember keys add NAME`); loopback clients too with\n"
@@ -268,18 +269,24 @@ int em_cmd_serve(int argc, char **argv)
     /* the known-answer check of the kernels this model uses, on this device,
      * before the scheduler owns the KV pool; it also builds every pipeline
      * a request will use, and the cache keeps them for the next boot */
-    if ((rc = em_selftest_run(fwd, m, &selftest, &err))) {
-        status = em_cli_fail(1, "serve: the self-test could not run on %s: %s", em_vk_info(vk)->name, err.msg);
-        goto done;
+    if (hp->encoder) {   /* the known-answer check runs a decoder's steps (an encoder's: the gpu suite's) */
+        em_log(EM_LOG_WARN, NULL, "serve: no boot self-test for an encoder (%s): it serves embeddings only",
+               hp->arch_name);
+    } else {
+        if ((rc = em_selftest_run(fwd, m, &selftest, &err))) {
+            status = em_cli_fail(1, "serve: the self-test could not run on %s: %s", em_vk_info(vk)->name,
+                                 err.msg);
+            goto done;
+        }
+        if (!selftest.ok) {
+            status = em_cli_fail(1, "serve: self-test failed on %s (%s, driver %s): %s; refusing to serve wrong "
+                                 "numbers (`ember selftest` shows every stage)", em_vk_info(vk)->name,
+                                 em_vk_info(vk)->type_name, em_vk_info(vk)->driver_info, selftest.failure);
+            goto done;
+        }
+        em_vk_pipe_cache_save(vk);
+        boot.selftest = &selftest;
     }
-    if (!selftest.ok) {
-        status = em_cli_fail(1, "serve: self-test failed on %s (%s, driver %s): %s; refusing to serve wrong "
-                             "numbers (`ember selftest` shows every stage)", em_vk_info(vk)->name,
-                             em_vk_info(vk)->type_name, em_vk_info(vk)->driver_info, selftest.failure);
-        goto done;
-    }
-    em_vk_pipe_cache_save(vk);
-    boot.selftest = &selftest;
     em_boot_end(&boot, "selftest");
     /* a draft model for speculative decoding: the same vocabulary, its own
      * forward pass and KV pool on the same device (enough blocks for the
@@ -307,6 +314,7 @@ int em_cmd_serve(int argc, char **argv)
     }
     em_sched_backend be;
     em_sched_backend_gpu(fwd, vk, hp->n_vocab, T, seqs, seqs, n_ctx, blocks, &be);
+    em_sched_backend_gpu_embed(&be, hp->n_embd, hp->encoder);   /* /v1/embeddings, /v1/rerank */
     /* a device lost or a kernel failure mid-step: the scheduler fails what
      * ran, then the backend makes device and forward pass again (boot.c) */
     dev.vk = &vk;
@@ -360,6 +368,8 @@ int em_cmd_serve(int argc, char **argv)
     wo.model_id = model_id;
     wo.device = device;
     wo.n_ctx = n_ctx;
+    /* an encoder runs each sequence whole in one step */
+    wo.embed_max_tokens = hp->encoder ? (T < n_ctx ? T : n_ctx) : n_ctx;
     wo.parallel = seqs;
     wo.require_key = (int)em_config_int(cfg, EM_CFG_REQUIRE_KEY);
     wo.rate_limit_per_min = (int32_t)em_config_int(cfg, EM_CFG_RATE_LIMIT);

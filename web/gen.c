@@ -79,7 +79,7 @@ static int64_t epoch_ms(void)
 
 /* The scheduler thread has events: wake the service loop (never touches
  * the gen). Not once em_web_destroy began: the context may be gone. */
-static void gen_notify(void *user)
+void em_gen_notify(void *user)
 {
     em_web *w = user;
     pthread_mutex_lock(&w->mu);
@@ -108,6 +108,26 @@ static void ledger(em_web *w, const em_usage_record *r)
     }
     if (w->o.storage)
         em_storage_submit(w->o.storage, r);
+}
+
+void em_gen_row(em_web *w, em_usage_record *r)
+{
+    if (r->status != EM_USAGE_ADMITTED && !r->finished_ms)
+        r->finished_ms = epoch_ms();
+    ledger(w, r);
+}
+
+void em_gen_row_begin(em_web *w, const em_gen_params *p, em_usage_record *r)
+{
+    em_usage_record_init(r);
+    snprintf(r->request_id, sizeof r->request_id, "%s", p->request_id ? p->request_id : "");
+    snprintf(r->batch_id, sizeof r->batch_id, "%s", p->batch_id ? p->batch_id : "");
+    snprintf(r->client_addr, sizeof r->client_addr, "%s", p->client_addr ? p->client_addr : "");
+    snprintf(r->model, sizeof r->model, "%s", w->model_id);
+    snprintf(r->endpoint, sizeof r->endpoint, "%s", p->endpoint ? p->endpoint : "");
+    r->key_id = p->auth ? p->auth->key_id : 0;
+    r->cls = p->cls == EM_CLASS_BACKGROUND ? EM_USAGE_BACKGROUND : EM_USAGE_INTERACTIVE;
+    r->received_ms = epoch_ms();
 }
 
 void em_gen_cached(em_web *w, const char *request_id, const char *endpoint, const em_web_auth *auth,
@@ -365,15 +385,7 @@ int em_gen_start(em_web *w, const em_gen_params *p, em_gen **out, em_web_error *
     g->harmony = p->messages && em_tokenizer_harmony(w->o.tok);   /* (a completion is raw text) */
     for (uint32_t i = 0; i < EM_GEN_MAX_N; i++)
         em_harmony_init(&g->hm[i]);
-    em_usage_record_init(&g->rec);
-    snprintf(g->rec.request_id, sizeof g->rec.request_id, "%s", p->request_id);
-    snprintf(g->rec.batch_id, sizeof g->rec.batch_id, "%s", p->batch_id ? p->batch_id : "");
-    snprintf(g->rec.client_addr, sizeof g->rec.client_addr, "%s", p->client_addr ? p->client_addr : "");
-    snprintf(g->rec.model, sizeof g->rec.model, "%s", w->model_id);
-    g->rec.key_id = p->auth ? p->auth->key_id : 0;
-    g->rec.cls = p->cls == EM_CLASS_BACKGROUND ? EM_USAGE_BACKGROUND : EM_USAGE_INTERACTIVE;
-    g->rec.received_ms = epoch_ms();
-    snprintf(g->rec.endpoint, sizeof g->rec.endpoint, "%s", p->endpoint ? p->endpoint : "");
+    em_gen_row_begin(w, p, &g->rec);
     if (web_drain_refuse(w, e)) {   /* stopping: no new work (drain.c) */
         refuse(g, EM_USAGE_REJECTED, e);
         gen_free(g);
@@ -387,6 +399,11 @@ int em_gen_start(em_web *w, const em_gen_params *p, em_gen **out, em_web_error *
     em_err err = { 0 };
     int rc;
     const web_tools *tl = p->tools && p->tools->n ? p->tools : NULL;
+    if (em_model_hparams(w->o.model)->encoder) {   /* (before the template: it has none) */
+        em_web_fail(e, 400, "invalid_request_error", "model_not_generative", p->param_name,
+                    "this model does not generate text: it serves /v1/embeddings and /v1/rerank");
+        goto fail;
+    }
     if (tl && tl->choice != WEB_TOOL_NONE && tools_start(g, p, tl, e))
         goto fail;
     if (prompt_ids(w, p, &text, &text_len, &ids, &n_ids, e))
@@ -419,7 +436,7 @@ int em_gen_start(em_web *w, const em_gen_params *p, em_gen **out, em_web_error *
     em_req_params rp = { .prompt = ids, .n_prompt = (uint32_t)n_ids, .sample = p->sample, .cls = p->cls,
                          .max_tokens = (uint32_t)want, .ignore_eog = p->ignore_eos, .logprobs = p->logprobs,
                          .top_logprobs = p->top_logprobs, .speculate = p->speculate,
-                         .spec_method = p->spec_method, .notify = gen_notify,
+                         .spec_method = p->spec_method, .notify = em_gen_notify,
                          .user = w };
     uint32_t nb = p->sample.n_logit_bias <= EM_GEN_MAX_BIAS ? p->sample.n_logit_bias : EM_GEN_MAX_BIAS;
     uint32_t n_vocab = em_model_hparams(w->o.model)->n_vocab;

@@ -514,6 +514,18 @@ static int reasoning_params(json_t *req, api_req *a, em_web_error *e)
     return 0;
 }
 
+int web_model_check(em_web *w, const json_t *req, em_web_error *e)
+{
+    json_t *model = json_object_get(req, "model");
+    if (model && !json_is_string(model))
+        return em_web_fail(e, 400, "invalid_request_error", NULL, "model", "'model' must be a string");
+    if (model && strcmp(json_string_value(model), w->model_id) != 0)
+        return em_web_fail(e, 404, "invalid_request_error", "model_not_found", "model",
+                           "The model '%s' does not exist; this server serves '%s'.", json_string_value(model),
+                           w->model_id);
+    return 0;
+}
+
 /* Check a completions body and start it: see web_int.h. */
 int web_openai_start(em_web *w, json_t *req, int chat, const em_web_auth *auth, const char *addr, const char *id,
                      const char *batch_id, api_req **out, em_web_error *e)
@@ -542,17 +554,8 @@ static int api_begin(em_web *w, json_t *req, int kind, const em_web_auth *auth, 
         em_web_fail(e, 400, "invalid_request_error", NULL, NULL, "the request body must be a JSON object");
         goto fail;
     }
-    json_t *model = json_object_get(req, "model");
-    if (model && !json_is_string(model)) {
-        em_web_fail(e, 400, "invalid_request_error", NULL, "model", "'model' must be a string");
+    if (web_model_check(w, req, e))
         goto fail;
-    }
-    if (model && strcmp(json_string_value(model), w->model_id) != 0) {
-        em_web_fail(e, 404, "invalid_request_error", "model_not_found", "model",
-                    "The model '%s' does not exist; this server serves '%s'.", json_string_value(model),
-                    w->model_id);
-        goto fail;
-    }
     if (web_params_check(req, chat ? WEB_DOOR_CHAT : WEB_DOOR_COMPLETIONS, e))
         goto fail;
     if (web_gen_params(req, auth, &gp, e))
@@ -678,6 +681,19 @@ int web_api_count(em_web *w, json_t *req, const em_web_auth *auth, uint32_t *n, 
     return api_begin(w, req, WEB_API_CHAT, auth, "", "", NULL, &none, n, e);
 }
 
+json_t *web_door_begin(web_conn *c, const char *prefix, char *id, size_t cap, em_web_auth *auth, em_web_error *e)
+{
+    json_t *req = NULL;
+    json_error_t je;
+    web_new_id(c->w, prefix, id, cap);
+    snprintf(c->rid, sizeof c->rid, "%s", id);   /* for the log lines of this request */
+    if (!web_auth(c->w, c, auth, e) && !web_rate_check(c->w, auth, e) &&
+        !(req = json_loadb(c->body.s ? c->body.s : "", c->body.n, JSON_REJECT_DUPLICATES, &je)))
+        em_web_fail(e, 400, "invalid_request_error", NULL, NULL, "We could not parse the JSON body of your "
+                    "request: %s (line %d, column %d).", je.text, je.line, je.column);
+    return req;
+}
+
 static void completions(web_conn *c, int chat)
 {
     em_web *w = c->w;
@@ -686,13 +702,7 @@ static void completions(web_conn *c, int chat)
     json_t *req = NULL;
     em_web_auth auth;
     char id[64];
-    web_new_id(w, chat ? "chatcmpl-" : "cmpl-", id, sizeof id);
-    snprintf(c->rid, sizeof c->rid, "%s", id);   /* for the log lines of this request */
-    json_error_t je;
-    if (!web_auth(w, c, &auth, &e) && !web_rate_check(w, &auth, &e) &&
-        !(req = json_loadb(c->body.s ? c->body.s : "", c->body.n, JSON_REJECT_DUPLICATES, &je)))
-        em_web_fail(&e, 400, "invalid_request_error", NULL, NULL, "We could not parse the JSON body of your "
-                    "request: %s (line %d, column %d).", je.text, je.line, je.column);
+    req = web_door_begin(c, chat ? "chatcmpl-" : "cmpl-", id, sizeof id, &auth, &e);
     /* (a refusal so far goes through too: its ledger row is the generation path's) */
     if (web_openai_start(w, req, chat, &auth, c->addr, id, NULL, &a, &e))
         goto fail;
@@ -718,8 +728,9 @@ static void models(web_conn *c, const char *id)
         web_respond_error(c, &e);
         return;
     }
-    json_t *m = json_pack("{s:s, s:s, s:I, s:s}", "id", c->w->model_id, "object", "model", "created",
-                          (json_int_t)time(NULL), "owned_by", "ember");
+    json_t *m = json_pack("{s:s, s:s, s:I, s:s, s:b}", "id", c->w->model_id, "object", "model", "created",
+                          (json_int_t)time(NULL), "owned_by", "ember", "generates_text",
+                          !em_model_hparams(c->w->o.model)->encoder);
     if (id) {
         if (strcmp(id, c->w->model_id) != 0) {
             json_decref(m);

@@ -300,9 +300,12 @@ int web_gen_params(json_t *obj, const em_web_auth *auth, em_gen_params *gp, em_w
         return em_web_fail(e, 400, "invalid_request_error", NULL, "stop",
                            "'stop' must be a string or an array of strings");
     }
-    /* priority: the key's class unless the request names one; a
-     * background-only key cannot ask for interactive */
-    gp->cls = auth->default_class;
+    return web_want_class(obj, auth, &gp->cls, e);
+}
+
+int web_want_class(const json_t *obj, const em_web_auth *auth, em_class *out, em_web_error *e)
+{
+    *out = auth->default_class;
     json_t *pr = json_object_get(obj, "priority");
     if (pr && !json_is_null(pr)) {
         em_class cls;
@@ -312,7 +315,7 @@ int web_gen_params(json_t *obj, const em_web_auth *auth, em_gen_params *gp, em_w
         if (cls == EM_CLASS_INTERACTIVE && auth->default_class == EM_CLASS_BACKGROUND)
             return em_web_fail(e, 403, "permission_error", "priority_not_allowed", "priority",
                                "this API key may only use the background class");
-        gp->cls = cls;
+        *out = cls;
     }
     return 0;
 }

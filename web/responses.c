@@ -589,13 +589,7 @@ static void create(web_conn *c)
     json_t *req = NULL, *chat = NULL, *conv = NULL;
     em_web_auth auth;
     char id[64];
-    web_new_id(w, "resp_", id, sizeof id);
-    snprintf(c->rid, sizeof c->rid, "%s", id);
-    json_error_t je;
-    if (!web_auth(w, c, &auth, &e) && !web_rate_check(w, &auth, &e) &&
-        !(req = json_loadb(c->body.s ? c->body.s : "", c->body.n, JSON_REJECT_DUPLICATES, &je)))
-        em_web_fail(&e, 400, "invalid_request_error", NULL, NULL, "We could not parse the JSON body of your "
-                    "request: %s (line %d, column %d).", je.text, je.line, je.column);
+    req = web_door_begin(c, "resp_", id, sizeof id, &auth, &e);
     if (!e.status)
         chat = to_chat(w, req, &auth, &conv, &e);
     json_t *st = json_object_get(req, "store");

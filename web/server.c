@@ -491,6 +491,8 @@ static void route(web_conn *c)
     }
     if (web_files_route(c) == 0 || web_batch_route(c) == 0)   /* /v1/files, /v1/batches */
         return;
+    if (web_vectors_route(c) == 0)   /* /v1/embeddings, /v1/rerank, /rerank */
+        return;
     if (web_responses_route(c) == 0 || web_messages_route(c) == 0)   /* /v1/responses, /v1/messages */
         return;
     if (web_openai_route(c) == 0 || web_metrics_route(c) == 0)   /* /metrics, /healthz, /api/usage, /api/utilization */
@@ -867,11 +869,13 @@ int em_web_create(const em_web_opts *o, em_web **out, em_err *err)
             w->tmpl_len = len;
         }
     }
-    if (o->tok && !(w->toolfmt = calloc(1, sizeof *w->toolfmt))) {
+    /* an encoder generates no text: no template, tools nor reasoning to read */
+    int generates = o->tok && !(o->model && em_model_hparams(o->model)->encoder);
+    if (generates && !(w->toolfmt = calloc(1, sizeof *w->toolfmt))) {
         rc = em_err_set(err, EM_ENOMEM, "serve: out of memory");
         goto fail;
     }
-    if (o->tok) {   /* how the template writes a tool call: read off it once */
+    if (generates) {   /* how the template writes a tool call: read off it once */
         int32_t bos = em_tokenizer_bos(o->tok), eos = em_tokenizer_eos(o->tok), eot = em_tokenizer_eot(o->tok);
         const char *bt = bos >= 0 ? em_tokenizer_token_text(o->tok, bos) : "";
         /* what ends a turn: EOS, EOT, then the other end-of-generation tokens (harmony's <|call|>) */

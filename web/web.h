@@ -1,6 +1,7 @@
 /* web.h — `ember serve`'s front door: one libwebsockets service thread that
  * serves HTTP and WebSocket on one port — the OpenAI-compatible API
- * (/v1/chat/completions, /v1/completions, /v1/models; plain and SSE), the
+ * (/v1/chat/completions, /v1/completions, /v1/models; plain and SSE;
+ * /v1/embeddings and /v1/rerank), the
  * WebSocket chat protocol ember.chat.v1 (/ws), the conversations and usage
  * API (/api/...), /metrics and /healthz — over a running scheduler, with
  * API keys and the usage ledger from the storage layer.
@@ -52,6 +53,8 @@ typedef struct {
     const char *model_id;           /* the name /v1/models lists and requests name */
     const char *device;             /* device description for /healthz and /metrics */
     uint32_t    n_ctx;              /* positions per sequence */
+    uint32_t    embed_max_tokens;   /* tokens one embedding or rerank sequence may have (an encoder's:
+                                       its positions and one step's tokens); 0: n_ctx */
     uint32_t    parallel;           /* running sequences at most (for /healthz) */
     int         require_key;        /* loopback clients need a key too */
     size_t      max_body;           /* request body bytes (413 past it) */

@@ -193,6 +193,14 @@ int     web_api_count(em_web *w, json_t *req, const em_web_auth *auth, uint32_t 
  * the request (ledger, response). */
 int     web_openai_start(em_web *w, json_t *req, int chat, const em_web_auth *auth, const char *addr, const char *id,
                          const char *batch_id, struct api_req **out, em_web_error *e);
+/* A POST door's start: a request id (prefix + random) into id (cap
+ * bytes; also c->rid, for the log lines), the key checked (auth) and its
+ * rate, then the body parsed: the request (the caller's reference), or
+ * NULL with e filled (401, 429, 400 for a body that is not JSON). */
+json_t *web_door_begin(web_conn *c, const char *prefix, char *id, size_t cap, em_web_auth *auth, em_web_error *e);
+/* req's "model", when given, names the model served: 0, or -1 with e
+ * filled (400 not a string, 404 model_not_found). */
+int     web_model_check(em_web *w, const json_t *req, em_web_error *e);
 /* Take what the generation produced into the whole answer: 1 once done. */
 int     web_openai_collect(struct api_req *a);
 /* The whole response once done: the chat.completion / text_completion
@@ -213,6 +221,10 @@ int     web_cache_lookup(em_web *w, const json_t *req, int chat, unsigned char *
 /* A whole answer (borrowed) under key; rid names the request in a warning. */
 void    web_cache_store(em_web *w, const unsigned char *key, const json_t *whole, const char *rid);
 void    web_openai_free(struct api_req *a);   /* accepts NULL */
+
+/* vectors.c: POST /v1/embeddings, /v1/rerank and /rerank: 0 when it
+ * answered, 1 when the path is not its. */
+int web_vectors_route(web_conn *c);
 
 /* responses.c: OpenAI's Responses API (/v1/responses[/ID[/input_items]]);
  * messages.c: Anthropic's Messages API (/v1/messages[/count_tokens]). Each
@@ -475,6 +487,17 @@ void em_gen_cached(em_web *w, const char *request_id, const char *endpoint, cons
                    const char *client_addr, em_class cls, const char *batch_id, const char *finish_reason,
                    double server_ms);
 
+/* For a request that runs beside em_gen (embeddings, rerank: vectors.c;
+ * its refusals still go through em_gen_start with e filled): its ledger
+ * row begun from p's request_id, batch_id, client_addr, auth, cls and
+ * endpoint (received now); em_gen_row writes a row (the admitted one, then
+ * the final one, which /metrics counts and the log shows; finished_ms
+ * set if still 0). em_gen_notify is the scheduler requests' notify hook
+ * (user: the em_web): it wakes the service loop. */
+void em_gen_row_begin(em_web *w, const em_gen_params *p, em_usage_record *r);
+void em_gen_row(em_web *w, em_usage_record *r);
+void em_gen_notify(void *user);
+
 /* Move what the scheduler produced into the choices' text: appends each
  * choice's new text to delta[i] (caller's buffers, n of them). Returns 1
  * once every choice is done. Once the drain's time is up (--drain-s) it
@@ -571,6 +594,10 @@ int  web_want_bool(json_t *obj, const char *name, int *out, em_web_error *e);
  * is used), logprobs, top_logprobs, ignore_eos and cls; leaves the rest. 0,
  * or -1 with e filled (400, 403). */
 int  web_gen_params(json_t *obj, const em_web_auth *auth, em_gen_params *gp, em_web_error *e);
+/* priority: the key's class unless obj names one ("interactive",
+ * "background"; a background-only key cannot ask for interactive): 0 with
+ * *out, or -1 with e filled (400, 403). web_gen_params reads it so. */
+int  web_want_class(const json_t *obj, const em_web_auth *auth, em_class *out, em_web_error *e);
 /* messages -> a new array of {role, content} with content a string (text
  * parts joined), roles the templates know; NULL with e filled (400). */
 json_t *web_messages_check(json_t *msgs, em_web_error *e);
