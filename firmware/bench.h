@@ -1,10 +1,12 @@
 /* bench.h — the parts of `ember bench` that live in their own files
- * (bench_load.c: concurrent users through the scheduler). */
+ * (bench_load.c: concurrent users through the scheduler; bench_embed.c: an
+ * encoder's embeddings per second). */
 #ifndef EM_BENCH_H
 #define EM_BENCH_H
 
 #include <stdint.h>
 
+#include "core/model/model.h"
 #include "scheduler/scheduler.h"
 
 typedef struct {
@@ -23,5 +25,12 @@ typedef struct {
 /* Run the levels on s (borrowed) and print a table (or JSON). Returns 0 or
  * an EM_E* code when requests failed. */
 int em_bench_load(em_sched *s, const em_bench_load_opts *o, int json);
+
+/* An encoder m (borrowed): embeddings per second on the GPU at each batch
+ * size of batches[n_batches] (inputs of `tokens` tokens, one step each),
+ * printed as a table (or one JSON line; profile: GPU time per kernel). 0, or the exit status (the
+ * error printed). */
+int em_bench_embed(const em_model *m, const uint32_t *batches, uint32_t n_batches, uint32_t tokens, int profile,
+                   int json);
 
 #endif

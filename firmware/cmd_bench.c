@@ -27,6 +27,7 @@ static const char usage[] =
     "                   [--gen-tokens N] [--requests-per-user N] [--prefix-tokens N]\n"
     "                   [--gpu-cost-per-hour X] [--slo-tpot-ms X] [--kv-mb N] [--step-tokens N]\n"
     "                   [--kv-type f16|q8_0] [--temp T] [--json]\n"
+    "       ember bench --model ENCODER.gguf [--batches N,N,...] [--prompt-tokens N] [--json]\n"
     "  The first form measures prefill of N prompt tokens (default 512) and decode of N\n"
     "  tokens at batch 1 (default 128) on the GPU, decode at each context length of\n"
     "  --contexts (default 128,1024,4096 where the model allows), and the device's\n"
@@ -38,7 +39,10 @@ static const char usage[] =
     "  tokens/s, TTFT and TPOT percentiles, cost per 1M tokens at the given hourly price,\n"
     "  KV waste, and a --prefix-tokens prompt (default 1024) cold vs with its prefix cached.\n"
     "  --temp: the users' temperature (default 0, greedy; above 0 nothing else filters, as\n"
-    "  the OpenAI API's defaults), and how many tokens were chosen on the device.\n";
+    "  the OpenAI API's defaults), and how many tokens were chosen on the device.\n"
+    "  The third form (an encoder: bert) measures embeddings per second at each batch of\n"
+    "  --batches inputs (default 1,16,64) of --prompt-tokens tokens (default 128);\n"
+    "  --profile adds GPU time per kernel.\n";
 
 /* Measure the device's read bandwidth and FMA peak; *read / *fma keep the
  * larger of their value and the new one. */
@@ -164,7 +168,7 @@ static double attn_flops(const em_hparams *hp, double ctx)
 
 int em_cmd_bench(int argc, char **argv)
 {
-    const char *model_path = NULL, *users = NULL, *contexts = NULL, *kv_name = "f16";
+    const char *model_path = NULL, *users = NULL, *contexts = NULL, *kv_name = "f16", *batches = NULL;
     /* -1 (or 0 below the flag's minimum): not given */
     long n_prompt = 0, n_gen = 0, background = -1, reqs = 0, prefix = -1, kv_mb = 0, step_tokens = 0;
     double cost = -1, slo = -1, temp = -1;
@@ -186,6 +190,7 @@ int em_cmd_bench(int argc, char **argv)
         { "--step-tokens", NULL, EM_OPT_INT, &step_tokens, 1, 1 << 16 },
         { "--kv-type", NULL, EM_OPT_STR, &kv_name, 0, 0 },
         { "--temp", NULL, EM_OPT_FLOAT, &temp, 0, 100 },
+        { "--batches", NULL, EM_OPT_STR, &batches, 0, 0 },
         { NULL, NULL, 0, NULL, 0, 0 },
     };
     int rc = em_cli_parse("bench", argc, argv, opts, NULL, 0, NULL, usage);
@@ -231,6 +236,16 @@ int em_cmd_bench(int argc, char **argv)
         goto done;
     }
     const em_hparams *hp = em_model_hparams(m);
+    if (hp->encoder || batches) {
+        uint32_t b[16] = { 1, 16, 64 }, nb = 3;
+        if (!hp->encoder || users || n_gen || contexts)
+            status = em_cli_fail(2, "bench: %s", !hp->encoder ? "--batches applies only to an encoder (bert)"
+                                                              : "an encoder's benchmark takes --batches, "
+                                                                "--prompt-tokens, --profile and --json");
+        else if (!batches || !(status = em_cli_parse_list("bench", "--batches", batches, b, 16, &nb, 1 << 12)))
+            status = em_bench_embed(m, b, nb, n_prompt ? (uint32_t)n_prompt : 128, profile, json);
+        goto done;
+    }
     if (users) {
         status = bench_users(model_path, m, users, background, n_prompt ? n_prompt : 64, n_gen ? n_gen : 32,
                              reqs, prefix, cost, slo, kv_mb, step_tokens, kv_type, temp < 0 ? 0 : temp, json);

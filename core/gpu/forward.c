@@ -75,7 +75,7 @@ int fwd_get_pipe(em_fwd *f, uint32_t k, uint32_t tn, uint32_t flags, em_vk_pipe 
         spec[2] = f->hp->head_dim_v;
         spec[3] = f->hp->n_head / f->hp->n_head_kv;
         n_spec = 4;
-    } else if (k == EM_K_ATTN_PRE || k == EM_K_ATTN_PRE_Q8) {
+    } else if (k == EM_K_ATTN_PRE || k == EM_K_ATTN_PRE_Q8 || k == EM_K_ATTN_ENC) {
         spec[0] = f->hp->head_dim;
         spec[1] = f->hp->head_dim_v;
         n_spec = 2;
@@ -635,8 +635,8 @@ static int record_encoder(em_fwd *f, em_vk_cmd *cmd, const shape *sh, em_err *er
     const em_hparams *hp = f->hp;
     const uint32_t T = sh->T;
     int rc = layernorm(f, cmd, T, f->enc_norm_off, f->enc_norm_b_off, 1, P_EMBED, err);
-    em_pc_attn_enc pa = { hp->n_head, hp->n_head_kv, hp->head_dim, hp->head_dim_v, f->qkv_st, f->att_st,
-                          f->off_dec, T, hp->attn_scale };
+    em_pc_attn_enc pa = { hp->n_head, hp->n_head_kv, f->qkv_st, f->att_st, f->off_dec, f->off_tiles, sh->n_tiles, 0,
+                          hp->attn_scale };
     em_pc_gelu pg = { hp->n_ff, T, f->F_st };
     em_vk_pipe *pe, *pgl;
     if (rc || (rc = fwd_get_pipe(f, EM_K_ATTN_ENC, 0, 0, &pe, err)) || (rc = fwd_get_pipe(f, EM_K_GELU, 0, 0, &pgl, err)))
@@ -646,7 +646,7 @@ static int record_encoder(em_fwd *f, em_vk_cmd *cmd, const shape *sh, em_err *er
         if ((rc = site_record(f, cmd, &ly->qkv, T, f->E_st, f->qkv_st, P_QKV, err)))
             return rc;
         em_vk_cmd_barrier(cmd);
-        em_vk_cmd_dispatch(cmd, pe, f->attn_enc_ds, &pa, hp->n_head, T, 1);
+        em_vk_cmd_dispatch(cmd, pe, f->attn_enc_ds, &pa, hp->n_head, sh->n_tiles, 1);
         mark(f, cmd, P_ATTN);
         em_vk_cmd_barrier(cmd);
         if ((rc = site_record(f, cmd, &ly->wo, T, f->att_st, f->E_st, P_WO, err)))
@@ -941,7 +941,7 @@ static int step(em_fwd *f, const em_fwd_batch *b, const em_sample_steer *steer, 
     shape sh = { T, L, 0, 0, 1, steer != NULL, b->n_pool };
     if (f->hp->encoder) {
         /* each token's run [first, end): its sequence (check_encoder_batch);
-         * its type */
+         * its type; the runs cut into tiles of attn_enc.comp */
         for (uint32_t i = 0; i < T;) {
             uint32_t j = i + 1;
             while (j < T && b->seq[j] == b->seq[i])
@@ -950,6 +950,11 @@ static int step(em_fwd *f, const em_fwd_batch *b, const em_sample_steer *steer, 
                 sp[f->off_dec + 2 * k] = (int32_t)i;
                 sp[f->off_dec + 2 * k + 1] = (int32_t)j;
                 sp[f->off_type + k] = b->types ? b->types[k] : 0;
+            }
+            for (uint32_t k = i; k < j; k += EM_ENC_TILE) {
+                sp[f->off_tiles + 2 * sh.n_tiles] = (int32_t)k;
+                sp[f->off_tiles + 2 * sh.n_tiles + 1] = (int32_t)(j - k < EM_ENC_TILE ? j - k : EM_ENC_TILE);
+                sh.n_tiles++;
             }
             i = j;
         }

@@ -193,9 +193,12 @@ typedef struct {
 } em_pc_gelu;
 _Static_assert(sizeof(em_pc_gelu) == 12, "gelu push layout");
 
-/* shaders/attn_enc.comp: an encoder's attention over each token's run */
+/* shaders/attn_enc.comp: an encoder's attention over each token's run, in
+ * tiles of up to EM_ENC_TILE tokens of one run; spec constants head_dim,
+ * head_dim_v */
+#define EM_ENC_TILE 64u
 typedef struct {
-    uint32_t H, Hk, D, Dv, qkv_stride, att_stride, span_off, T;
+    uint32_t H, Hk, qkv_stride, att_stride, span_off, tile_off, n_tiles, pad;
     float    scale;
 } em_pc_attn_enc;
 _Static_assert(offsetof(em_pc_attn_enc, scale) == 32 && sizeof(em_pc_attn_enc) == 36, "attn_enc push layout");
