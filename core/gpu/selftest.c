@@ -1,7 +1,8 @@
 /* selftest.c — the boot known-answer check (selftest.h): fixed tokens
  * through the device's forward pass and through the CPU reference, their
- * logits compared stage by stage; then each matrix pipeline the stages
- * built, alone on random inputs (core/gpu/kcheck.c). */
+ * logits compared stage by stage (an encoder's pooled rows against
+ * core/run/encode.c); then each matrix pipeline the stages built, alone on
+ * random inputs (core/gpu/kcheck.c). */
 #include "core/gpu/selftest.h"
 
 #include <math.h>
@@ -15,6 +16,7 @@
 #include "core/gpu/kparams.h"
 #include "core/gpu/variants.h"
 #include "core/model/quant.h"
+#include "core/run/encode.h"
 #include "core/run/ref.h"
 #include "shaders/em_kernels.h"
 
@@ -74,8 +76,9 @@ static int mm_type(uint32_t k)
 
 /* The non-matrix kernels among the pipelines that stage s runs, as
  * "a, b, c" into out (prefill has no decode attention, decode no prefill
- * attention; the mixed step both). */
-static void other_names(const em_fwd_pipe_info *pi, uint32_t n, int s, char *out, size_t cap)
+ * attention; the mixed step both; pool.comp only where pooled rows are
+ * compared, an encoder's). */
+static void other_names(const em_fwd_pipe_info *pi, uint32_t n, int s, int pooled, char *out, size_t cap)
 {
     size_t len = 0;
     out[0] = 0;
@@ -85,6 +88,7 @@ static void other_names(const em_fwd_pipe_info *pi, uint32_t n, int s, char *out
         int pre = strncmp(name, "attn_pre", 8) == 0;
         int expert = mm_type(pi[i].kernel) >= 0 && (pi[i].flags & EM_MM_EXPERT);   /* (not checked alone) */
         if ((mm_type(pi[i].kernel) >= 0 && !expert) || pi[i].kernel == EM_K_TOPK ||
+            (pi[i].kernel == EM_K_POOL && !pooled) ||
             (s == EM_SELFTEST_PREFILL && dec) || (s == EM_SELFTEST_DECODE && pre))
             continue;
         char tn[24] = "";
@@ -156,6 +160,99 @@ static int kernel_checks(em_fwd *f, const em_model *m, const em_fwd_pipe_info *p
     return 0;
 }
 
+/* rep->ok and, when not, rep->failure: the first failed kernel, else the
+ * first failed stage (naming its other kernels, of the pi[n] built; what:
+ * what the stages compare, "logits"). */
+static void verdict(em_selftest_report *rep, const em_fwd_pipe_info *pi, uint32_t n_pi, const char *what)
+{
+    rep->ok = 1;
+    for (uint32_t i = 0; i < rep->n_kernels && rep->ok; i++) {
+        const em_selftest_kernel_result *k = &rep->kernel[i];
+        if (!k->ok) {
+            rep->ok = 0;
+            if (strcmp(k->kernel, "topk") == 0)
+                snprintf(rep->failure, sizeof rep->failure,
+                         "the token-choosing kernel %s disagrees with the CPU on random logits (%.0f of 3 rows; %s)",
+                         k->name, k->nmse, k->detail);
+            else
+                snprintf(rep->failure, sizeof rep->failure,
+                         "the matrix kernel %s gives output %s against the CPU reference on random inputs "
+                         "(NMSE %.3g, limit %.0e)",
+                         k->name, isfinite(k->nmse) ? "far off" : "that is not finite", k->nmse,
+                         EM_SELFTEST_KERNEL_NMSE);
+        }
+    }
+    for (int s = 0; s < EM_SELFTEST_N && rep->ok; s++) {
+        const em_selftest_stage_result *x = &rep->stage[s];
+        if (x->ran && !x->ok) {
+            /* the matrix kernels passed alone: name the stage's others */
+            char names[160];
+            other_names(pi, n_pi, s, !strcmp(what, "pooled rows"), names, sizeof names);
+            rep->ok = 0;
+            snprintf(rep->failure, sizeof rep->failure,
+                     "the %s stage (%s) gives %s %s against the CPU reference (NMSE %.3g, limit %.0e) "
+                     "while every matrix kernel passes alone: suspect %s",
+                     x->name, x->kernels, what, isfinite(x->nmse) ? "far off" : "that are not finite", x->nmse,
+                     EM_SELFTEST_NMSE, names);
+        }
+    }
+}
+
+/* An encoder's stage (in the prefill's place): two whole sequences in one
+ * step, their pooled rows (A's mean, B's first token; B's second half of
+ * token type 1 where the model has two) against core/run/encode.c. */
+#define N_EA 7
+#define N_EB 5
+static int encoder_stage(em_fwd *f, const em_model *m, em_selftest_report *rep, em_err *err)
+{
+    const em_hparams *hp = em_model_hparams(m);
+    const uint32_t E = hp->n_embd, T = N_EA + N_EB;
+    int32_t tok[N_EA + N_EB], pos[N_EA + N_EB], seq[N_EA + N_EB], pool[4] = { 0, N_EA, N_EA, 1 };
+    uint8_t types[N_EA + N_EB] = { 0 };
+    fixed_tokens(tok, T, 2, hp->n_vocab);
+    for (uint32_t i = 0; i < T; i++) {
+        pos[i] = (int32_t)(i < N_EA ? i : i - N_EA);
+        seq[i] = i < N_EA ? 0 : 1;
+        types[i] = hp->n_token_types > 1 && i >= N_EA + N_EB / 2;
+    }
+    float *h = malloc((size_t)N_EA * E * sizeof *h), *ref = malloc(2 * (size_t)E * sizeof *ref);
+    float *dev = malloc(2 * (size_t)E * sizeof *dev);
+    int rc = 0;
+    if (!h || !ref || !dev) {
+        rc = em_err_set(err, EM_ENOMEM, "self-test: out of memory");
+        goto done;
+    }
+    double tr = now_ms();
+    if ((rc = em_ref_encode(m, tok, NULL, N_EA, h, err)))
+        goto done;
+    em_pool(EM_POOL_MEAN, h, N_EA, E, ref);
+    if ((rc = em_ref_encode(m, tok + N_EA, types + N_EA, N_EB, h, err)))
+        goto done;
+    em_pool(EM_POOL_CLS, h, N_EB, E, ref + E);
+    rep->ref_ms = now_ms() - tr;
+    double td = now_ms();
+    em_fwd_batch b = { T, tok, pos, seq, 0, NULL, NULL, NULL, NULL, types, 2, pool };
+    if ((rc = em_fwd_step(f, &b, NULL, err)))
+        goto done;
+    rep->stage[EM_SELFTEST_PREFILL].device_ms = now_ms() - td;
+    for (uint32_t d = 0; d < E; d++) {
+        dev[d] = em_fwd_pooled_row(f, 0)[d] / N_EA;
+        dev[E + d] = em_fwd_pooled_row(f, 1)[d];
+    }
+    rep->stage[EM_SELFTEST_PREFILL].rows = 2;
+    rep->stage[EM_SELFTEST_PREFILL].kernels = "the encoder over two whole sequences (biased matrix kernels, "
+                                              "attention over each run, LayerNorms, GELU, pooled rows)";
+    fault(EM_SELFTEST_PREFILL, dev, 2 * (size_t)E);
+    judge(&rep->stage[EM_SELFTEST_PREFILL], dev, ref, 2 * (size_t)E);
+    rep->stage[EM_SELFTEST_DECODE].skipped = "an encoder generates nothing";
+    rep->stage[EM_SELFTEST_BATCH].skipped = "an encoder generates nothing";
+done:
+    free(h);
+    free(ref);
+    free(dev);
+    return rc;
+}
+
 int em_selftest_run(em_fwd *f, const em_model *m, em_selftest_report *rep, em_err *err)
 {
     static const struct { const char *name, *kernels; } info[EM_SELFTEST_N] = {
@@ -173,9 +270,27 @@ int em_selftest_run(em_fwd *f, const em_model *m, em_selftest_report *rep, em_er
         rep->stage[s].kernels = info[s].kernels;
         rep->stage[s].nmse = NAN;
     }
-    if (o->max_tokens < N_PRE || o->max_ctx < n_all + 1 || o->n_blocks < 1 || o->max_logits < 1)
+    const int enc = em_model_hparams(m)->encoder;
+    if (enc ? o->max_tokens < N_EA + N_EB || o->max_ctx < N_EA || o->max_seqs < 2
+            : o->max_tokens < N_PRE || o->max_ctx < n_all + 1 || o->n_blocks < 1 || o->max_logits < 1)
         return em_err_set(err, EM_EINVAL, "self-test: the forward pass is too small for it (%u tokens a step, "
                           "%u positions)", o->max_tokens, o->max_ctx);
+    if (enc) {
+        em_fwd_pipe_info pi[EM_SELFTEST_MAX_KERNELS];
+        uint32_t n_pi;
+        int rc = encoder_stage(f, m, rep, err);
+        if (!rc) {
+            n_pi = em_fwd_pipes(f, pi, EM_SELFTEST_MAX_KERNELS);
+            n_pi = n_pi > EM_SELFTEST_MAX_KERNELS ? EM_SELFTEST_MAX_KERNELS : n_pi;
+            rc = kernel_checks(f, m, pi, n_pi, rep, err);
+        }
+        if (!rc) {
+            other_names(pi, n_pi, EM_SELFTEST_PREFILL, 1, rep->others, sizeof rep->others);
+            verdict(rep, pi, n_pi, "pooled rows");
+        }
+        rep->total_ms = now_ms() - t0;
+        return rc;
+    }
     int batch = o->max_seqs >= 2 && o->n_blocks >= 2 && (!o->n_blocks_window || o->n_blocks_window >= 2) &&
                 o->max_logits >= 2 && o->max_tokens >= 1 + N_B;
     uint32_t pre_rows = o->max_logits < N_PRE ? o->max_logits : N_PRE;   /* the last ones */
@@ -286,39 +401,9 @@ int em_selftest_run(em_fwd *f, const em_model *m, em_selftest_report *rep, em_er
         n_pi = EM_SELFTEST_MAX_KERNELS;
     if ((rc = kernel_checks(f, m, pi, n_pi, rep, err)))
         goto done;
-    other_names(pi, n_pi, EM_SELFTEST_BATCH, rep->others, sizeof rep->others);
+    other_names(pi, n_pi, EM_SELFTEST_BATCH, 0, rep->others, sizeof rep->others);
 
-    rep->ok = 1;
-    for (uint32_t i = 0; i < rep->n_kernels && rep->ok; i++) {
-        const em_selftest_kernel_result *k = &rep->kernel[i];
-        if (!k->ok) {
-            rep->ok = 0;
-            if (strcmp(k->kernel, "topk") == 0)
-                snprintf(rep->failure, sizeof rep->failure,
-                         "the token-choosing kernel %s disagrees with the CPU on random logits (%.0f of 3 rows; %s)",
-                         k->name, k->nmse, k->detail);
-            else
-                snprintf(rep->failure, sizeof rep->failure,
-                         "the matrix kernel %s gives output %s against the CPU reference on random inputs "
-                         "(NMSE %.3g, limit %.0e)",
-                         k->name, isfinite(k->nmse) ? "far off" : "that is not finite", k->nmse,
-                         EM_SELFTEST_KERNEL_NMSE);
-        }
-    }
-    for (int s = 0; s < EM_SELFTEST_N && rep->ok; s++) {
-        const em_selftest_stage_result *x = &rep->stage[s];
-        if (x->ran && !x->ok) {
-            /* the matrix kernels passed alone: name the stage's others */
-            char names[160];
-            other_names(pi, n_pi, s, names, sizeof names);
-            rep->ok = 0;
-            snprintf(rep->failure, sizeof rep->failure,
-                     "the %s stage (%s) gives logits %s against the CPU reference (NMSE %.3g, limit %.0e) "
-                     "while every matrix kernel passes alone: suspect %s",
-                     x->name, x->kernels, isfinite(x->nmse) ? "far off" : "that are not finite", x->nmse,
-                     EM_SELFTEST_NMSE, names);
-        }
-    }
+    verdict(rep, pi, n_pi, "logits");
 done:
     rep->total_ms = now_ms() - t0;
     em_ref_destroy(r);

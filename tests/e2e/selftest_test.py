@@ -9,6 +9,8 @@
 #    and the stage's non-matrix kernels named, in the table, the JSON and
 #    the error line; a matrix kernel whose output is wrong for its check
 #    (EMBER_SELFTEST_FAULT=mm_f32): that variant named, the others still ok;
+#  - an encoder (all-MiniLM-L6-v2): its pooled rows against the CPU
+#    encoder, decode and batch skipped; a wrong stage names attn_enc;
 #  - `ember serve` with a failing self-test refuses to serve: exit 1 before
 #    the port opens, the failing stage and the device named;
 #  - a passing boot: /healthz shows the boot stages in order and the report,
@@ -113,6 +115,22 @@ assert r.returncode == 1 and [k['name'] for k in json.loads(r.stdout)['kernels']
 assert 'the token-choosing kernel topk V=512 disagrees' in r.stderr and 'row 0' in r.stderr, r.stderr
 r = selftest('--json', env=faulty('mm_q4_k'))   # a kernel this model does not use: nothing changes
 assert r.returncode == 0 and json.loads(r.stdout)['ok'] is True, r.stderr
+
+# an encoder (all-MiniLM-L6-v2): its stage is two whole sequences' pooled rows against
+# core/run/encode.c (a typed pair among them); nothing to decode; a wrong stage names its kernels
+minilm = os.path.join(os.environ.get('EMBER_SHARED', ''), 'models', 'all-MiniLM-L6-v2-F16.gguf')
+if os.path.exists(minilm):
+    r = subprocess.run([EMBER, 'selftest', '--model', minilm, '--json'], capture_output=True, text=True, timeout=600)
+    rep = json.loads(r.stdout)
+    st = {s['name']: s for s in rep['stages']}
+    assert r.returncode == 0 and rep['ok'] is True, r.stderr
+    assert st['prefill']['ran'] and st['prefill']['rows'] == 2 and st['prefill']['nmse'] < 1e-6, st
+    assert 'encoder' in st['prefill']['checks'] and not st['decode']['ran'] and not st['batch']['ran'], st
+    assert all(k['ok'] for k in rep['kernels']) and any('bias+add_out' in k['name'] for k in rep['kernels']), rep
+    r = subprocess.run([EMBER, 'selftest', '--model', minilm], capture_output=True, text=True, timeout=600,
+                       env=faulty('prefill'))
+    err = r.stderr.strip().splitlines()[-1]
+    assert r.returncode == 1 and 'gives pooled rows far off' in err and 'attn_enc' in err and 'layernorm' in err, err
 
 # ---- ember serve refuses to serve wrong numbers ----
 d = tempfile.mkdtemp(prefix='ember-selftest-')
