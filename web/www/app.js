@@ -194,6 +194,7 @@ function onReady(m) {
   sock.ok();
   const kd = $('keydlg');
   if (kd.open) kd.close();
+  showGenerates(m);
   setModelLine();
   showStatus();
   const listed = refreshList();
@@ -217,6 +218,17 @@ async function findCutOff(p, attempt) {
   } else if (attempt < 5) {
     setTimeout(() => findCutOff(p, attempt + 1), 1000);
   }
+}
+
+/** A model that generates no text (an encoder: embeddings and rerank only) gets no chat box, but
+ * a note saying what it serves. */
+function showGenerates(m) {
+  const gen = m.generates_text !== false;
+  $('compose').hidden = !gen;
+  const note = $('no-chat');
+  note.hidden = gen;
+  note.textContent = gen ? '' : 'This model (' + m.model + ') does not generate text, so there is no chat here: ' +
+    'it serves embeddings (POST /v1/embeddings) and rerank (POST /v1/rerank).';
 }
 
 function setModelLine() {
