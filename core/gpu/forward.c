@@ -819,6 +819,9 @@ static int check_encoder_batch(const em_fwd *f, const em_fwd_batch *b, em_err *e
         if (b->types && b->types[i] >= hp->n_token_types)
             return em_err_set(err, EM_ERANGE, "token type %u is out of range (the model has %u)", b->types[i],
                               hp->n_token_types);
+        if (b->pos[i] < 0 || (uint32_t)b->pos[i] >= hp->n_pos)
+            return em_err_set(err, EM_ERANGE, "position %d is out of range (this encoder has %u)", b->pos[i],
+                              hp->n_pos);
         int starts = i == 0 || b->seq[i] != b->seq[i - 1];
         if (starts ? b->pos[i] != 0 : b->pos[i] != b->pos[i - 1] + 1)
             return em_err_set(err, EM_EINVAL, "forward: an encoder's sequence must be whole in its step, its "

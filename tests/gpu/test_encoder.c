@@ -7,7 +7,7 @@
  * difference < 2e-3 of the row's largest value) and the golden vectors
  * (cosine >= 0.999); the first token's rows with token types (a reranker's
  * pair, types 1 on the second text) equal the reference's; batches that
- * break the encoder's rules are refused. A decoder's pooled rows (output
+ * break the encoder's rules (or pass its learned positions) are refused. A decoder's pooled rows (output
  * norm applied) over a prompt cut into two steps sum to its reference
  * mean and last token (em_ref_embed). usage: test_encoder */
 #include <jansson.h>
@@ -67,8 +67,10 @@ static void check_bert(em_vk *vk)
     const em_hparams *hp = em_model_hparams(m);
     const uint32_t E = hp->n_embd;
     em_fwd_opts o = { .max_tokens = MAXT, .max_seqs = MAXS, .max_ctx = 512 };
-    em_fwd *f = NULL;
+    em_fwd *f = NULL, *f2 = NULL;
     CHECK_OK(em_fwd_create(vk, m, &o, &f, &e), e);
+    em_fwd_opts o2 = { .max_tokens = 1024, .max_seqs = 1, .max_ctx = 1024 };   /* (a context past the positions) */
+    CHECK_OK(em_fwd_create(vk, m, &o2, &f2, &e), e);
     json_error_t je;
     json_t *gold = json_load_file(test_shared("golden/embeddings/all-MiniLM-L6-v2.json"), 0, &je);
     REQUIRE_V(f && json_is_array(gold) && json_array_size(gold) == 12);
@@ -180,6 +182,17 @@ static void check_bert(em_vk *vk)
     CHECK(em_fwd_step(f, &bad, NULL, &e) == EM_ERANGE && strstr(e.msg, "span"));
     sp[1] = 2;
     CHECK_OK(em_fwd_step(f, &bad, NULL, &e), e);
+    /* a sequence past the model's 512 learned positions (the context allows it) */
+    {
+        static int32_t lt[520], lp[520], ls[520];
+        for (int k = 0; k < 520; k++) {
+            lt[k] = 1000;
+            lp[k] = k;
+            ls[k] = 0;
+        }
+        em_fwd_batch lb = { 520, lt, lp, ls, 0, NULL, NULL, NULL, NULL, NULL, 0, NULL };
+        CHECK(em_fwd_step(f2, &lb, NULL, &e) == EM_ERANGE && strstr(e.msg, "512"));
+    }
 
     free(ref_mean);
     free(ref_cls);
@@ -187,6 +200,7 @@ static void check_bert(em_vk *vk)
     free(tx);
     json_decref(gold);
     em_fwd_destroy(f);
+    em_fwd_destroy(f2);
     em_model_close(m);
 }
 
