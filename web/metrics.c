@@ -62,7 +62,7 @@ typedef struct {
  * "unknown" for a row without one, any other name on first sight while
  * there is room, "other" after that. */
 static const char *const endpoints_known[] = { "chat.completions", "completions", "responses", "messages",
-                                               "ws.chat", "unknown" };
+                                               "ws.chat", "embeddings", "rerank", "unknown" };
 #define MAX_ENDPOINTS 16
 _Static_assert(COUNT_OF(endpoints_known) < MAX_ENDPOINTS, "MAX_ENDPOINTS too small");
 

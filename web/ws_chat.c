@@ -152,11 +152,12 @@ static void ws_error_web(ws_chat *c, const json_t *id, const em_web_error *e)
 static void ws_ready(ws_chat *c)
 {
     em_web *w = c->w;
-    json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:{s:I, s:I}, s:o, s:b}", "type", "ready", "model", w->model_id,
+    json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:{s:I, s:I}, s:o}", "type", "ready", "model", w->model_id,
                           "device", w->device, "context", (json_int_t)w->o.n_ctx, "limits", "max_message_bytes",
                           (json_int_t)w->o.max_ws_message, "max_requests", (json_int_t)WS_MAX_REQUESTS, "key",
-                          c->auth.key_id ? json_string(c->auth.key_name) : json_null(), "generates_text",
-                          !em_model_hparams(w->o.model)->encoder);
+                          c->auth.key_id ? json_string(c->auth.key_name) : json_null());
+    if (em_model_hparams(w->o.model)->encoder)   /* (only then: every chat is refused) */
+        json_object_set_new(j, "generates_text", json_false());
     ws_send(c, j);
 }
 

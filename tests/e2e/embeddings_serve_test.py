@@ -10,7 +10,8 @@
 # strings, 10,000 inputs, a huge token array, ids past the vocabulary, a
 # body that is not UTF-8, an input past the context without truncate) are
 # clear 400s, a background key's request is background, and every request
-# has its ledger row naming the endpoint.
+# has its ledger row naming the endpoint (and is counted by endpoint in
+# /metrics).
 # An encoder (all-MiniLM-L6-v2, F16): the golden texts' vectors (from the
 # original weights, ../shared/golden/embeddings) with cosine >= 0.999, the
 # same from their token ids, rerank puts the relevant document first; every
@@ -182,6 +183,8 @@ def decoder():
                                          for r in failed), failed
         assert [r['status'] for r in rer] == ['completed'] * 3 + ['failed'] * 3, rer
         assert rer[0]['request_id'].startswith('rerank-'), rer[0]
+        assert srv.metric('ember_requests_by_endpoint_total', endpoint='embeddings') == len(emb) == 21
+        assert srv.metric('ember_requests_by_endpoint_total', endpoint='rerank') == len(rer) == 6
         code, err = srv.stop()
         assert code == 0, err
     finally:
