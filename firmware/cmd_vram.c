@@ -435,22 +435,24 @@ int em_cmd_vram(int argc, char **argv)
             printf("weights   %s (%s parameters x %g bits / 8)\n", a, b, bits);
         }
         uint32_t es = p.kv_type == EM_KV_Q8_0 ? 34 : 2;
-        printf("KV cache  %s: %llu B per token (%u layers x %u KV heads x %u x 2 (K and V) x %s), "
-               "blocks of %u tokens\n", em_fwd_kv_type_name(p.kv_type), (unsigned long long)per_token,
-               p.hp.n_layer - n_win_layers, p.hp.n_head_kv, p.hp.head_dim, es == 2 ? "2 B" : "34/32 B",
-               EM_KV_BLOCK);
+        if (p.hp.encoder)
+            printf("KV cache  none: an encoder keeps no K and V (each sequence is whole in its step)\n");
+        else
+            printf("KV cache  %s: %llu B per token (%u layers x %u KV heads x %u x 2 (K and V) x %s), "
+                   "blocks of %u tokens\n", em_fwd_kv_type_name(p.kv_type), (unsigned long long)per_token,
+                   p.hp.n_layer - n_win_layers, p.hp.n_head_kv, p.hp.head_dim, es == 2 ? "2 B" : "34/32 B",
+                   EM_KV_BLOCK);
         if (p.window_bytes) {
             human(a, sizeof a, win_seq);
             printf("          the %u sliding-window layers keep the last %u positions: %llu blocks, %s per "
                    "sequence\n", n_win_layers, p.hp.n_swa, (unsigned long long)win_blocks, a);
         }
         human(a, sizeof a, seq_bytes);
-        printf("          per sequence of %u tokens: %llu B (%s, %llu blocks)", n_ctx, (unsigned long long)seq_bytes,
-               a, (unsigned long long)seq_blocks);
         human(b, sizeof b, seq_bytes_full);
-        if (p.window_bytes)
-            printf("; every layer for the whole context: %s", b);
-        printf("\n");
+        if (!p.hp.encoder)
+            printf("          per sequence of %u tokens: %llu B (%s, %llu blocks)%s%s\n", n_ctx,
+                   (unsigned long long)seq_bytes, a, (unsigned long long)seq_blocks,
+                   p.window_bytes ? "; every layer for the whole context: " : "", p.window_bytes ? b : "");
         if (p.scratch_known) {
             human(a, sizeof a, scratch - mem.logits - mem.step);
             human(b, sizeof b, mem.logits);
@@ -466,9 +468,12 @@ int em_cmd_vram(int argc, char **argv)
         human(c, sizeof c, reserve);
         printf("overhead  staging %s, margin %s, reserve %s (the 20%% ember serve leaves free)\n", a, b, c);
         human(a, sizeof a, budget);
-        printf("KV pool   %s: %llu blocks = %llu sequences of %u tokens%s\n", a, (unsigned long long)blocks,
-               (unsigned long long)seqs, n_ctx,
-               range_bound ? " (bound by the device's storage-buffer range per layer)" : "");
+        if (p.hp.encoder)
+            printf("free      %s beside steps of %u sequences of up to %u tokens\n", a, p.parallel, n_ctx);
+        else
+            printf("KV pool   %s: %llu blocks = %llu sequences of %u tokens%s\n", a, (unsigned long long)blocks,
+                   (unsigned long long)seqs, n_ctx,
+                   range_bound ? " (bound by the device's storage-buffer range per layer)" : "");
         if (p.window_bytes) {
             human(a, sizeof a, p.parallel * win_seq);
             printf("          of it the sliding-window layers' pool: %s (%u sequences x %llu blocks)\n", a,

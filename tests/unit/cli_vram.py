@@ -87,8 +87,10 @@ def scratch(s, seqs, ctx):
     # penalty and logit_bias ids (3 words each) in; max, sums, 64 candidates out
     steer = seqs * (4 + -(-V // 32) + 3 * 2048) * 4
     cand = seqs * (8 + 2 * 64) * 4
-    step = (7 * T + seqs + seqs * -(-ctx // BLOCK)) * 4
-    return x + qkv + att + hf + gu + part + 256 + logits + steer + cand + step
+    # tokens, positions, slots, gather, decode and tile pairs, block tables, pooled spans, token types
+    step = (8 * T + seqs + 2 * seqs + seqs * -(-ctx // BLOCK)) * 4
+    pooled = seqs * r32(E) * 4               # pooled rows (embeddings) read back
+    return x + qkv + att + hf + gu + part + 256 + logits + steer + cand + step + pooled
 
 
 def pool_blocks(mem, weights, s, seqs, ctx, block):
