@@ -230,7 +230,10 @@ int em_cmd_serve(int argc, char **argv)
     }
     const em_hparams *hp = em_model_hparams(m);
     uint32_t n_ctx = ctx > 0 ? (uint32_t)ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
-    if (n_ctx > hp->n_ctx_train)
+    if (hp->encoder && n_ctx > hp->n_pos) {   /* (it has no rows for positions past its learned ones) */
+        em_log(EM_LOG_WARN, NULL, "an encoder's context is its %u learned positions, not %u", hp->n_pos, n_ctx);
+        n_ctx = hp->n_pos;
+    } else if (n_ctx > hp->n_ctx_train)
         em_log(EM_LOG_WARN, NULL, "a %u-token context is longer than the %u tokens the model was trained for; "
                "text past position %u is likely to degrade", n_ctx, hp->n_ctx_train, hp->n_ctx_train);
     em_vk_opts vo = EM_VK_OPTS_INIT;
@@ -269,24 +272,19 @@ int em_cmd_serve(int argc, char **argv)
     /* the known-answer check of the kernels this model uses, on this device,
      * before the scheduler owns the KV pool; it also builds every pipeline
      * a request will use, and the cache keeps them for the next boot */
-    if (hp->encoder) {   /* the known-answer check runs a decoder's steps (an encoder's: the gpu suite's) */
-        em_log(EM_LOG_WARN, NULL, "serve: no boot self-test for an encoder (%s): it serves embeddings only",
-               hp->arch_name);
-    } else {
-        if ((rc = em_selftest_run(fwd, m, &selftest, &err))) {
-            status = em_cli_fail(1, "serve: the self-test could not run on %s: %s", em_vk_info(vk)->name,
-                                 err.msg);
-            goto done;
-        }
-        if (!selftest.ok) {
-            status = em_cli_fail(1, "serve: self-test failed on %s (%s, driver %s): %s; refusing to serve wrong "
-                                 "numbers (`ember selftest` shows every stage)", em_vk_info(vk)->name,
-                                 em_vk_info(vk)->type_name, em_vk_info(vk)->driver_info, selftest.failure);
-            goto done;
-        }
-        em_vk_pipe_cache_save(vk);
-        boot.selftest = &selftest;
+    /* (an encoder's: its pooled rows against core/run/encode.c) */
+    if ((rc = em_selftest_run(fwd, m, &selftest, &err))) {
+        status = em_cli_fail(1, "serve: the self-test could not run on %s: %s", em_vk_info(vk)->name, err.msg);
+        goto done;
     }
+    if (!selftest.ok) {
+        status = em_cli_fail(1, "serve: self-test failed on %s (%s, driver %s): %s; refusing to serve wrong "
+                             "numbers (`ember selftest` shows every stage)", em_vk_info(vk)->name,
+                             em_vk_info(vk)->type_name, em_vk_info(vk)->driver_info, selftest.failure);
+        goto done;
+    }
+    em_vk_pipe_cache_save(vk);
+    boot.selftest = &selftest;
     em_boot_end(&boot, "selftest");
     /* a draft model for speculative decoding: the same vocabulary, its own
      * forward pass and KV pool on the same device (enough blocks for the
