@@ -2,8 +2,8 @@
 # ui_encoder_test.py — the chat page in a real headless Chromium against a
 # real `ember serve` of an encoder (all-MiniLM-L6-v2): the model's name
 # comes from `ready`, no chat box is shown (the compose area hidden, the
-# input not displayed) and a note in its place names the model and the
-# routes it serves; nothing leaves 127.0.0.1, the console logs no error;
+# input not displayed), the welcome offers no help with chat, and a note in
+# the chat box's place names the model and the routes it serves; nothing leaves 127.0.0.1, the console logs no error;
 # screenshotted at desktop width (artifacts under the build folder).
 import sys
 
@@ -22,6 +22,8 @@ try:
     note = b.d.find_element(By.ID, 'no-chat').text
     assert 'does not generate text' in note and '/v1/embeddings' in note and 'MiniLM' in note, note
     assert not b.d.find_element(By.ID, 'compose').is_displayed(), 'the compose area is shown'
+    head = b.d.find_element(By.CSS_SELECTOR, '.welcome h2').text
+    assert head == 'Embeddings and rerank', head
     assert not b.d.find_element(By.ID, 'input').is_displayed(), 'the chat input is shown'
     n = b.assert_local_only(srv.port)
     b.assert_no_console_errors()

@@ -461,8 +461,8 @@ function welcome() {
   img.width = 48;
   img.height = 48;
   w.appendChild(img);
-  w.appendChild(el('h2', null, 'What can I help with?'));
   const r = S.ready;
+  w.appendChild(el('h2', null, r && r.generates_text === false ? 'Embeddings and rerank' : 'What can I help with?'));
   w.appendChild(el('p', 'muted', r ? r.model + (r.device ? ' on ' + r.device : '') : 'Connecting to the server…'));
   w.appendChild(el('p', 'muted small', 'Everything stays on this box: nothing you type leaves it.'));
   return w;
