@@ -5,7 +5,10 @@
  * (+residual)] -> final norm + logits (fused). Gemma 3 adds the embedding
  * scale, a norm of each block's output before the residual (norm_add.comp),
  * GELU for SiLU, and sliding-window layers with their own rope frequencies
- * (windowed attention kernels). Shapes: E = n_embd, H/Hk =
+ * (windowed attention kernels). An encoder (bert) records its own layers
+ * (record_encoder: post-LayerNorms, biases, attention over each whole
+ * sequence in the step, GELU; no KV cache, no logits); any model's step may
+ * ask for pooled rows (pool.comp), an embedding's. Shapes: E = n_embd, H/Hk =
  * query/KV heads, D/Dv = head dims, F = n_ff, V = n_vocab, T = tokens. */
 #include "core/gpu/forward_int.h"
 
