@@ -26,6 +26,7 @@
 #include "firmware/boot.h"
 #include "firmware/cli.h"
 #include "firmware/config.h"
+#include "firmware/library.h"
 #include "firmware/notify.h"
 #include "scheduler/scheduler.h"
 #include "storage/storage.h"
@@ -166,6 +167,13 @@ int em_cmd_serve(int argc, char **argv)
         }
         model_path = default_path;
         em_log(EM_LOG_INFO, NULL, "using model %s", model_path);
+    } else {   /* a file, or a model of the library by name */
+        if (em_library_resolve(em_config_str(cfg, EM_CFG_MODELS_DIR), model_path, default_path, sizeof default_path,
+                               &err)) {
+            em_config_free(cfg);
+            return em_cli_fail(2, "serve: %s", err.msg);
+        }
+        model_path = default_path;
     }
 
     em_model *m = NULL;

@@ -39,7 +39,7 @@ static const key_def keys[EM_CFG_COUNT] = {
 #undef EM_CONFIG_ROW
 };
 
-static const char *const sections[] = { "model", "server", "scheduler", "auth", "storage", "log" };
+static const char *const sections[] = { "model", "models", "server", "scheduler", "auth", "storage", "log" };
 #define N_SECTIONS (sizeof sections / sizeof sections[0])
 
 enum { SRC_DEFAULT, SRC_FILE, SRC_FLAG };
@@ -221,7 +221,7 @@ static char *reader(char *str, int num, void *stream)
                 if (strlen(sections[i]) == sl && strncmp(sections[i], q + 1, sl) == 0)
                     break;
             if (i == N_SECTIONS)
-                file_error(x, x->line, "unknown section [%.*s] (sections: [model] [server] [scheduler] [auth] "
+                file_error(x, x->line, "unknown section [%.*s] (sections: [model] [models] [server] [scheduler] [auth] "
                            "[storage] [log])", (int)sl, q + 1);
             else if (x->section_line[i])
                 file_error(x, x->line, "section [%s] appears twice (first at line %d)", sections[i],

@@ -28,6 +28,7 @@
     X(KV_MB, "model", "kv_mb", INT, 1, 1 << 24, NULL, "--kv-mb", 0, "0")                              \
     X(KV_TYPE, "model", "kv_type", ENUM, 0, 0, "f16|q8_0", "--kv-type", 0, "f16")                     \
     X(DRAFT_MODEL, "model", "draft_model", STR, 0, 0, NULL, "--draft-model", 0, "")                  \
+    X(MODELS_DIR, "models", "dir", STR, 0, 0, NULL, "--models-dir", 0, "models")                      \
     X(HOST, "server", "host", STR, 0, 0, NULL, "--host", 0, "127.0.0.1")                              \
     X(PORT, "server", "port", INT, 0, 65535, NULL, "--port", 0, "8080")                               \
     X(TLS_CERT, "server", "tls_cert", STR, 0, 0, NULL, "--tls-cert", 0, "")                          \

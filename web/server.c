@@ -21,6 +21,7 @@
 #include "core/model/model.h"
 #include "core/text/tokenizer.h"
 #include "core/tmpl/chat_tmpl.h"
+#include "web/caps.h"
 #include "web/reasoning.h"
 #include "web/tools.h"
 #include "web/web_int.h"
@@ -855,56 +856,25 @@ int em_web_create(const em_web_opts *o, em_web **out, em_err *err)
     if ((rc = web_proxies_parse(o->trusted_proxies, &w->proxies, &w->n_proxies, err)))
         goto fail;
     w->o.trusted_proxies = NULL;
-    if (o->model) {   /* copied, so that serving never reads the model file's mapping (it may change on disk) */
-        const char *src = NULL;
-        size_t len = 0;
-        em_chat_gguf_template(em_model_gguf(o->model), &src, &len);
-        if (src && !(w->tmpl = malloc(len + 1))) {
-            rc = em_err_set(err, EM_ENOMEM, "serve: out of memory");
+    /* what the model can do, read once: the template (copied, so that
+     * serving never reads the model file's mapping: it may change on disk),
+     * how it writes a tool call, the tags it reasons between */
+    if (o->model && o->tok) {
+        web_caps caps;
+        if ((rc = web_caps_read(o->model, o->tok, &caps, err)))
             goto fail;
-        }
-        if (src) {
-            memcpy(w->tmpl, src, len);
-            w->tmpl[len] = 0;
-            w->tmpl_len = len;
-        }
-    }
-    /* an encoder generates no text: no template, tools nor reasoning to read */
-    int generates = o->tok && !(o->model && em_model_hparams(o->model)->encoder);
-    if (generates && !(w->toolfmt = calloc(1, sizeof *w->toolfmt))) {
-        rc = em_err_set(err, EM_ENOMEM, "serve: out of memory");
-        goto fail;
-    }
-    if (generates) {   /* how the template writes a tool call: read off it once */
-        int32_t bos = em_tokenizer_bos(o->tok), eos = em_tokenizer_eos(o->tok), eot = em_tokenizer_eot(o->tok);
-        const char *bt = bos >= 0 ? em_tokenizer_token_text(o->tok, bos) : "";
-        /* what ends a turn: EOS, EOT, then the other end-of-generation tokens (harmony's <|call|>) */
-        const char *stops[8] = { eos >= 0 ? em_tokenizer_token_text(o->tok, eos) : NULL,
-                                 eot >= 0 ? em_tokenizer_token_text(o->tok, eot) : NULL };
-        size_t n_stops = 2;
-        for (int32_t id = 0; id < (int32_t)em_tokenizer_n_vocab(o->tok) && n_stops < 8; id++)
-            if (em_tokenizer_is_eog(o->tok, id) && id != eos && id != eot)
-                stops[n_stops++] = em_tokenizer_token_text(o->tok, id);
-        web_toolfmt_detect(w->tmpl, w->tmpl_len, bt, stops[0] ? stops[0] : "", stops, n_stops, w->toolfmt);
-        if (w->toolfmt->ok) {
-            /* markers the format writes that are control tokens ([TOOL_CALLS]):
-             * decoded as their text, so that the grammar may allow them and
-             * the answer's parser sees them */
-            const web_toolfmt *f = w->toolfmt;
-            const char *pieces[4] = { f->open, f->mid, f->sep ? f->sep : "", f->close };
-            for (int i = 0; i < 4; i++)
-                em_tokenizer_show(o->tok, pieces[i]);
-            em_log(EM_LOG_INFO, NULL, "tool calls: the template writes them as %s...%s", f->trigger,
-                   f->id_len ? " (with the call's id)" : "");
-        } else
+        w->tmpl = caps.tmpl;
+        w->tmpl_len = caps.tmpl_len;
+        w->toolfmt = caps.toolfmt;
+        w->thinkfmt = caps.thinkfmt;   /* (w owns them now) */
+        if (w->toolfmt && w->toolfmt->ok)
+            em_log(EM_LOG_INFO, NULL, "tool calls: the template writes them as %s...%s", w->toolfmt->trigger,
+                   w->toolfmt->id_len ? " (with the call's id)" : "");
+        else if (w->toolfmt)
             em_log(EM_LOG_INFO, NULL, "tool calls: none (%s)", w->toolfmt->why);
-        if (!(w->thinkfmt = calloc(1, sizeof *w->thinkfmt))) {
-            rc = em_err_set(err, EM_ENOMEM, "serve: out of memory");
-            goto fail;
-        }
-        web_thinkfmt_detect(w->tmpl, w->tmpl_len, bt, stops[0] ? stops[0] : "", w->thinkfmt);
-        em_log(EM_LOG_INFO, NULL, "reasoning: %s...%s%s", w->thinkfmt->open, w->thinkfmt->close,
-               w->thinkfmt->from_template ? " (the template's)" : " (the convention: at an answer's start)");
+        if (w->thinkfmt)
+            em_log(EM_LOG_INFO, NULL, "reasoning: %s...%s%s", w->thinkfmt->open, w->thinkfmt->close,
+                   w->thinkfmt->from_template ? " (the template's)" : " (the convention: at an answer's start)");
     }
     atomic_init(&w->reload, 0);
     if (!w->origins || !w->hosts) {
