@@ -419,6 +419,7 @@ int em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **o
             goto fail_prog;
         uint64_t embd_bytes = f->st.weight_bytes - before;
         site *s = &f->out;
+        em_vk_pipe *ep;
         if (!to)
             goto embed_sets;
         s->flags = EM_MM_NORM_IN | EM_MM_GATHER_IN;
@@ -444,7 +445,6 @@ int em_fwd_create(em_vk *vk, const em_model *m, const em_fwd_opts *o, em_fwd **o
     embed_sets:
         /* the lookup binds each chunk of the table (a large vocabulary's
          * table passes one binding: 152k x 896 at Q8_0 is 145 MB) */
-        em_vk_pipe *ep;
         if ((rc = fwd_get_pipe(f, em_fwd_embed_kernel(f->embd.L.type), 0, 0, &ep, err)))
             goto fail_prog;
         for (uint32_t c = 0; c < f->embd.n_chunks; c++) {
