@@ -173,9 +173,11 @@ static int cmd_list(const char *dir, int json)
         entry_close(&e);
     }
     if (json) {
-        char *s = json_dumps(json_pack("{s:s, s:o}", "dir", dir, "models", arr), JSON_INDENT(2));
+        json_t *o = json_pack("{s:s, s:o}", "dir", dir, "models", arr);   /* (takes arr) */
+        char *s = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
         printf("%s\n", s ? s : "{}");
         free(s);
+        json_decref(o);
     } else if (!n) {
         printf("(no models in %s: `ember models add FILE`)\n", dir);
     }
