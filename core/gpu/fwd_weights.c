@@ -209,6 +209,23 @@ void fwd_site_free(em_fwd *f, site *s)
 }
 
 
+
+/* Site s as the one matrix t from in to out: its flags, and BIAS with
+ * bias's vector where the model has one; k_real the input row's length. */
+static int site_one(em_fwd *f, site *s, const em_gguf_tensor *t, const em_gguf_tensor *bias, uint32_t flags,
+                    uint32_t k_real, const em_vk_buf *in, const em_vk_buf *out, em_vk_progress *prog, em_err *err)
+{
+    row_src src = { { t }, 1, 0, 0, 0 };
+    int rc;
+    s->flags = flags | (bias ? EM_MM_BIAS : 0);
+    s->n_parts = 1;
+    s->k_real = k_real;
+    if ((bias && (rc = fwd_vec_tensor(f, bias, &s->bias_off[0], err))) ||
+        (rc = fwd_pmat_build(f, &src, &s->part[0], prog, err)))
+        return rc;
+    return fwd_site_bind(f, s, in, out, err);
+}
+
 /* A mixture-of-experts FFN (core/gpu/forward.c records it): the router
  * (the FFN norm fused, its bias), the experts' gate/up pairs interleaved
  * and down, each expert padded to whole row groups, their biases in the
@@ -223,18 +240,9 @@ static int fwd_build_moe(em_fwd *f, layer *ly, const em_layer_weights *w, em_vk_
                           "expert kernels take gate and up of one type", w->w_gate_exps->name, w->w_up_exps->name,
                           em_ttype_name(w->w_gate_exps->type), em_ttype_name(w->w_up_exps->type));
     site *s = &ly->router;
-    s->flags = EM_MM_NORM_IN | (w->b_gate_inp ? EM_MM_BIAS : 0);
-    s->k_real = E;
-    s->n_parts = 1;
     if ((rc = fwd_vec_tensor(f, w->ffn_norm, &s->norm_off, err)) ||
-        (w->b_gate_inp && (rc = fwd_vec_tensor(f, w->b_gate_inp, &s->bias_off[0], err))))
+        (rc = site_one(f, s, w->ffn_gate_inp, w->b_gate_inp, EM_MM_NORM_IN, E, &f->x, &f->rl, prog, err)))
         return rc;
-    {
-        row_src src = { { w->ffn_gate_inp }, 1, 0, 0, 0 };
-        if ((rc = fwd_pmat_build(f, &src, &s->part[0], prog, err)) ||
-            (rc = fwd_site_bind(f, s, &f->x, &f->rl, err)))
-            return rc;
-    }
     uint64_t before = f->st.weight_bytes;
     s = &ly->egu;
     s->experts = NE;
@@ -341,45 +349,20 @@ int fwd_build_layer(em_fwd *f, uint32_t il, em_vk_progress *prog, em_err *err)
     if (post && ((rc = fwd_vec_tensor(f, w->post_attn_norm, &ly->post_attn_off, err)) ||
                  (rc = fwd_vec_tensor(f, w->post_ffn_norm, &ly->post_ffn_off, err))))
         return rc;
-    s = &ly->wo;
-    s->flags = (post ? 0 : EM_MM_ADD_OUT) | (w->bo ? EM_MM_BIAS : 0);
-    s->n_parts = 1;
-    s->k_real = hp->n_head * hp->head_dim_v;
     ly->sink_off = EM_NO_SINKS;
-    if ((w->bo && (rc = fwd_vec_tensor(f, w->bo, &s->bias_off[0], err))) ||
+    if ((rc = site_one(f, &ly->wo, w->wo, w->bo, post ? 0 : EM_MM_ADD_OUT, hp->n_head * hp->head_dim_v, &f->att,
+                       post ? &f->gu : &f->x, prog, err)) ||
         (w->attn_sinks && (rc = fwd_vec_tensor(f, w->attn_sinks, &ly->sink_off, err))))
         return rc;
-    {
-        row_src src = { { w->wo }, 1, 0, 0, 0 };
-        if ((rc = fwd_pmat_build(f, &src, &s->part[0], prog, err)) ||
-            (rc = fwd_site_bind(f, s, &f->att, post ? &f->gu : &f->x, err)))
-            return rc;
-    }
 
     ly->b_down_off = UINT32_MAX;
     if (hp->n_expert) {
         if ((rc = fwd_build_moe(f, ly, w, prog, err)))
             return rc;
     } else if (enc) {
-        /* up (its bias added) into hf, where gelu.comp runs; down (its bias
-         * added) onto the residual stream */
-        s = &ly->gu;
-        s->flags = EM_MM_BIAS;
-        s->n_parts = 1;
-        s->k_real = hp->n_embd;
-        row_src u = { { w->w_up }, 1, 0, 0, 0 };
-        if ((rc = fwd_vec_tensor(f, w->b_up, &s->bias_off[0], err)) ||
-            (rc = fwd_pmat_build(f, &u, &s->part[0], prog, err)) || (rc = fwd_site_bind(f, s, &f->x, &f->hf, err)))
+        /* up (its bias added) into hf, where gelu.comp runs */
+        if ((rc = site_one(f, &ly->gu, w->w_up, w->b_up, 0, hp->n_embd, &f->x, &f->hf, prog, err)))
             return rc;
-        s = &ly->down;
-        s->flags = EM_MM_ADD_OUT | EM_MM_BIAS;
-        s->n_parts = 1;
-        s->k_real = hp->n_ff;
-        row_src d = { { w->w_down }, 1, 0, 0, 0 };
-        if ((rc = fwd_vec_tensor(f, w->b_down, &s->bias_off[0], err)) ||
-            (rc = fwd_pmat_build(f, &d, &s->part[0], prog, err)) || (rc = fwd_site_bind(f, s, &f->hf, &f->x, err)))
-            return rc;
-        return 0;   /* (no KV cache: attn_enc.comp reads the step's own K and V) */
     } else {
         /* gate/up: interleaved pairs with the SwiGLU epilogue when they share a type */
         s = &ly->gu;
@@ -409,18 +392,13 @@ int fwd_build_layer(em_fwd *f, uint32_t il, em_vk_progress *prog, em_err *err)
                 (rc = em_vk_dset_create(f->vk, sp, b, &ly->swiglu_ds, err)))
                 return rc;
         }
-
-        s = &ly->down;
-        s->flags = post ? 0 : EM_MM_ADD_OUT;
-        s->n_parts = 1;
-        s->k_real = hp->n_ff;
-        {
-            row_src src = { { w->w_down }, 1, 0, 0, 0 };
-            if ((rc = fwd_pmat_build(f, &src, &s->part[0], prog, err)) ||
-                (rc = fwd_site_bind(f, s, &f->hf, post ? &f->gu : &f->x, err)))
-                return rc;
-        }
     }
+    /* down, added to the residual stream (an encoder's with its bias) */
+    if (!hp->n_expert && (rc = site_one(f, &ly->down, w->w_down, w->b_down, post ? 0 : EM_MM_ADD_OUT, hp->n_ff, &f->hf,
+                                        post ? &f->gu : &f->x, prog, err)))
+        return rc;
+    if (enc)
+        return 0;   /* (no KV cache: attn_enc.comp reads the step's own K and V) */
 
     if (hp->has_qk_norm &&
         ((rc = fwd_vec_tensor(f, w->q_norm, &ly->qn_off, err)) || (rc = fwd_vec_tensor(f, w->k_norm, &ly->kn_off, err))))

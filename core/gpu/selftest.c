@@ -160,11 +160,21 @@ static int kernel_checks(em_fwd *f, const em_model *m, const em_fwd_pipe_info *p
     return 0;
 }
 
-/* rep->ok and, when not, rep->failure: the first failed kernel, else the
- * first failed stage (naming its other kernels, of the pi[n] built; what:
- * what the stages compare, "logits"). */
-static void verdict(em_selftest_report *rep, const em_fwd_pipe_info *pi, uint32_t n_pi, const char *what)
+/* Every matrix pipeline f built checked alone, the stages' other kernels
+ * named in rep->others, then rep->ok and, when not, rep->failure: the
+ * first failed kernel, else the first failed stage (naming its other
+ * kernels). pooled: the stages compared pooled rows (an encoder's), not
+ * logits. 0, or kernel_checks' error. */
+static int finish(em_fwd *f, const em_model *m, em_selftest_report *rep, int pooled, em_err *err)
 {
+    em_fwd_pipe_info pi[EM_SELFTEST_MAX_KERNELS];
+    uint32_t n_pi = em_fwd_pipes(f, pi, EM_SELFTEST_MAX_KERNELS);
+    if (n_pi > EM_SELFTEST_MAX_KERNELS)
+        n_pi = EM_SELFTEST_MAX_KERNELS;
+    int rc = kernel_checks(f, m, pi, n_pi, rep, err);
+    if (rc)
+        return rc;
+    other_names(pi, n_pi, pooled ? EM_SELFTEST_PREFILL : EM_SELFTEST_BATCH, pooled, rep->others, sizeof rep->others);
     rep->ok = 1;
     for (uint32_t i = 0; i < rep->n_kernels && rep->ok; i++) {
         const em_selftest_kernel_result *k = &rep->kernel[i];
@@ -187,15 +197,16 @@ static void verdict(em_selftest_report *rep, const em_fwd_pipe_info *pi, uint32_
         if (x->ran && !x->ok) {
             /* the matrix kernels passed alone: name the stage's others */
             char names[160];
-            other_names(pi, n_pi, s, !strcmp(what, "pooled rows"), names, sizeof names);
+            other_names(pi, n_pi, s, pooled, names, sizeof names);
             rep->ok = 0;
             snprintf(rep->failure, sizeof rep->failure,
                      "the %s stage (%s) gives %s %s against the CPU reference (NMSE %.3g, limit %.0e) "
                      "while every matrix kernel passes alone: suspect %s",
-                     x->name, x->kernels, what, isfinite(x->nmse) ? "far off" : "that are not finite", x->nmse,
-                     EM_SELFTEST_NMSE, names);
+                     x->name, x->kernels, pooled ? "pooled rows" : "logits",
+                     isfinite(x->nmse) ? "far off" : "that are not finite", x->nmse, EM_SELFTEST_NMSE, names);
         }
     }
+    return 0;
 }
 
 /* An encoder's stage (in the prefill's place): two whole sequences in one
@@ -276,18 +287,9 @@ int em_selftest_run(em_fwd *f, const em_model *m, em_selftest_report *rep, em_er
         return em_err_set(err, EM_EINVAL, "self-test: the forward pass is too small for it (%u tokens a step, "
                           "%u positions)", o->max_tokens, o->max_ctx);
     if (enc) {
-        em_fwd_pipe_info pi[EM_SELFTEST_MAX_KERNELS];
-        uint32_t n_pi;
         int rc = encoder_stage(f, m, rep, err);
-        if (!rc) {
-            n_pi = em_fwd_pipes(f, pi, EM_SELFTEST_MAX_KERNELS);
-            n_pi = n_pi > EM_SELFTEST_MAX_KERNELS ? EM_SELFTEST_MAX_KERNELS : n_pi;
-            rc = kernel_checks(f, m, pi, n_pi, rep, err);
-        }
-        if (!rc) {
-            other_names(pi, n_pi, EM_SELFTEST_PREFILL, 1, rep->others, sizeof rep->others);
-            verdict(rep, pi, n_pi, "pooled rows");
-        }
+        if (!rc)
+            rc = finish(f, m, rep, 1, err);
         rep->total_ms = now_ms() - t0;
         return rc;
     }
@@ -394,16 +396,8 @@ int em_selftest_run(em_fwd *f, const em_model *m, em_selftest_report *rep, em_er
         rep->stage[EM_SELFTEST_BATCH].skipped = "one sequence slot";
     }
 
-    /* every matrix pipeline alone */
-    em_fwd_pipe_info pi[EM_SELFTEST_MAX_KERNELS];
-    uint32_t n_pi = em_fwd_pipes(f, pi, EM_SELFTEST_MAX_KERNELS);
-    if (n_pi > EM_SELFTEST_MAX_KERNELS)
-        n_pi = EM_SELFTEST_MAX_KERNELS;
-    if ((rc = kernel_checks(f, m, pi, n_pi, rep, err)))
-        goto done;
-    other_names(pi, n_pi, EM_SELFTEST_BATCH, 0, rep->others, sizeof rep->others);
-
-    verdict(rep, pi, n_pi, "logits");
+    /* every matrix pipeline alone, and the verdict */
+    rc = finish(f, m, rep, 0, err);
 done:
     rep->total_ms = now_ms() - t0;
     em_ref_destroy(r);
