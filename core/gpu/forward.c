@@ -927,6 +927,18 @@ const float *em_fwd_logits_row(const em_fwd *f, uint32_t i)
     return (const float *)f->logits.map + (size_t)i * f->hp->n_vocab;
 }
 
+/* The run of tokens [i, j) of one sequence cut into attention tiles of up
+ * to `tile` tokens: (first, count) pairs onto the step buffer's list. */
+static void add_tiles(em_fwd *f, shape *sh, uint32_t i, uint32_t j, uint32_t tile)
+{
+    int32_t *sp = f->step.map;
+    for (uint32_t k = i; k < j; k += tile) {
+        sp[f->off_tiles + 2 * sh->n_tiles] = (int32_t)k;
+        sp[f->off_tiles + 2 * sh->n_tiles + 1] = (int32_t)(j - k < tile ? j - k : tile);
+        sh->n_tiles++;
+    }
+}
+
 static int step(em_fwd *f, const em_fwd_batch *b, const em_sample_steer *steer, em_sample_top *top, float *logits,
                 em_err *err)
 {
@@ -957,11 +969,7 @@ static int step(em_fwd *f, const em_fwd_batch *b, const em_sample_steer *steer, 
                 sp[f->off_dec + 2 * k + 1] = (int32_t)j;
                 sp[f->off_type + k] = b->types ? b->types[k] : 0;
             }
-            for (uint32_t k = i; k < j; k += EM_ENC_TILE) {
-                sp[f->off_tiles + 2 * sh.n_tiles] = (int32_t)k;
-                sp[f->off_tiles + 2 * sh.n_tiles + 1] = (int32_t)(j - k < EM_ENC_TILE ? j - k : EM_ENC_TILE);
-                sh.n_tiles++;
-            }
+            add_tiles(f, &sh, i, j, EM_ENC_TILE);
             i = j;
         }
         goto run;
@@ -997,11 +1005,7 @@ static int step(em_fwd *f, const em_fwd_batch *b, const em_sample_steer *steer, 
                 sh.nsplit = ns;
             j = i + 1;
         } else {
-            for (uint32_t k = i; k < j; k += EM_ATTN_TILE) {
-                sp[f->off_tiles + 2 * sh.n_tiles] = (int32_t)k;
-                sp[f->off_tiles + 2 * sh.n_tiles + 1] = (int32_t)(j - k < EM_ATTN_TILE ? j - k : EM_ATTN_TILE);
-                sh.n_tiles++;
-            }
+            add_tiles(f, &sh, i, j, EM_ATTN_TILE);
         }
         i = j;
     }
@@ -1199,6 +1203,11 @@ uint32_t em_fwd_pipes(const em_fwd *f, em_fwd_pipe_info *out, uint32_t max)
     for (uint32_t i = 0; i < f->n_pipes && i < max; i++)
         out[i] = (em_fwd_pipe_info){ f->pipes[i].kernel, f->pipes[i].tn, f->pipes[i].flags, f->pipes[i].pipe };
     return f->n_pipes;
+}
+
+const em_hparams *em_fwd_hparams(const em_fwd *f)
+{
+    return f->hp;
 }
 
 em_vk *em_fwd_device(const em_fwd *f)

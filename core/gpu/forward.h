@@ -198,6 +198,8 @@ uint32_t em_fwd_pipes(const em_fwd *f, em_fwd_pipe_info *out, uint32_t max);
 /* The device f runs on (borrowed), and the matrix kernel's lanes and rows
  * per workgroup (its spec constants 0 and 1). */
 em_vk *em_fwd_device(const em_fwd *f);
+/* The shape of the model f runs (borrowed: as long as f). */
+const em_hparams *em_fwd_hparams(const em_fwd *f);
 void   em_fwd_mm_geometry(const em_fwd *f, uint32_t *lanes, uint32_t *rpw);
 
 #endif
