@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "core/log.h"
+#include "core/run/encode.h"
 #include "core/run/kv.h"
 #include "scheduler/sched_int.h"
 
@@ -142,24 +143,15 @@ static int decoding(const em_request *r)
 }
 
 /* The pooled span of an embed request's chunk of c tokens at batch row
- * first (its positions r->n_done..): every row for MEAN, the first
- * position's for CLS and RANK, the last position's for LAST; none when
- * the chunk does not hold that position. */
+ * first (its positions r->n_done..): the rows its pooling sums
+ * (em_pool_rows); none when the chunk holds none of them. */
 static void embed_span(em_sched *s, em_request *r, uint32_t first, uint32_t c)
 {
-    int32_t at = -1, n = 1;
-    if (r->pooling == EM_POOL_MEAN) {
-        at = (int32_t)first;
-        n = (int32_t)c;
-    } else if (r->pooling == EM_POOL_LAST) {
-        at = r->n_done + c == r->n_toks ? (int32_t)(first + c - 1) : -1;
-    } else {
-        at = r->n_done == 0 ? (int32_t)first : -1;
-    }
+    uint32_t at, n = em_pool_rows(r->pooling, r->n_done, c, r->n_toks, &at);
     r->pool_i = -1;
-    if (at >= 0) {
-        s->b_pool[2 * s->n_pool] = at;
-        s->b_pool[2 * s->n_pool + 1] = n;
+    if (n) {
+        s->b_pool[2 * s->n_pool] = (int32_t)(first + at);
+        s->b_pool[2 * s->n_pool + 1] = (int32_t)n;
         r->pool_i = (int32_t)s->n_pool++;
     }
     s->b_has_types |= r->types != NULL;

@@ -166,8 +166,8 @@ int em_engine_eval(em_engine *e, const int32_t *tokens, uint32_t n, uint32_t pos
 }
 
 /* The GPU's embedding: steps of up to e->chunk tokens (an encoder's
- * sequence in one), each pooling the span the mode needs; the mean's sums
- * added up and divided. */
+ * sequence in one), each pooling the rows the mode needs of it
+ * (em_pool_rows); the mean's sums added up and divided. */
 static int embed_gpu(em_engine *e, const int32_t *ids, uint32_t n, em_pooling mode, float *out, em_err *err)
 {
     const em_hparams *hp = em_model_hparams(e->m);
@@ -177,22 +177,18 @@ static int embed_gpu(em_engine *e, const int32_t *ids, uint32_t n, em_pooling mo
     const int32_t *tables[1] = { e->table };
     memset(out, 0, hp->n_embd * sizeof *out);
     for (uint32_t i = 0; i < n; i += e->chunk) {
-        uint32_t k = n - i < e->chunk ? n - i : e->chunk;
+        uint32_t k = n - i < e->chunk ? n - i : e->chunk, first;
         for (uint32_t j = 0; j < k; j++) {
             ps[j] = (int32_t)(i + j);
             ss[j] = 0;
         }
-        int32_t span[2] = { 0, (int32_t)k };   /* MEAN: every token */
-        int want = mode == EM_POOL_MEAN || (mode == EM_POOL_CLS && i == 0) || (mode == EM_POOL_LAST && i + k == n);
-        if (mode == EM_POOL_CLS)
-            span[1] = 1;
-        else if (mode == EM_POOL_LAST)
-            span[0] = (int32_t)k - 1, span[1] = 1;
-        em_fwd_batch b = { k, ids + i, ps, ss, 0, NULL, tables, NULL, NULL, NULL, want ? 1 : 0, span };
+        uint32_t rows = em_pool_rows(mode, i, k, n, &first);
+        int32_t span[2] = { (int32_t)first, (int32_t)rows };
+        em_fwd_batch b = { k, ids + i, ps, ss, 0, NULL, tables, NULL, NULL, NULL, rows ? 1 : 0, span };
         int rc = em_fwd_step(e->fwd, &b, NULL, err);
         if (rc)
             return rc;
-        for (uint32_t d = 0; want && d < hp->n_embd; d++)
+        for (uint32_t d = 0; rows && d < hp->n_embd; d++)
             out[d] += em_fwd_pooled_row(e->fwd, 0)[d];
         e->n_fed = i + k;
     }
@@ -205,16 +201,14 @@ int em_engine_embed(em_engine *e, const int32_t *ids, uint32_t n, em_pooling mod
                     em_err *err)
 {
     const em_hparams *hp = em_model_hparams(e->m);
-    if (mode == EM_POOL_NONE)
-        mode = hp->pooling != EM_POOL_NONE ? hp->pooling : EM_POOL_MEAN;
-    if (mode == EM_POOL_RANK)
-        return em_err_set(err, EM_EUNSUPPORTED, "embed: rank pooling gives a score, not a vector");
+    int rc = em_pool_resolve(hp, &mode, err);
+    if (rc)
+        return rc;
     if (n == 0 || n > e->n_ctx)
         return em_err_set(err, EM_ERANGE, "embed: %u tokens; this engine takes 1 to %u", n, e->n_ctx);
     if (!e->fwd)
         return em_ref_embed(e->m, ids, n, mode, normalize, out, err);
-    int rc = embed_gpu(e, ids, n, mode, out, err);
-    if (!rc && normalize)
+    if (!(rc = embed_gpu(e, ids, n, mode, out, err)) && normalize)
         em_l2_normalize(out, hp->n_embd);
     return rc;
 }

@@ -48,6 +48,27 @@ void em_pool(em_pooling mode, const float *h, uint32_t n, uint32_t dim, float *o
     }
 }
 
+int em_pool_resolve(const em_hparams *hp, em_pooling *mode, em_err *err)
+{
+    if (*mode == EM_POOL_NONE)
+        *mode = hp->pooling != EM_POOL_NONE ? hp->pooling : EM_POOL_MEAN;
+    if (*mode == EM_POOL_RANK)
+        return em_err_set(err, EM_EUNSUPPORTED, "embed: rank pooling gives a score, not a vector");
+    return 0;
+}
+
+uint32_t em_pool_rows(em_pooling mode, uint32_t done, uint32_t c, uint32_t n, uint32_t *first)
+{
+    *first = 0;
+    if (mode == EM_POOL_MEAN)
+        return c;
+    if (mode == EM_POOL_LAST) {
+        *first = c - 1;
+        return done + c == n;
+    }
+    return done == 0;   /* (CLS, RANK: the first position's) */
+}
+
 void em_l2_normalize(float *v, uint32_t n)
 {
     double ss = 0;
@@ -193,17 +214,15 @@ int em_ref_embed(const em_model *m, const int32_t *ids, uint32_t n, em_pooling m
                  em_err *err)
 {
     const em_hparams *hp = em_model_hparams(m);
-    if (mode == EM_POOL_NONE)
-        mode = hp->pooling != EM_POOL_NONE ? hp->pooling : EM_POOL_MEAN;
-    if (mode == EM_POOL_RANK)
-        return em_err_set(err, EM_EUNSUPPORTED, "embed: rank pooling gives a score, not a vector");
+    int rc = em_pool_resolve(hp, &mode, err);
+    if (rc)
+        return rc;
     if (n == 0)
         return em_err_set(err, EM_ERANGE, "embed: no tokens");
     size_t E = hp->n_embd;
     float *h = malloc((size_t)n * E * sizeof *h);
     if (!h)
         return em_err_set(err, EM_ENOMEM, "embed: out of memory");
-    int rc = 0;
     if (hp->encoder) {
         rc = em_ref_encode(m, ids, NULL, n, h, err);
     } else {   /* a decoder: position by position, each one's final hidden state */

@@ -41,6 +41,18 @@ int em_ref_cls_head(const em_model *m, const float *h, float *out);
 int em_ref_embed(const em_model *m, const int32_t *ids, uint32_t n, em_pooling mode, int normalize, float *out,
                  em_err *err);
 
+/* The pooling an embedding of mode gets from a model of shape hp, in
+ * *mode: EM_POOL_NONE becomes the model's own pooling, else the mean.
+ * EM_EUNSUPPORTED for RANK (a score, not a vector). */
+int em_pool_resolve(const em_hparams *hp, em_pooling *mode, em_err *err);
+
+/* The rows a chunk of c tokens at positions done.. of an n-token sequence
+ * adds to the sequence's pooled sum under mode: *first (an index into the
+ * chunk) and how many, 0 when the chunk holds none of them. MEAN: every
+ * row (the sum is then divided by n); CLS and RANK: position 0's; LAST:
+ * position n-1's. */
+uint32_t em_pool_rows(em_pooling mode, uint32_t done, uint32_t c, uint32_t n, uint32_t *first);
+
 /* One vector of a sequence's hidden states h[n][dim]: their mean (MEAN),
  * the first's (CLS) or the last's (LAST) into out[dim]. n >= 1. */
 void em_pool(em_pooling mode, const float *h, uint32_t n, uint32_t dim, float *out);

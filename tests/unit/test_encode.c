@@ -137,6 +137,21 @@ static void check_blocks(void)
     CHECK(p[0] == 1 && p[1] == 2);
     em_pool(EM_POOL_LAST, h, 3, 2, p);
     CHECK(p[0] == 5 && p[1] == 6);
+    uint32_t first = 9;   /* the rows each chunk of a 10-token sequence (chunks 0..6, 6..10) adds */
+    CHECK(em_pool_rows(EM_POOL_MEAN, 6, 4, 10, &first) == 4 && first == 0);
+    CHECK(em_pool_rows(EM_POOL_CLS, 0, 6, 10, &first) == 1 && first == 0);
+    CHECK(em_pool_rows(EM_POOL_CLS, 6, 4, 10, &first) == 0 && em_pool_rows(EM_POOL_RANK, 0, 6, 10, &first) == 1);
+    CHECK(em_pool_rows(EM_POOL_LAST, 0, 6, 10, &first) == 0);
+    CHECK(em_pool_rows(EM_POOL_LAST, 6, 4, 10, &first) == 1 && first == 3);
+    em_hparams hpm = { .pooling = EM_POOL_CLS };
+    em_pooling md = EM_POOL_NONE;
+    em_err pe = { 0 };
+    CHECK(em_pool_resolve(&hpm, &md, &pe) == 0 && md == EM_POOL_CLS);
+    hpm.pooling = EM_POOL_NONE;
+    md = EM_POOL_NONE;
+    CHECK(em_pool_resolve(&hpm, &md, &pe) == 0 && md == EM_POOL_MEAN);
+    md = EM_POOL_RANK;
+    CHECK(em_pool_resolve(&hpm, &md, &pe) == EM_EUNSUPPORTED && strstr(pe.msg, "rank"));
     float u[2] = { 3, 4 }, z[2] = { 0, 0 };
     em_l2_normalize(u, 2);
     em_l2_normalize(z, 2);
