@@ -320,7 +320,6 @@ int em_cmd_serve(int argc, char **argv)
     }
     em_sched_backend be;
     em_sched_backend_gpu(fwd, vk, hp->n_vocab, T, seqs, seqs, n_ctx, blocks, &be);
-    em_sched_backend_gpu_embed(&be, hp->n_embd, hp->encoder);   /* /v1/embeddings, /v1/rerank */
     /* a device lost or a kernel failure mid-step: the scheduler fails what
      * ran, then the backend makes device and forward pass again (boot.c) */
     dev.vk = &vk;

@@ -111,13 +111,6 @@ void em_sched_backend_gpu_recovery(em_sched_backend *be, int (*rebuild)(void *ar
     be->recover = rebuild ? gpu_recover : NULL;
 }
 
-void em_sched_backend_gpu_embed(em_sched_backend *be, uint32_t n_embd, int encoder)
-{
-    be->pooled = gpu_pooled;
-    be->n_embd = n_embd;
-    be->encoder = encoder;
-}
-
 static void gpu_destroy(void *ctx)
 {
     gpu_ctx *g = ctx;
@@ -151,5 +144,6 @@ void em_sched_backend_gpu(struct em_fwd *f, struct em_vk *vk, uint32_t n_vocab, 
         .n_blocks_window = em_fwd_get_opts(f)->n_blocks_window,
         .copy = gpu_copy, .step = gpu_step, .destroy = gpu_destroy,
         .step_top = gpu_step_top, .row = gpu_row, .max_adj = max_logits * EM_FWD_STEER_ADJ,
+        .pooled = gpu_pooled, .n_embd = em_fwd_hparams(f)->n_embd, .encoder = em_fwd_hparams(f)->encoder,
     };
 }

@@ -99,18 +99,14 @@ typedef struct em_sched_backend {
 
 struct em_fwd;
 struct em_vk;
-/* The GPU backend over a forward pass (borrowed; must outlive the scheduler).
- * Test only: with EMBER_TEST_HANG_STEP=N in the environment the N-th step
+/* The GPU backend over a forward pass (borrowed; must outlive the scheduler),
+ * its pooled rows (embed requests) and whether its model is an encoder
+ * (embed requests only, each whole in one step) taken from f. Test only: with EMBER_TEST_HANG_STEP=N in the environment the N-th step
  * (from 1) never returns, as a device that never signals its fence would
  * (tests/e2e/notify_test.py: the watchdog pings stop). */
 void em_sched_backend_gpu(struct em_fwd *f, struct em_vk *vk, uint32_t n_vocab, uint32_t max_tokens,
                           uint32_t max_logits, uint32_t max_seqs, uint32_t max_ctx,
                           uint32_t n_blocks, em_sched_backend *out);
-
-/* The GPU backend's embeddings: pooled rows of n_embd floats
- * (em_fwd_pooled_row), and whether the model is an encoder (hp->encoder:
- * embed requests only, each whole in one step). */
-void em_sched_backend_gpu_embed(em_sched_backend *be, uint32_t n_embd, int encoder);
 
 /* Give the GPU backend out its recovery: rebuild(arg, &f, err) replaces
  * the forward pass after a device failure (destroying the old one and its

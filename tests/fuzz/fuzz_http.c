@@ -275,7 +275,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         abort();
     }
     em_sched_backend_gpu(S.fwd, S.vk, em_model_hparams(S.m)->n_vocab, STEP, SEQS, SEQS, N_CTX, blocks, &be);
-    em_sched_backend_gpu_embed(&be, em_model_hparams(S.m)->n_embd, em_model_hparams(S.m)->encoder);
     if (em_sched_create(&sco, &be, S.tok, &S.s, &err)) {
         fprintf(stderr, "fuzz_http: %s\n", err.msg);
         abort();
