@@ -7,19 +7,11 @@
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "core/gpu/forward.h"
 #include "core/vk/vk.h"
 #include "firmware/bench.h"
 #include "firmware/cli.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 int em_bench_embed(const em_model *m, const uint32_t *batches, uint32_t n_batches, uint32_t tokens, int profile, int json)
 {
@@ -68,14 +60,14 @@ int em_bench_embed(const em_model *m, const uint32_t *batches, uint32_t n_batche
             goto done;
         }
         uint32_t reps = 0;
-        double t0 = now_s(), t = 0;
+        double t0 = em_cli_now(), t = 0;
         while (reps < 3 || t < 1.0) {
             if (em_fwd_step(f, &b, NULL, &err)) {
                 status = em_cli_fail_err(&err);
                 goto done;
             }
             reps++;
-            t = now_s() - t0;
+            t = em_cli_now() - t0;
         }
         double per = t / reps, eps = B / per;
         if (json)

@@ -343,6 +343,18 @@ int em_cli_default_model(char *buf, size_t cap, em_err *err)
                       "no model: pass --model PATH, or put a .gguf file in ./models");
 }
 
+void em_cli_bytes(char *buf, size_t cap, uint64_t v)
+{
+    static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+    double d = (double)v;
+    int u = 0;
+    while (d >= 1024 && u < 4) {
+        d /= 1024;
+        u++;
+    }
+    snprintf(buf, cap, u ? "%.1f %s" : "%.0f %s", d, unit[u]);
+}
+
 double em_cli_now(void)
 {
     struct timespec ts;

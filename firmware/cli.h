@@ -91,6 +91,9 @@ int em_cli_finite_logits(const char *cmd, const char *model_path, const float *l
  * buf and returns 0, or EM_ENOENT. */
 int em_cli_default_model(char *buf, size_t cap, em_err *err);
 
+/* A byte count for people, in binary units: "512 B", "98.4 MiB". */
+void em_cli_bytes(char *buf, size_t cap, uint64_t v);
+
 /* Monotonic clock in seconds. */
 double em_cli_now(void);
 

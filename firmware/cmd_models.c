@@ -92,18 +92,17 @@ static int entry_open(const char *path, entry *e, em_err *err)
     return 0;
 }
 
-static void human(char *out, size_t cap, double v, const char *const *units)
+/* A parameter count: "135M", "7.2B". */
+static void count(char *out, size_t cap, double v)
 {
+    static const char *const unit[] = { "", "K", "M", "B", "T" };
     int u = 0;
-    while (v >= 1000 && units[u + 1]) {
+    while (v >= 1000 && u < 4) {
         v /= 1000;
         u++;
     }
-    snprintf(out, cap, v < 10 && u ? "%.1f%s" : "%.0f%s", v, units[u]);
+    snprintf(out, cap, v < 10 && u ? "%.1f%s" : "%.0f%s", v, unit[u]);
 }
-
-static const char *const bytes_units[] = { " B", " KB", " MB", " GB", " TB", NULL };
-static const char *const count_units[] = { "", "K", "M", "B", "T", NULL };
 
 static json_t *entry_json(const char *name, const char *path, const entry *e)
 {
@@ -118,19 +117,14 @@ static json_t *entry_json(const char *name, const char *path, const entry *e)
                           e->caps.generates, "can", can);
     if (!o)
         return NULL;
+    static const char *const names[] = { "chat", "tools", "reasoning", "embeddings", "rerank" };
+    unsigned can_bits = web_caps_can(&e->caps);
     json_t *caps = json_array();
-    if (caps) {
-        if (e->caps.generates)
-            json_array_append_new(caps, json_string("chat"));
-        if (e->caps.toolfmt && e->caps.toolfmt->ok)
-            json_array_append_new(caps, json_string("tools"));
-        if (e->caps.harmony || (e->caps.thinkfmt && e->caps.thinkfmt->from_template))
-            json_array_append_new(caps, json_string("reasoning"));
-        json_array_append_new(caps, json_string("embeddings"));
-        if (!e->caps.generates || e->caps.classifier)
-            json_array_append_new(caps, json_string("rerank"));
+    for (unsigned i = 0; caps && i < sizeof names / sizeof names[0]; i++)
+        if (can_bits & (1u << i))
+            json_array_append_new(caps, json_string(names[i]));
+    if (caps)
         json_object_set_new(o, "capabilities", caps);
-    }
     return o;
 }
 
@@ -143,7 +137,7 @@ static int cmd_list(const char *dir, int json)
         return em_cli_fail_err(&err);
     json_t *arr = json ? json_array() : NULL;
     if (!json)
-        printf("%-28s %-10s %7s %-7s %8s %7s  %s\n", "NAME", "ARCH", "PARAMS", "TYPE", "SIZE", "CONTEXT", "CAN");
+        printf("%-28s %-10s %7s %-7s %10s %7s  %s\n", "NAME", "ARCH", "PARAMS", "TYPE", "SIZE", "CONTEXT", "CAN");
     int status = 0;
     for (size_t i = 0; i < n; i++) {
         char path[PATH_MAX];
@@ -163,11 +157,11 @@ static int cmd_list(const char *dir, int json)
             json_array_append_new(arr, entry_json(names[i], path, &e));
         } else {
             const em_hparams *hp = em_model_hparams(e.m);
-            char p[16], b[16], can[160];
-            human(p, sizeof p, (double)em_model_n_params(e.m), count_units);
-            human(b, sizeof b, (double)e.file_bytes, bytes_units);
+            char p[16], b[24], can[160];
+            count(p, sizeof p, (double)em_model_n_params(e.m));
+            em_cli_bytes(b, sizeof b, e.file_bytes);
             web_caps_describe(&e.caps, can, sizeof can);
-            printf("%-28s %-10s %7s %-7s %8s %7u  %s\n", names[i], hp->arch_name, p, em_ttype_name(e.main_type), b,
+            printf("%-28s %-10s %7s %-7s %10s %7u  %s\n", names[i], hp->arch_name, p, em_ttype_name(e.main_type), b,
                    hp->encoder ? hp->n_pos : hp->n_ctx_train, can);
         }
         entry_close(&e);
@@ -213,13 +207,13 @@ static int cmd_info(const char *dir, const char *what, int json)
         entry_close(&e);
         return 0;
     }
-    char real[PATH_MAX], p[16], b[16], can[160];
-    human(p, sizeof p, (double)em_model_n_params(e.m), count_units);
-    human(b, sizeof b, (double)e.file_bytes, bytes_units);
+    char real[PATH_MAX], p[16], b[24], can[160];
+    count(p, sizeof p, (double)em_model_n_params(e.m));
+    em_cli_bytes(b, sizeof b, e.file_bytes);
     web_caps_describe(&e.caps, can, sizeof can);
     printf("name          %s\n", name);
-    printf("file          %s%s%s\n", path, realpath(path, real) && strcmp(real, path) ? " -> " : "",
-           realpath(path, real) && strcmp(real, path) ? real : "");
+    int linked = realpath(path, real) && strcmp(real, path) != 0;
+    printf("file          %s%s%s\n", path, linked ? " -> " : "", linked ? real : "");
     printf("model         %s (%s), %s parameters, %s (%s matrices mostly)\n", hp->name, hp->arch_name, p, b,
            em_ttype_name(e.main_type));
     printf("shape         %u layers, width %u, %u heads / %u KV heads of %u, vocabulary %u\n", hp->n_layer,

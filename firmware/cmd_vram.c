@@ -142,18 +142,6 @@ static void count_words(char *buf, size_t cap, double v)
         snprintf(buf, cap, "%.4g million", v / 1e6);
 }
 
-static void human(char *buf, size_t cap, uint64_t v)
-{
-    static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB" };
-    double d = (double)v;
-    int u = 0;
-    while (d >= 1024 && u < 4) {
-        d /= 1024;
-        u++;
-    }
-    snprintf(buf, cap, u ? "%.1f %s" : "%.0f %s", d, unit[u]);
-}
-
 typedef struct {
     uint32_t tensors;
     uint64_t params, file_bytes;
@@ -405,7 +393,7 @@ int em_cmd_vram(int argc, char **argv)
             printf("model     shape: %u layers, %u KV heads of %u, %s parameters at %g bits\n", p.hp.n_layer,
                    p.hp.n_head_kv, p.hp.head_dim, a, bits);
         }
-        human(a, sizeof a, p.heap);
+        em_cli_bytes(a, sizeof a, p.heap);
         if (di)
             printf("memory    %s: device-local heap of device %d, %s\n", a, dev_index, dev_desc);
         else
@@ -420,9 +408,9 @@ int em_cmd_vram(int argc, char **argv)
                            (unsigned long long)rows[t].file_bytes,
                            (unsigned long long)p.mem.weights_by_type[t],
                            t == EM_T_F32 && !p.mem.weights_by_type[t] ? "  (vectors, below)" : "");
-            human(a, sizeof a, file_total);
-            human(b, sizeof b, mem.weights);
-            human(c, sizeof c, mem.vecs);
+            em_cli_bytes(a, sizeof a, file_total);
+            em_cli_bytes(b, sizeof b, mem.weights);
+            em_cli_bytes(c, sizeof c, mem.vecs);
             printf("          file %s; on the device %s of matrices (BF16 as F16) "
                    "+ %s of f32 vectors\n", a, b, c);
             if (p.hp.n_expert)
@@ -430,7 +418,7 @@ int em_cmd_vram(int argc, char **argv)
                        p.hp.n_expert_used, p.hp.n_expert, (unsigned long long)em_model_n_params_active(m),
                        (unsigned long long)em_model_n_params(m));
         } else {
-            human(a, sizeof a, mem.weights);
+            em_cli_bytes(a, sizeof a, mem.weights);
             count_words(b, sizeof b, n_params);
             printf("weights   %s (%s parameters x %g bits / 8)\n", a, b, bits);
         }
@@ -443,31 +431,31 @@ int em_cmd_vram(int argc, char **argv)
                    p.hp.n_layer - n_win_layers, p.hp.n_head_kv, p.hp.head_dim, es == 2 ? "2 B" : "34/32 B",
                    EM_KV_BLOCK);
         if (p.window_bytes) {
-            human(a, sizeof a, win_seq);
+            em_cli_bytes(a, sizeof a, win_seq);
             printf("          the %u sliding-window layers keep the last %u positions: %llu blocks, %s per "
                    "sequence\n", n_win_layers, p.hp.n_swa, (unsigned long long)win_blocks, a);
         }
-        human(a, sizeof a, seq_bytes);
-        human(b, sizeof b, seq_bytes_full);
+        em_cli_bytes(a, sizeof a, seq_bytes);
+        em_cli_bytes(b, sizeof b, seq_bytes_full);
         if (!p.hp.encoder)
             printf("          per sequence of %u tokens: %llu B (%s, %llu blocks)%s%s\n", n_ctx,
                    (unsigned long long)seq_bytes, a, (unsigned long long)seq_blocks,
                    p.window_bytes ? "; every layer for the whole context: " : "", p.window_bytes ? b : "");
         if (p.scratch_known) {
-            human(a, sizeof a, scratch - mem.logits - mem.step);
-            human(b, sizeof b, mem.logits);
-            human(c, sizeof c, mem.step);
-            human(d, sizeof d, scratch);
+            em_cli_bytes(a, sizeof a, scratch - mem.logits - mem.step);
+            em_cli_bytes(b, sizeof b, mem.logits);
+            em_cli_bytes(c, sizeof c, mem.step);
+            em_cli_bytes(d, sizeof d, scratch);
             printf("scratch   %s: activations of %u-token steps %s, logits of %u sequences %s, step "
                    "buffer %s\n", d, p.step_tokens, a, p.parallel, b, c);
         } else {
             printf("scratch   not counted: give --heads, --embd, --ff and --vocab\n");
         }
-        human(a, sizeof a, mem.staging);
-        human(b, sizeof b, mem.margin);
-        human(c, sizeof c, reserve);
+        em_cli_bytes(a, sizeof a, mem.staging);
+        em_cli_bytes(b, sizeof b, mem.margin);
+        em_cli_bytes(c, sizeof c, reserve);
         printf("overhead  staging %s, margin %s, reserve %s (the 20%% ember serve leaves free)\n", a, b, c);
-        human(a, sizeof a, budget);
+        em_cli_bytes(a, sizeof a, budget);
         if (p.hp.encoder)
             printf("free      %s beside steps of %u sequences of up to %u tokens\n", a, p.parallel, n_ctx);
         else
@@ -475,7 +463,7 @@ int em_cmd_vram(int argc, char **argv)
                    (unsigned long long)seqs, n_ctx,
                    range_bound ? " (bound by the device's storage-buffer range per layer)" : "");
         if (p.window_bytes) {
-            human(a, sizeof a, p.parallel * win_seq);
+            em_cli_bytes(a, sizeof a, p.parallel * win_seq);
             printf("          of it the sliding-window layers' pool: %s (%u sequences x %llu blocks)\n", a,
                    p.parallel, (unsigned long long)win_blocks);
         }
@@ -491,19 +479,19 @@ int em_cmd_vram(int argc, char **argv)
     }
     fflush(stdout);
     if (budget < p.block_bytes + p.parallel * win_seq) {
-        human(a, sizeof a, weights_total);
-        human(b, sizeof b, scratch + mem.staging + mem.margin);
-        human(c, sizeof c, p.heap * 8 / 10);
+        em_cli_bytes(a, sizeof a, weights_total);
+        em_cli_bytes(b, sizeof b, scratch + mem.staging + mem.margin);
+        em_cli_bytes(c, sizeof c, p.heap * 8 / 10);
         status = em_cli_fail(1, "vram: the model does not fit: weights %s + scratch and overhead %s leave "
                                 "no room for the KV cache in the %s (80%%) of memory ember serve uses",
                              a, b, c);
     } else if (!seqs) {
-        human(a, sizeof a, seq_bytes);
-        human(b, sizeof b, budget);
+        em_cli_bytes(a, sizeof a, seq_bytes);
+        em_cli_bytes(b, sizeof b, budget);
         status = em_cli_fail(1, "vram: one sequence of %u tokens does not fit: it needs %s of KV cache, "
                                 "%s is left", n_ctx, a, b);
     } else if (users && !users_ctx) {
-        human(a, sizeof a, budget);
+        em_cli_bytes(a, sizeof a, budget);
         status = em_cli_fail(1, "vram: %ld sequences do not fit: %s of KV cache holds %llu blocks of %u "
                                 "tokens", users, a, (unsigned long long)blocks, EM_KV_BLOCK);
     }

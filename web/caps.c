@@ -70,22 +70,35 @@ void web_caps_free(web_caps *c)
     memset(c, 0, sizeof *c);
 }
 
+unsigned web_caps_can(const web_caps *c)
+{
+    unsigned can = WEB_CAN_EMBEDDINGS;
+    if (c->generates)
+        can |= WEB_CAN_CHAT;
+    if (c->toolfmt && c->toolfmt->ok)
+        can |= WEB_CAN_TOOLS;
+    if (c->harmony || (c->thinkfmt && c->thinkfmt->from_template))
+        can |= WEB_CAN_REASONING;
+    if (!c->generates || c->classifier)
+        can |= WEB_CAN_RERANK;
+    return can;
+}
+
 void web_caps_describe(const web_caps *c, char *out, size_t cap)
 {
     static const char *const pool[] = { "mean of hidden states", "mean", "first token", "last token", "rank" };
+    unsigned can = web_caps_can(c);
     size_t n = 0;
     out[0] = 0;
 #define ADD(...) (n += n < cap ? (size_t)snprintf(out + n, cap - n, __VA_ARGS__) : 0)
-    if (c->generates) {
-        ADD("chat%s", c->tmpl ? "" : " (no template: ChatML)");
-        if (c->toolfmt && c->toolfmt->ok)
-            ADD(", tools");
-        if (c->harmony || (c->thinkfmt && c->thinkfmt->from_template))
-            ADD(", reasoning");
-        ADD(", ");
-    }
+    if (can & WEB_CAN_CHAT)
+        ADD("chat%s, ", c->tmpl ? "" : " (no template: ChatML)");
+    if (can & WEB_CAN_TOOLS)
+        ADD("tools, ");
+    if (can & WEB_CAN_REASONING)
+        ADD("reasoning, ");
     ADD("embeddings (%s)", c->pooling == EM_POOL_RANK ? "first token" : pool[c->pooling]);
-    if (!c->generates || c->classifier)
+    if (can & WEB_CAN_RERANK)
         ADD(", rerank (%s)", c->classifier ? "classifier" : "cosine");
 #undef ADD
 }

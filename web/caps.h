@@ -35,6 +35,11 @@ typedef struct web_caps {
 int  web_caps_read(const em_model *m, em_tokenizer *tok, web_caps *c, em_err *err);
 void web_caps_free(web_caps *c);
 
+/* What c can do: WEB_CAN_* bits (embeddings always: a decoder gives the
+ * mean of its hidden states). */
+enum { WEB_CAN_CHAT = 1, WEB_CAN_TOOLS = 2, WEB_CAN_REASONING = 4, WEB_CAN_EMBEDDINGS = 8, WEB_CAN_RERANK = 16 };
+unsigned web_caps_can(const web_caps *c);
+
 /* Short words for what c can do into out[cap]: "chat, tools, reasoning",
  * "embeddings (mean), rerank (cosine)" (a decoder's embeddings: "(mean of
  * hidden states)"). */
