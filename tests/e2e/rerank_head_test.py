@@ -17,60 +17,30 @@ import sys
 import tempfile
 
 sys.path.insert(0, __file__.rsplit('/', 1)[0])
-from serve_util import EMBER, Server, shared_model  # noqa: E402
+from serve_util import EMBER, Server, gguf_layout, gguf_string, shared_model  # noqa: E402
 
 K, B = 7, 0.5
-SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
 
 
 def reranker(src, dst):
     """src (a bert GGUF) copied to dst with pooling_type 4 (rank), token type 1's row set to type 0's, and
     cls.output.weight [E, 1] (one-hot at K) and cls.output.bias [1] (B) appended, both F32."""
     with open(src, 'rb') as f:
-        data = f.read()
-    magic, version, n_tensors, n_kv = struct.unpack_from('<4sIQQ', data, 0)
-    assert magic == b'GGUF', magic
-    p = 24
-
-    def string(at):
-        n, = struct.unpack_from('<Q', data, at)
-        return data[at + 8:at + 8 + n], at + 8 + n
-
-    def skip_value(t, at):
-        if t == 8:
-            return string(at)[1]
-        if t == 9:
-            et, n = struct.unpack_from('<IQ', data, at)
-            at += 12
-            for _ in range(n):
-                at = skip_value(et, at)
-            return at
-        return at + SIZES[t]
-    kvs, align, arch = [], 32, b''
-    for _ in range(n_kv):
-        start = p
-        key, p = string(p)
-        t, = struct.unpack_from('<I', data, p)
-        end = skip_value(t, p + 4)
-        if key == b'general.alignment':
-            align, = struct.unpack_from('<I', data, p + 4)
-        if key == b'general.architecture':
-            arch = string(p + 4)[0]
-        if not key.endswith(b'.pooling_type'):
-            kvs.append(data[start:end])
-        p = end
+        version, layout, align, tensors, _, data_at = gguf_layout(f)
+        kvs, arch = [], b''
+        for key, t, start, at, end in layout:
+            f.seek(start)
+            raw = f.read(end - start)
+            if key == b'general.architecture':
+                f.seek(at)
+                arch = gguf_string(f)
+            if not key.endswith(b'.pooling_type'):
+                kvs.append(raw)
+        f.seek(data_at)
+        body = bytearray(f.read())
     key = arch + b'.pooling_type'
     kvs.append(struct.pack('<Q', len(key)) + key + struct.pack('<II', 4, 4))
-    infos = []
-    for _ in range(n_tensors):
-        name, p = string(p)
-        nd, = struct.unpack_from('<I', data, p)
-        dims = struct.unpack_from('<%dQ' % nd, data, p + 4)
-        typ, off = struct.unpack_from('<IQ', data, p + 4 + 8 * nd)
-        infos.append([name, dims, typ, off])
-        p += 4 + 8 * nd + 12
-    base = p + (-p) % align
-    body = bytearray(data[base:])
+    infos = [list(t) for t in tensors]
     tt = [i for i in infos if i[0] == b'token_types.weight'][0]
     E = tt[1][0]
     row = E * (4 if tt[2] == 0 else 2)   # F32 or F16 rows

@@ -12,6 +12,7 @@ import os
 import re
 import socket
 import sqlite3
+import struct
 import subprocess
 import sys
 import tempfile
@@ -238,45 +239,69 @@ class Server:
         return self.p.returncode, err
 
 
+GGUF_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}   # scalar value types
+
+
+def gguf_string(f):
+    """A GGUF string read from the open file f."""
+    n, = struct.unpack('<Q', f.read(8))
+    return f.read(n)
+
+
+def gguf_layout(f):
+    """Where everything is in the open GGUF file f: (version, kvs, alignment, tensors, infos, data_at) with
+    kvs [(key, type, start, value_at, end)] (file offsets of each entry, its value, its end), tensors [(name,
+    dims, type, offset)] (offset within the data), infos the (start, end) of the tensor infos, data_at where
+    the data begins."""
+    f.seek(0)
+    magic, version, n_tensors, n_kv = struct.unpack('<4sIQQ', f.read(24))
+    assert magic == b'GGUF' and version in (2, 3), (magic, version)
+
+    def skip_value(t):
+        if t == 8:
+            gguf_string(f)
+        elif t == 9:
+            et, n = struct.unpack('<IQ', f.read(12))
+            for _ in range(n):
+                skip_value(et)
+        else:
+            f.read(GGUF_SIZES[t])
+    kvs, align = [], 32
+    for _ in range(n_kv):
+        start = f.tell()
+        key = gguf_string(f)
+        t, = struct.unpack('<I', f.read(4))
+        at = f.tell()
+        skip_value(t)
+        kvs.append((key, t, start, at, f.tell()))
+        if key == b'general.alignment':
+            end = f.tell()
+            f.seek(at)
+            align, = struct.unpack('<I', f.read(4))
+            f.seek(end)
+    t0, tensors = f.tell(), []
+    for _ in range(n_tensors):
+        name = gguf_string(f)
+        nd, = struct.unpack('<I', f.read(4))
+        dims = struct.unpack('<%dQ' % nd, f.read(8 * nd))
+        typ, off = struct.unpack('<IQ', f.read(12))
+        tensors.append((name, dims, typ, off))
+    t1 = f.tell()
+    return version, kvs, align, tensors, (t0, t1), (t1 + align - 1) // align * align
+
+
 def gguf_with_template(src, dst, template, tokens=None):
     """A copy of the GGUF file src at dst whose tokenizer.chat_template is template (added when absent):
     the metadata rewritten, the tensor infos and data as they were (the data re-aligned). tokens: {id: text}
     of vocabulary strings to rename (a control token given another format's marker: "[TOOL_CALLS]")."""
-    import struct
-    sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
     with open(src, 'rb') as f:
-        magic, version, n_tensors, n_kv = struct.unpack('<4sIQQ', f.read(24))
-        assert magic == b'GGUF' and version in (2, 3), (magic, version)
-
-        def string():
-            n, = struct.unpack('<Q', f.read(8))
-            return f.read(n)
-
-        def skip_value(t):
-            if t == 8:
-                string()
-            elif t == 9:
-                et, n = struct.unpack('<IQ', f.read(12))
-                for _ in range(n):
-                    skip_value(et)
-            else:
-                f.read(sizes[t])
-        kvs, align = [], 32
-        for _ in range(n_kv):
-            start = f.tell()
-            key = string()
-            t, = struct.unpack('<I', f.read(4))
-            at = f.tell()
-            skip_value(t)
-            end = f.tell()
-            if key == b'general.alignment':
-                f.seek(at)
-                align, = struct.unpack('<I', f.read(4))
-                f.seek(end)
+        version, layout, align, tensors, (t0, t1), data_at = gguf_layout(f)
+        kvs = []
+        for key, t, start, at, end in layout:
             if key == b'tokenizer.ggml.tokens' and tokens:
                 f.seek(at + 4)
                 n, = struct.unpack('<Q', f.read(8))
-                vocab = [string() for _ in range(n)]
+                vocab = [gguf_string(f) for _ in range(n)]
                 for i, text in tokens.items():
                     vocab[i] = text.encode()
                 kvs.append(struct.pack('<Q', len(key)) + key + struct.pack('<IIQ', 9, 8, n) +
@@ -285,19 +310,12 @@ def gguf_with_template(src, dst, template, tokens=None):
             elif key != b'tokenizer.chat_template':
                 f.seek(start)
                 kvs.append(f.read(end - start))
-        t0 = f.tell()
-        for _ in range(n_tensors):
-            string()
-            nd, = struct.unpack('<I', f.read(4))
-            f.read(8 * nd + 12)
-        infos_end = f.tell()
         f.seek(t0)
-        infos = f.read(infos_end - t0)
-        data_at = (infos_end + align - 1) // align * align
+        infos = f.read(t1 - t0)
         tb = template.encode()
         kvs.append(struct.pack('<Q', 23) + b'tokenizer.chat_template' + struct.pack('<IQ', 8, len(tb)) + tb)
         with open(dst, 'wb') as o:
-            o.write(struct.pack('<4sIQQ', b'GGUF', version, n_tensors, len(kvs)))
+            o.write(struct.pack('<4sIQQ', b'GGUF', version, len(tensors), len(kvs)))
             for kv in kvs:
                 o.write(kv)
             o.write(infos)
